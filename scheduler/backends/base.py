@@ -1,0 +1,73 @@
+"""Where stages run: the backend interface.
+
+A backend keeps each job where its stages execute (a thread pool, one worker process
+per job, later a Ray actor per job) and hands back ``concurrent.futures.Future``
+objects, so the loop waits on all of them the same way. The loop only ever holds a
+job's id and its next :class:`~scheduler.base.Stage`; the backend reports that stage
+after construction and after every stage it runs.
+
+A Ray backend fits the same seam: ``add_job`` creates one actor per job from the
+factory (``ray.remote(JobActor).remote(factory)``) and returns
+``actor.first_stage.remote().future()``; ``run_stage`` returns
+``actor.run_stage.remote(stage, resource.name).future()``; ``release`` kills the actor.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import ClassVar
+
+from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """A stage's result and the job's next stage (None: the job is complete)."""
+
+    result: StageResult
+    next_stage: Stage | None
+
+
+def first_stage(job: Job) -> Stage | None:
+    """The stage a freshly built job starts with."""
+    return None if job.is_complete() else job.next_stage()
+
+
+def execute_stage(job: Job, stage: Stage, resource_name: str) -> StageOutcome:
+    """Run one stage and read the next one in the same place, so one round trip does both."""
+    result = job.run_stage(stage, resource_name)
+    return StageOutcome(result, first_stage(job))
+
+
+class Backend(ABC):
+    """Executes stages of jobs it holds; every call returns at once with a future."""
+
+    name: ClassVar[str]
+
+    def now(self) -> float:
+        """The clock the loop stamps the trace with (seconds)."""
+        return time.monotonic()
+
+    @abstractmethod
+    def add_job(self, job_id: str, job: Job | JobFactory) -> Future[Stage | None]:
+        """Take a job (or build it from a factory); resolves to its first stage."""
+
+    @abstractmethod
+    def run_stage(self, job_id: str, stage: Stage, resource: Resource) -> Future[StageOutcome]:
+        """Run ``stage`` of ``job_id`` on ``resource``; resolves to its outcome."""
+
+    @abstractmethod
+    def release(self, job_id: str) -> None:
+        """Forget a finished or failed job and free whatever held it (e.g. its process)."""
+
+    def wait(self, futures: Iterable[Future]) -> set[Future]:
+        """Block until at least one future is done; return the done ones."""
+        return concurrent.futures.wait(list(futures), return_when=concurrent.futures.FIRST_COMPLETED).done
+
+    def close(self) -> None:
+        """Release every job and stop the workers."""

@@ -1,0 +1,122 @@
+"""The contract between the scheduler and the jobs it drives.
+
+The thesis (section 4.1.2) asks every job four questions, its *load-awareness*:
+is the current stage done, is the whole job done, on which resource does the current
+stage run, and on which resource will the next stage run. A job answers the last one
+through :meth:`Job.next_stage`; the scheduler answers the other three itself, because it
+is the one that started the stage, chose the resource and saw the stage finish
+(see :mod:`scheduler.state`). That keeps a job's side of the contract to three methods.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+CLIENT = "client"
+DEVICE = "device"
+
+
+def kind_of(role: str) -> str:
+    """``"device"`` for ``"device:<key>"`` roles; the role itself otherwise."""
+    return role.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One schedulable unit of a job.
+
+    ``resource`` is a *role*, not a machine: ``"client"`` or ``"device:<key>"``. The
+    scheduler picks the concrete resource of that role, so a job never has to know
+    which device server is free. ``estimate`` (seconds) is an optional hint for
+    policies that predict; they replace it with measurements as they gather them.
+    """
+
+    kind: str
+    resource: str
+    task: int = 0
+    iteration: int = 0
+    estimate: float | None = None
+
+    @property
+    def resource_kind(self) -> str:
+        return kind_of(self.resource)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a job reports after a stage: failures are data, not exceptions.
+
+    A stage that returns ``status="error"`` ends its job just as a raised exception
+    would; the scheduler records ``error`` and goes on with the other jobs.
+    """
+
+    status: str = "ok"
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class Job(ABC):
+    """A long computation split into stages that the scheduler starts one at a time.
+
+    A job never runs its next stage on its own: it waits until the scheduler calls
+    :meth:`run_stage`, which is what lets the scheduler postpone a stage whose resource
+    is busy and so prevent interference (thesis section 4.1.1).
+    """
+
+    @property
+    @abstractmethod
+    def job_id(self) -> str:
+        """A name unique among the jobs of one scheduler."""
+
+    @abstractmethod
+    def next_stage(self) -> Stage | None:
+        """The stage to run next, or None when the job is complete."""
+
+    @abstractmethod
+    def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
+        """Run ``stage`` (the one :meth:`next_stage` returned) on the named resource.
+
+        ``resource_name`` is the concrete resource the scheduler chose for the stage's
+        role, e.g. which device server to profile on.
+        """
+
+    def is_complete(self) -> bool:
+        """True once every stage has run."""
+        return self.next_stage() is None
+
+
+JobFactory = Callable[[], Job]
+"""A picklable zero-argument callable that builds a job inside a worker process.
+
+Real jobs hold state that cannot cross a process boundary (compiled modules, RPC
+sessions), so the process backend sends the factory and builds the job where it runs.
+"""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Something a stage runs on: a client host or one target device.
+
+    ``capacity`` is how many stages may run on it at once. Devices always have
+    capacity 1, because two jobs profiling on one device distort each other's
+    measurements (thesis section 3.4.2).
+    """
+
+    name: str
+    role: str
+    capacity: int = 1
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"resource {self.name!r}: capacity must be >= 1, got {self.capacity}")
+        if self.kind == DEVICE and self.capacity != 1:
+            raise ValueError(f"device {self.name!r} must have capacity 1: profiling is exclusive")
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.role)

@@ -1,0 +1,201 @@
+"""The loop that carries out a policy's decisions on a backend."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from types import TracebackType
+
+from scheduler.backends import Backend, get_backend
+from scheduler.base import Job, JobFactory, Resource
+from scheduler.policies import Policy, Start, get_policy
+from scheduler.resources import ResourcePool
+from scheduler.state import JobStatus, State
+from scheduler.trace import JobOutcome, StageRecord, Trace
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BrokenProcessPool):
+        return f"worker process died ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Scheduler:
+    """Interleaves the stages of many jobs across resources without interference.
+
+    Each round: take newly submitted jobs, ask the policy which ready stages to start,
+    start them on the backend, then block until some stage finishes (or a job is
+    submitted). A job's failure, raised or reported, or its worker's death, ends that
+    job only: its resource is freed and the others go on. A device that fails
+    ``max_consecutive_failures`` stages in a row is taken out of rotation, and jobs
+    that then have no resource left for their next stage fail with that reason.
+    """
+
+    def __init__(
+        self,
+        resources: Iterable[Resource],
+        policy: Policy | str = "round-robin",
+        backend: Backend | str = "processes",
+        max_consecutive_failures: int = 3,
+    ) -> None:
+        self.policy = get_policy(policy)
+        self.backend = get_backend(backend)
+        self.state = State(ResourcePool(resources, max_consecutive_failures))
+        self._lock = threading.Lock()
+        self._submitted: list[tuple[str, Job | JobFactory]] = []
+        self._ids: set[str] = set()
+        self._wakeup: Future[None] = Future()
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def submit(self, job: Job | JobFactory, job_id: str | None = None) -> str:
+        """Add a job; safe to call from another thread while :meth:`run` is running.
+
+        ``job`` is a job object or a picklable factory that builds one where it will
+        run. The id defaults to the job's ``job_id`` (or the factory's ``job_id``
+        attribute, else ``job<N>``).
+        """
+        with self._lock:
+            if job_id is None:
+                job_id = job.job_id if isinstance(job, Job) else getattr(job, "job_id", None)
+                job_id = job_id or f"job{len(self._ids)}"
+            if job_id in self._ids:
+                raise ValueError(f"duplicate job id {job_id!r}")
+            self._ids.add(job_id)
+            self._submitted.append((job_id, job))
+            if not self._wakeup.done():
+                self._wakeup.set_result(None)
+        return job_id
+
+    def run(self) -> Trace:
+        """Run until every submitted job is done or failed; return what ran where."""
+        state, pool = self.state, self.state.pool
+        origin = self.backend.now()
+        trace = Trace(resources=list(pool.resources.values()), policy=self.policy.name,
+                      exclusive=self.policy.exclusive)
+        arriving: dict[Future, tuple[int, str]] = {}
+        running: dict[Future, str] = {}
+        sequence = itertools.count()
+        while True:
+            for job_id, job in self._take_submitted():
+                arriving[self._add_job(job_id, job)] = (next(sequence), job_id)
+            state.time = self.backend.now() - origin
+            for start in self.policy.decide(state):
+                running[self._start(start)] = start.job_id
+            if not running and not arriving:
+                if state.unfinished == 0:
+                    return trace
+                waiting = ", ".join(r.job_id for r in state.jobs.values() if not r.finished)
+                raise RuntimeError(f"policy {self.policy.name!r} started nothing while jobs wait: {waiting}")
+            done = self.backend.wait([*arriving, *running, self._wakeup])
+            state.time = self.backend.now() - origin
+            for future in sorted((f for f in done if f in arriving), key=lambda f: arriving[f][0]):
+                self._arrived(arriving.pop(future)[1], future, trace)
+            for future in sorted((f for f in done if f in running), key=lambda f: state.jobs[running[f]].order):
+                self._finished(running.pop(future), future, trace)
+
+    def close(self) -> None:
+        """Stop the backend's workers."""
+        self.backend.close()
+
+    def _take_submitted(self) -> list[tuple[str, Job | JobFactory]]:
+        with self._lock:
+            submitted, self._submitted = self._submitted, []
+            if self._wakeup.done():
+                self._wakeup = Future()
+        return submitted
+
+    def _add_job(self, job_id: str, job: Job | JobFactory) -> Future:
+        try:
+            return self.backend.add_job(job_id, job)
+        except Exception as exc:
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _arrived(self, job_id: str, future: Future, trace: Trace) -> None:
+        """The backend holds the job now (built, if from a factory) and knows its first stage."""
+        try:
+            first = future.result()
+        except Exception as exc:
+            self.state.add_job(job_id, None)
+            self._fail(job_id, f"could not start: {_describe(exc)}", self.state.time, trace)
+            return
+        record = self.state.add_job(job_id, first)
+        trace.jobs[job_id] = JobOutcome("running", self.state.time, self.state.time)
+        if record.status is JobStatus.DONE:
+            self._done(job_id, trace)
+        else:
+            self._check_runnable(job_id, trace)
+
+    def _start(self, start: Start) -> Future:
+        record = self.state.jobs[start.job_id]
+        if start.stage != record.stage:
+            raise ValueError(f"policy started {start.stage} for {start.job_id!r}, its stage is {record.stage}")
+        self.state.start(start.job_id, start.resource_name, exclusive=self.policy.exclusive)
+        try:
+            return self.backend.run_stage(start.job_id, start.stage, self.state.pool.resources[start.resource_name])
+        except Exception as exc:
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _finished(self, job_id: str, future: Future, trace: Trace) -> None:
+        state = self.state
+        record = state.jobs[job_id]
+        stage, resource, started = record.stage, record.resource, record.started_at
+        assert stage is not None and resource is not None and started is not None
+        try:
+            outcome = future.result()
+            error = None if outcome.result.ok else (outcome.result.error or "stage reported an error")
+        except Exception as exc:
+            outcome, error = None, _describe(exc)
+        trace.records.append(StageRecord(
+            job_id, stage.task, stage.iteration, stage.kind, resource,
+            state.pool.resources[resource].role, started, state.time,
+            "ok" if error is None else "error", error or "",
+        ))
+        if outcome is None or error is not None:
+            self._fail(job_id, f"{stage.kind} on {resource}: {error}", trace.jobs[job_id].arrived, trace)
+            return
+        self.policy.stage_finished(job_id, stage, outcome.next_stage, state.time - started)
+        state.finish(job_id, outcome.next_stage)
+        if outcome.next_stage is None:
+            self._done(job_id, trace)
+        else:
+            self._check_runnable(job_id, trace)
+
+    def _done(self, job_id: str, trace: Trace) -> None:
+        self.backend.release(job_id)
+        self.policy.job_removed(job_id)
+        trace.jobs[job_id] = JobOutcome("done", trace.jobs[job_id].arrived, self.state.time)
+
+    def _fail(self, job_id: str, error: str, arrived: float, trace: Trace) -> None:
+        retired = self.state.fail(job_id, error)
+        self.backend.release(job_id)
+        self.policy.job_removed(job_id)
+        trace.jobs[job_id] = JobOutcome("failed", arrived, self.state.time, error)
+        if retired is None:
+            return
+        trace.retired[retired] = self.state.pool.retired[retired]
+        role = self.state.pool.resources[retired].role
+        for waiting in list(self.state.ready(role)):
+            self._check_runnable(waiting.job_id, trace)
+
+    def _check_runnable(self, job_id: str, trace: Trace) -> None:
+        """Fail a ready job at once if no resource in rotation can ever run its stage."""
+        record = self.state.jobs[job_id]
+        assert record.stage is not None
+        role = record.stage.resource
+        if not self.state.pool.in_rotation(role):
+            known = sorted(self.state.pool.roles())
+            reason = f"no resource in rotation for {role!r} (roles: {', '.join(known)}; retired: "
+            reason += f"{', '.join(sorted(self.state.pool.retired)) or 'none'})"
+            self._fail(job_id, reason, trace.jobs[job_id].arrived, trace)

@@ -1,0 +1,233 @@
+"""What ran where and when: records, files, utilization, overlaps, Gantt charts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scheduler.base import Resource, kind_of
+
+if TYPE_CHECKING:
+    import pandas
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage execution; times are seconds since the scheduler's run began."""
+
+    job: str
+    task: int
+    iteration: int
+    stage: str
+    resource: str
+    role: str
+    start: float
+    end: float
+    status: str = "ok"
+    error: str = ""
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.role)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended: ``status`` is "done" or "failed", with the reason in ``error``.
+
+    ``arrived`` is when the job was ready for its first stage (built, if from a
+    factory); ``finished`` when it completed or failed.
+    """
+
+    status: str
+    arrived: float
+    finished: float
+    error: str = ""
+
+
+_COLUMNS = [f.name for f in fields(StageRecord)]
+_TYPES = {f.name: f.type for f in fields(StageRecord)}
+
+
+def _atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write via a temporary file and ``os.replace``, so a crash never leaves half a file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    binary = isinstance(data, bytes)
+    with tempfile.NamedTemporaryFile(
+        "wb" if binary else "w", dir=target.parent, prefix=f".{target.name}.", delete=False,
+        **({} if binary else {"encoding": "utf-8", "newline": ""}),
+    ) as handle:
+        handle.write(data)
+    os.replace(handle.name, target)
+
+
+@dataclass
+class Trace:
+    """The record of one scheduler run.
+
+    ``exclusive`` is False for traces of a policy that oversubscribes resources on
+    purpose (synchronous); overlaps in such a trace are the point, not a bug.
+    """
+
+    records: list[StageRecord] = field(default_factory=list)
+    resources: list[Resource] = field(default_factory=list)
+    jobs: dict[str, JobOutcome] = field(default_factory=dict)
+    retired: dict[str, str] = field(default_factory=dict)
+    policy: str = ""
+    exclusive: bool = True
+
+    @property
+    def makespan(self) -> float:
+        """From the first stage's start to the last stage's end."""
+        if not self.records:
+            return 0.0
+        return max(r.end for r in self.records) - min(r.start for r in self.records)
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Failed jobs and why."""
+        return {job: o.error for job, o in self.jobs.items() if o.status == "failed"}
+
+    def _capacity(self, name: str) -> int:
+        for resource in self.resources:
+            if resource.name == name:
+                return resource.capacity
+        return 1
+
+    def busy_time(self, resource: str) -> float:
+        """Seconds ``resource`` had at least one stage, weighted by used capacity."""
+        capacity = self._capacity(resource)
+        events = sorted(
+            [(r.start, 1) for r in self.records if r.resource == resource]
+            + [(r.end, -1) for r in self.records if r.resource == resource]
+        )
+        busy, level, last = 0.0, 0, 0.0
+        for t, step in events:
+            busy += min(level, capacity) / capacity * (t - last)
+            level, last = level + step, t
+        return busy
+
+    def utilization(self) -> dict[str, float]:
+        """Per resource, the fraction of the makespan it was busy (0..1)."""
+        names = [r.name for r in self.resources] or sorted({r.resource for r in self.records})
+        span = self.makespan
+        return {name: (self.busy_time(name) / span if span else 0.0) for name in names}
+
+    def overlaps(self, kind: str | None = "device") -> list[tuple[StageRecord, StageRecord]]:
+        """Pairs of stages that overlapped in time on one exclusive resource.
+
+        Exclusive means capacity 1; ``kind`` restricts the check to resources of that
+        kind ("device" by default, None for all). Must be empty unless ``exclusive`` is False.
+        """
+        by_resource: dict[str, list[StageRecord]] = {}
+        for record in self.records:
+            if (kind is None or record.kind == kind) and self._capacity(record.resource) == 1:
+                by_resource.setdefault(record.resource, []).append(record)
+        pairs: list[tuple[StageRecord, StageRecord]] = []
+        for records in by_resource.values():
+            records.sort(key=lambda r: (r.start, r.end))
+            open_: list[StageRecord] = []
+            for record in records:
+                open_ = [o for o in open_ if o.end > record.start]
+                pairs.extend((o, record) for o in open_ if record.end > o.start)
+                open_.append(record)
+        return pairs
+
+    def to_csv(self, path: str | os.PathLike[str]) -> None:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=_COLUMNS)
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in self.records)
+        _atomic_write(path, buffer.getvalue())
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike[str], resources: Iterable[Resource] | None = None) -> Trace:
+        """Load records; without ``resources``, every resource is taken as capacity 1."""
+        with open(path, newline="", encoding="utf-8") as handle:
+            records = [_parse_record(row) for row in csv.DictReader(handle)]
+        if resources is None:
+            roles = {r.resource: r.role for r in records}
+            resources = [Resource(name, role) for name, role in roles.items()]
+        return cls(records=records, resources=list(resources))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "exclusive": self.exclusive,
+            "resources": [asdict(r) for r in self.resources],
+            "jobs": {job: asdict(o) for job, o in self.jobs.items()},
+            "retired": self.retired,
+            "records": [asdict(r) for r in self.records],
+        }
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        _atomic_write(path, json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> Trace:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(
+            records=[StageRecord(**r) for r in data["records"]],
+            resources=[Resource(**r) for r in data["resources"]],
+            jobs={job: JobOutcome(**o) for job, o in data["jobs"].items()},
+            retired=data["retired"],
+            policy=data["policy"],
+            exclusive=data["exclusive"],
+        )
+
+    def to_frame(self) -> pandas.DataFrame:
+        """The records as a pandas DataFrame, one row per stage."""
+        import pandas
+
+        return pandas.DataFrame([asdict(r) for r in self.records], columns=_COLUMNS)
+
+    def gantt_png(self, path: str | os.PathLike[str], title: str | None = None) -> None:
+        """Draw one row per resource, bars coloured by job and labelled by stage (thesis Fig. 8/10)."""
+        from matplotlib import colormaps
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+
+        names = [r.name for r in self.resources] or sorted({r.resource for r in self.records})
+        jobs = list(dict.fromkeys(r.job for r in self.records))
+        cmap = colormaps["tab20" if len(jobs) > 10 else "tab10"]
+        colour = {job: cmap(i % cmap.N) for i, job in enumerate(jobs)}
+        figure = Figure(figsize=(12, 1.0 + 0.6 * len(names)))
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        span = self.makespan or 1.0
+        for row, name in enumerate(names):
+            for record in (r for r in self.records if r.resource == name):
+                width = record.end - record.start
+                axes.barh(
+                    row, width, left=record.start, height=0.6, color=colour[record.job],
+                    edgecolor="red" if record.status != "ok" else "black", linewidth=0.5,
+                    hatch="//" if record.status != "ok" else None,
+                )
+                if width > 0.03 * span:
+                    axes.text(record.start + width / 2, row, record.stage[:1].upper(),
+                              ha="center", va="center", fontsize=7)
+        axes.set_yticks(range(len(names)), names)
+        axes.invert_yaxis()
+        axes.set_xlabel("time (s)")
+        axes.set_title(title or f"{self.policy or 'trace'}: makespan {self.makespan:.1f} s")
+        if len(jobs) <= 20:
+            axes.legend(handles=[Patch(color=colour[j], label=j) for j in jobs],
+                        loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=100)
+        _atomic_write(path, buffer.getvalue())
+
+
+def _parse_record(row: dict[str, str]) -> StageRecord:
+    converters = {"int": int, "float": float, "str": str}
+    return StageRecord(**{k: converters[str(_TYPES[k])](row[k]) for k in _COLUMNS})

@@ -1,0 +1,323 @@
+"""SimpleTVM: the fluent flow from_model -> autotune -> build -> save -> load -> run -> evaluate.
+
+Each step records its wall time and parameters in the BenchmarkingContext, and the flow
+is enforced: a step called before the one it needs raises a FlowError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .context import BenchmarkingContext
+from .errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
+from .hostinfo import host_fingerprint
+from .models import ImportedModel, TensorSpec, import_model
+from .store import atomic_write_json
+from .targets import ResolvedTarget, resolve_target
+from .tuning.options import TuningOptions
+from .tuning.records import RecordStore
+
+MODULE_FILE = "model.so"
+METADATA_FILE = "metadata.json"
+
+
+class SimpleTVM:
+    """Import, tune, build, save, load, run and evaluate a model on one target.
+
+    Args:
+        context: where this execution is recorded (default: a CPU context).
+        rpc_tracker: ``(host, port)`` of a TVM RPC tracker whose servers, registered
+            under ``context.device_key``, profile candidates. Without one, candidates
+            are profiled on this machine's device.
+    """
+
+    def __init__(self, context: BenchmarkingContext | None = None,
+                 rpc_tracker: tuple[str, int] | None = None):
+        self.context = context or BenchmarkingContext()
+        self.rpc_tracker = rpc_tracker
+        if rpc_tracker is not None and not self.context.device_key:
+            raise SimpleTVMError(
+                "an RPC tracker needs the device key its servers register under: "
+                "BenchmarkingContext(target, device_key='...')")
+        self.target: ResolvedTarget = resolve_target(
+            self.context.target, self.context.cpu_arch, self.context.num_threads)
+        self.context.target_spec = self.target.spec
+        self.model: ImportedModel | None = None
+        self._fused = None
+        self._executable = None
+        self._vm = None
+        self._built_from: str | None = None
+        self.tuning_summary: dict[str, Any] | None = None
+        self.last_evaluation: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"SimpleTVM(run_id={self.context.run_id!r}, target={self.target.kind!r})"
+
+    @property
+    def store(self):
+        return self.context.store
+
+    # ---- steps ----------------------------------------------------------------------
+    def from_model(self, source: Any, *, output_name: str | list[str] | None = None,
+                   output_size: int | None = None, input_shapes: Any = None,
+                   batch_size: int = 1, format: str | None = None,  # noqa: A002
+                   signature: str = "serving_default", **options: Any) -> "SimpleTVM":
+        """Import a model: a built-in name (``"mobilenetv2"``, ``"resnet18"``...), a
+        SavedModel directory, a frozen ``.pb`` (with ``output_name``), a ``.keras``/``.h5``
+        file, a TF Hub handle, a ``.tflite`` or ``.onnx`` file, or a Keras/ONNX object.
+
+        ``input_shapes`` fixes unknown dimensions; ``options`` configure built-in models
+        (``image_size``, ``classes``, ``seed``, ``alpha``).
+        """
+        from .lowering import fuse
+
+        with self.context.step("from_model", source=str(source)) as step:
+            self.context.record_parameters(
+                "from_model", source=str(source), output_name=output_name,
+                output_size=output_size, input_shapes=input_shapes, batch_size=batch_size,
+                format=format, signature=signature, **options)
+            model = import_model(
+                source, format=format, output_name=output_name, output_size=output_size,
+                input_shapes=input_shapes, batch_size=batch_size, signature=signature,
+                cache_dir=self.store.root / "zoo", **options)
+            self.model = model
+            self._fused = fuse(model.mod, self.target)
+            self._executable = self._vm = None
+            self.context.model = model.describe()
+            step["format"] = model.format
+        return self
+
+    def autotune(self, trials: int = 64, *, total_trials: int | None = None,
+                 timeout: float | None = None, batch_size: int | None = None,
+                 transfer_learning: bool = True, early_stopping: int | None = None,
+                 search_strategy: str = "evolutionary", cost_model: str = "xgb",
+                 seed: int | None = None, **search: Any) -> "SimpleTVM":
+        """Tune every task of the model with MetaSchedule (optional before build()).
+
+        ``trials`` is per task; see :class:`TuningOptions` for every parameter.
+        """
+        if self.model is None:
+            raise FlowError("autotune() needs a model: call from_model() first")
+        options = TuningOptions(
+            trials=trials, total_trials=total_trials, timeout=timeout, batch_size=batch_size,
+            transfer_learning=transfer_learning, early_stopping=early_stopping,
+            search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search)
+        from .tuning.job import TuningJob
+
+        with self.context.step("autotune") as step:
+            self.context.record_parameters("autotune", **options.to_dict())
+            job = TuningJob(
+                self._fused, self.target, options,
+                run_records=RecordStore(self.store.run_database_dir(self.context.run_id)),
+                global_records=RecordStore(self.store.global_database_dir),
+                best_records=RecordStore(self.store.best_database_dir),
+                runner=self._rpc_runner(options),
+                device_resource=f"device:{self.context.device_key or 'local'}",
+                context=self.context,
+                num_threads=self.context.num_threads,
+                run_id=self.context.run_id,
+            )
+            self.context.model["num_tasks"] = len(job.tasks)
+            job.run()
+            self.tuning_summary = job.summary()
+            self.context.tuning = self.tuning_summary
+            step["trials"] = job.trials
+        return self
+
+    def build(self, records: str | None = "global") -> "SimpleTVM":
+        """Compile the model, applying tuning records.
+
+        ``records``: ``"global"`` (the global database, default), ``"best"`` (the best
+        records only), ``"run"`` (this run's records), another run's id, or None
+        (untuned: TVM's default code).
+        """
+        if self.model is None:
+            raise FlowError("build() needs a model: call from_model() first")
+        from .lowering import compile_fused
+
+        with self.context.step("build", records=records) as step:
+            self.context.record_parameters("build", records=records)
+            database = self._records_database(records)
+            step["records_applied"] = len(database) if database is not None else 0
+            self._executable = compile_fused(self._fused, self.target, database)
+            self._vm = self._new_vm(self._executable)
+            self._built_from = records
+        return self
+
+    def save(self, directory: str | Path | None = None) -> "SimpleTVM":
+        """Store the built module (weights included) and its metadata under the run id."""
+        if self._executable is None:
+            raise FlowError("save() needs a built module: call build() first")
+        target_dir = Path(directory) if directory else self.store.module_dir(self.context.run_id)
+        with self.context.step("save", path=str(target_dir)):
+            target_dir.mkdir(parents=True, exist_ok=True)
+            tmp = target_dir / f".{MODULE_FILE}.tmp.so"
+            self._executable.export_library(str(tmp))
+            tmp.replace(target_dir / MODULE_FILE)
+            atomic_write_json(target_dir / METADATA_FILE, self._metadata())
+            self.context.artifacts["module"] = str(target_dir)
+        return self
+
+    def load(self, run_id: str, directory: str | Path | None = None) -> "SimpleTVM":
+        """Bring back a module saved by ``save()`` (by run id, or from ``directory``)."""
+        import tvm
+
+        source_dir = Path(directory) if directory else self.store.module_dir(run_id)
+        with self.context.step("load", run_id=run_id):
+            metadata_path = source_dir / METADATA_FILE
+            if not metadata_path.exists():
+                raise RunNotFoundError(
+                    f"no saved module for run {run_id!r} under {source_dir}: check the run id "
+                    f"and the store root ({self.store.root})")
+            metadata = json.loads(metadata_path.read_text())
+            self._check_compatible(metadata, source_dir)
+            library = tvm.runtime.load_module(str(source_dir / MODULE_FILE))
+            self._vm = self._new_vm(library)
+            self._executable = library
+            self.model = ImportedModel(
+                None, [TensorSpec.from_dict(d) for d in metadata["inputs"]],
+                [TensorSpec.from_dict(d) for d in metadata["outputs"]],
+                metadata["model"].get("source", run_id), "saved", {"loaded_from": run_id})
+            self.context.model = {**metadata["model"], "loaded_from": run_id}
+        return self
+
+    def run(self, data: Any) -> np.ndarray | list[np.ndarray]:
+        """Inference: a NumPy array (one-input models), a list, or ``{name: array}``.
+
+        Returns an array, or a list of arrays for models with several outputs.
+        """
+        if self._vm is None:
+            raise FlowError("run() needs a module: call build() or load() first")
+        import tvm
+
+        arrays = self._match_inputs(data)
+        with self.context.step("run"):
+            device = self.target.device()
+            result = self._vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
+            return _to_numpy(result)
+
+    def evaluate(self, repeat: int = 50, warmup: int = 5, number: int = 1,
+                 seed: int = 0) -> "SimpleTVM":
+        """Time whole-model inference on random inputs; statistics go to the context."""
+        if self._vm is None:
+            raise FlowError("evaluate() needs a module: call build() or load() first")
+        if repeat < 1 or number < 1 or warmup < 0:
+            raise ValueError("evaluate() needs repeat >= 1, number >= 1 and warmup >= 0")
+        import tvm
+
+        from .evaluation import random_inputs, summarize, time_vm
+
+        with self.context.step("evaluate", repeat=repeat, number=number, warmup=warmup):
+            self.context.record_parameters("evaluate", repeat=repeat, warmup=warmup,
+                                           number=number, seed=seed)
+            device = self.target.device()
+            inputs = [tvm.runtime.tensor(a, device)
+                      for a in random_inputs(self.model.inputs, seed)]
+            samples = time_vm(self._vm, device, inputs, warmup, repeat, number)
+            stats = summarize(samples)
+            stats.update(repeat=repeat, warmup=warmup, number=number,
+                         tuned=self._built_from is not None, records=self._built_from)
+            self.last_evaluation = stats
+            self.context.evaluation = stats
+        return self
+
+    # ---- helpers --------------------------------------------------------------------
+    def _new_vm(self, executable):
+        from tvm import relax
+
+        return relax.VirtualMachine(executable, self.target.device())
+
+    def _rpc_runner(self, options: TuningOptions):
+        if self.rpc_tracker is None:
+            return None
+        from tvm.s_tir import meta_schedule as ms
+
+        host, port = self.rpc_tracker
+        return ms.runner.RPCRunner(
+            rpc_config=ms.runner.RPCConfig(
+                tracker_host=host, tracker_port=int(port), tracker_key=self.context.device_key,
+                session_timeout_sec=int(options.resolved_timeout(self.target.device_type)) + 30),
+            evaluator_config=ms.runner.EvaluatorConfig(
+                number=options.number, repeat=options.repeat,
+                min_repeat_ms=options.min_repeat_ms),
+        )
+
+    def _records_database(self, records: str | None):
+        if records is None:
+            return None
+        if records == "global":
+            store = RecordStore(self.store.global_database_dir)
+        elif records == "best":
+            store = RecordStore(self.store.best_database_dir)
+        elif records == "run":
+            store = RecordStore(self.store.run_database_dir(self.context.run_id))
+        else:
+            directory = self.store.run_database_dir(records)
+            if not directory.exists():
+                raise RunNotFoundError(
+                    f"build(records={records!r}): no run with that id has tuning records "
+                    f"under {self.store.root}; use 'global', 'best', 'run', a run id or None")
+            store = RecordStore(directory)
+        return store.to_database(self.target.tvm_target())
+
+    def _metadata(self) -> dict[str, Any]:
+        return {
+            "run_id": self.context.run_id,
+            "target": self.target.spec,
+            "device_type": self.target.device_type,
+            "host": self.context.host,
+            "host_fingerprint": host_fingerprint(),
+            "inputs": [s.to_dict() for s in self.model.inputs],
+            "outputs": [s.to_dict() for s in self.model.outputs],
+            "model": self.context.model,
+            "records": self._built_from,
+            "versions": self.context.versions,
+        }
+
+    def _check_compatible(self, metadata: dict[str, Any], source_dir: Path) -> None:
+        saved_kind = metadata["target"]["kind"]
+        if saved_kind != self.target.kind:
+            raise IncompatibleModuleError(
+                f"the module in {source_dir} was built for target {saved_kind!r}, but this "
+                f"context targets {self.target.kind!r}: load it with "
+                f"BenchmarkingContext({saved_kind!r}) or rebuild it for this target")
+        if self.target.device_type == "cpu" and metadata["host_fingerprint"] != host_fingerprint():
+            raise IncompatibleModuleError(
+                f"the module in {source_dir} was built on another CPU "
+                f"({metadata['host'].get('cpu_model')}, {metadata['host'].get('hostname')}); "
+                "its machine code may not run here: rebuild it on this host")
+
+    def _match_inputs(self, data: Any) -> list[np.ndarray]:
+        specs = self.model.inputs
+        if isinstance(data, dict):
+            missing = [s.name for s in specs if s.name not in data]
+            if missing:
+                raise ValueError(f"run() is missing inputs {missing}; the model takes "
+                                 f"{[s.name for s in specs]}")
+            values = [data[s.name] for s in specs]
+        elif isinstance(data, (list, tuple)):
+            values = list(data)
+        else:
+            values = [data]
+        if len(values) != len(specs):
+            raise ValueError(f"run() got {len(values)} inputs; the model takes {len(specs)}: "
+                             f"{[(s.name, s.shape) for s in specs]}")
+        arrays = []
+        for spec, value in zip(specs, values):
+            array = np.ascontiguousarray(value, dtype=spec.dtype)
+            if tuple(array.shape) != tuple(spec.shape):
+                raise ValueError(f"input {spec.name!r} must have shape {spec.shape}, "
+                                 f"got {array.shape}")
+            arrays.append(array)
+        return arrays
+
+
+def _to_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
+    if hasattr(result, "numpy"):
+        return result.numpy()
+    items = [_to_numpy(item) for item in result]
+    return items[0] if len(items) == 1 else items

@@ -1,0 +1,217 @@
+"""BenchmarkingContext: everything one SimpleTVM execution did, under one run id.
+
+It records what ran (steps, every autotuning stage), where (target, device key, host),
+with what (parameters, library versions) and how fast (wall times, evaluation samples),
+and saves it as JSON in the run store so a notebook or superb can read it back later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import RunNotFoundError
+from .hostinfo import host_facts, library_versions
+from .store import RunStore, atomic_write_json
+
+SCHEMA_VERSION = 1
+
+
+def new_run_id() -> str:
+    """32 lowercase alphanumeric characters, unique per execution."""
+    return uuid.uuid4().hex
+
+
+def _now() -> float:
+    return time.time()
+
+
+class BenchmarkingContext:
+    """The record of one run: target, host, model, parameters, steps, stages, results.
+
+    Args:
+        target: ``"cpu"`` (the local CPU through LLVM), ``"cuda"``, or a TVM target dict.
+        device_key: the RPC tracker key of the target device, when profiling remotely.
+        cpu_arch: LLVM CPU name (``"skylake"``, ``"znver3"``...) so TVM picks the right
+            vector instructions; the host's own CPU when not given.
+        num_threads: threads for the tuned module and for tuning (default: physical cores).
+        store: a RunStore or its root directory (default ``~/tvm-benchmark``).
+    """
+
+    def __init__(
+        self,
+        target: str | dict = "cpu",
+        device_key: str | None = None,
+        cpu_arch: str | None = None,
+        *,
+        num_threads: int | None = None,
+        store: RunStore | str | Path | None = None,
+        run_id: str | None = None,
+    ):
+        self.run_id = run_id or new_run_id()
+        self.store = store if isinstance(store, RunStore) else RunStore(store)
+        self.target = target
+        self.device_key = device_key
+        self.cpu_arch = cpu_arch
+        self.num_threads = num_threads
+        self.created_at = datetime.now(timezone.utc).isoformat()
+        self.target_spec: dict | None = None
+        self.host = host_facts()
+        self.versions = library_versions()
+        self.model: dict[str, Any] = {}
+        self.parameters: dict[str, dict[str, Any]] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.stages: list[dict[str, Any]] = []
+        self.tuning: dict[str, Any] = {}
+        self.evaluation: dict[str, Any] = {}
+        self.artifacts: dict[str, str] = {}
+        self._logger: logging.Logger | None = None
+
+    def __repr__(self) -> str:
+        return f"BenchmarkingContext(run_id={self.run_id!r}, target={self.target!r})"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.store.run_dir(self.run_id)
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger writing to this run's ``run.log`` (created on first use)."""
+        if self._logger is None:
+            logger = logging.getLogger(f"simpletvm.run.{self.run_id}")
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(self.store.log_path(self.run_id), encoding="utf-8")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)
+            self._logger = logger
+        return self._logger
+
+    @contextlib.contextmanager
+    def step(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
+        """Time one SimpleTVM step; the yielded dict takes details found while it runs."""
+        record: dict[str, Any] = {"step": name, "start": _now(), "status": "ok", **details}
+        self.logger.info("step %s started", name)
+        try:
+            yield record
+        except BaseException as error:
+            record["status"] = "error"
+            record["error"] = f"{type(error).__name__}: {error}"
+            raise
+        finally:
+            record["end"] = _now()
+            record["duration_s"] = record["end"] - record["start"]
+            self.steps.append(record)
+            self.logger.info(
+                "step %s %s in %.3f s", name, record["status"], record["duration_s"]
+            )
+
+    def record_parameters(self, step: str, **values: Any) -> None:
+        self.parameters[step] = {k: v for k, v in values.items()}
+
+    def record_stage(
+        self,
+        *,
+        task: int,
+        task_name: str,
+        iteration: int,
+        stage: str,
+        resource: str,
+        start: float,
+        end: float,
+        **extra: Any,
+    ) -> None:
+        """One autotuning stage execution (select, build, profile or update)."""
+        self.stages.append(
+            {
+                "task": task,
+                "task_name": task_name,
+                "iteration": iteration,
+                "stage": stage,
+                "resource": resource,
+                "start": start,
+                "end": end,
+                "duration_s": end - start,
+                **extra,
+            }
+        )
+
+    def step_durations(self) -> dict[str, float]:
+        """Total wall time per step name."""
+        totals: dict[str, float] = {}
+        for record in self.steps:
+            totals[record["step"]] = totals.get(record["step"], 0.0) + record["duration_s"]
+        return totals
+
+    def stage_durations(self) -> dict[str, float]:
+        """Total wall time per autotuning stage kind."""
+        totals: dict[str, float] = {}
+        for record in self.stages:
+            totals[record["stage"]] = totals.get(record["stage"], 0.0) + record["duration_s"]
+        return totals
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+            "target": self.target,
+            "target_spec": self.target_spec,
+            "device_key": self.device_key,
+            "cpu_arch": self.cpu_arch,
+            "num_threads": self.num_threads,
+            "host": self.host,
+            "versions": self.versions,
+            "model": self.model,
+            "parameters": self.parameters,
+            "steps": self.steps,
+            "stages": self.stages,
+            "tuning": self.tuning,
+            "evaluation": self.evaluation,
+            "artifacts": self.artifacts,
+        }
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write the context as JSON (atomically); default ``runs/<run_id>/context.json``."""
+        target = Path(path) if path is not None else self.store.context_path(self.run_id)
+        atomic_write_json(target, self.to_dict())
+        self.logger.info("context saved to %s", target)
+        return target
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], store: RunStore | str | Path | None = None):
+        ctx = cls(
+            data["target"],
+            data.get("device_key"),
+            data.get("cpu_arch"),
+            num_threads=data.get("num_threads"),
+            store=store,
+            run_id=data["run_id"],
+        )
+        for key in ("created_at", "target_spec", "host", "versions", "model", "parameters",
+                    "steps", "stages", "tuning", "evaluation", "artifacts"):
+            if key in data:
+                setattr(ctx, key, data[key])
+        return ctx
+
+    @classmethod
+    def load(cls, run_id_or_path: str | Path, store: RunStore | str | Path | None = None):
+        """Load a saved context by run id (from the store) or by the JSON file's path."""
+        store = store if isinstance(store, RunStore) else RunStore(store)
+        path = Path(run_id_or_path)
+        if not path.suffix == ".json":
+            path = store.context_path(str(run_id_or_path))
+        if not path.exists():
+            raise RunNotFoundError(
+                f"no saved context at {path}: check the run id, or pass the store root "
+                f"the run was saved under (store=..., or ${'SIMPLETVM_HOME'})"
+            )
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle), store=store)

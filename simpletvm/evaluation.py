@@ -1,0 +1,53 @@
+"""Whole-model latency: raw samples and the statistics reports need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def summarize(samples_s: list[float]) -> dict[str, Any]:
+    """Mean, median, std, min, max and p90 in milliseconds, plus the raw samples."""
+    ms = np.asarray(samples_s, dtype=float) * 1e3
+    if ms.size == 0:
+        raise ValueError("no samples to summarize")
+    return {
+        "samples_ms": ms.tolist(),
+        "count": int(ms.size),
+        "mean_ms": float(ms.mean()),
+        "median_ms": float(np.median(ms)),
+        "std_ms": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
+        "min_ms": float(ms.min()),
+        "max_ms": float(ms.max()),
+        "p90_ms": float(np.percentile(ms, 90)),
+    }
+
+
+def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
+    """Random data of each input's shape and dtype (inputs of ML models rarely matter
+    for latency, but a fixed seed keeps runs comparable)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        if np.issubdtype(np.dtype(spec.dtype), np.floating):
+            arrays.append(rng.standard_normal(spec.shape).astype(spec.dtype))
+        elif spec.dtype == "bool":
+            arrays.append(rng.integers(0, 2, spec.shape).astype(bool))
+        else:
+            arrays.append(rng.integers(0, 16, spec.shape).astype(spec.dtype))
+    return arrays
+
+
+def time_vm(vm, device, inputs: list, warmup: int, repeat: int, number: int) -> list[float]:
+    """``repeat`` samples, each the mean of ``number`` runs, after ``warmup`` runs.
+
+    Timing happens inside TVM's C++ time evaluator, so Python overhead is not counted.
+    """
+    vm.set_input("main", *inputs)
+    for _ in range(warmup):
+        vm.invoke_stateful("main")
+    device.sync()
+    timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat,
+                              min_repeat_ms=0)
+    return [float(s) for s in timer("main").results]

@@ -1,0 +1,61 @@
+"""Relax module -> fused, tunable module -> executable, with or without tuning records.
+
+The same lowering feeds task extraction and the final build, so the workloads that
+tuning records are keyed by are exactly the ones the build looks up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .targets import ResolvedTarget
+
+
+def fuse(mod, target: ResolvedTarget):
+    """Legalize and fuse a Relax module into the PrimFuncs that tuning works on."""
+    import tvm
+    from tvm import relax
+
+    with target.tvm_target():
+        return tvm.transform.Sequential(
+            [
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                relax.transform.LegalizeOps(),
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(),
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+            ]
+        )(mod)
+
+
+def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
+    """MetaSchedule's tunable tasks of a fused module, heaviest (by weight) first."""
+    from tvm.s_tir import meta_schedule as ms
+
+    tasks = ms.relax_integration.extract_tasks(fused_mod, target.tvm_target())
+    return [t for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False)]
+
+
+def compile_fused(fused_mod, target: ResolvedTarget, database=None):
+    """Build an executable, replacing each tuned PrimFunc with its best record.
+
+    GPU targets need every kernel scheduled, so untuned ones get DLight's defaults.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight
+
+    tvm_target = target.tvm_target()
+    mod = fused_mod
+    if database is not None:
+        with tvm_target, database:
+            mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+    if target.device_type == "cuda":
+        with tvm_target:
+            mod = dlight.ApplyDefaultSchedule(
+                dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
+                dlight.gpu.GeneralReduction(), dlight.gpu.Fallback(),
+            )(mod)
+    return tvm.compile(mod, target=tvm_target)

@@ -1,0 +1,123 @@
+"""Built-in test models, made locally with random weights (nothing is downloaded).
+
+The Keras application architectures (MobileNet, MobileNetV2, ResNet-50) plus a
+ResNet-18 in Keras, converted once through ONNX and cached in the run store, so a
+later run of the same model does not even start TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ModelImportError
+from ..store import atomic_write_text
+from .base import ImportedModel, ONNX_OPSET
+from .onnx import relax_from_onnx
+
+
+def _resnet18(keras, image_size: int, classes: int):
+    """ResNet-18 (He et al. 2016, basic blocks [2, 2, 2, 2]); Keras ships no ResNet-18."""
+    layers = keras.layers
+
+    def block(x, filters: int, stride: int):
+        shortcut = x
+        y = layers.Conv2D(filters, 3, stride, padding="same", use_bias=False)(x)
+        y = layers.BatchNormalization()(y)
+        y = layers.ReLU()(y)
+        y = layers.Conv2D(filters, 3, 1, padding="same", use_bias=False)(y)
+        y = layers.BatchNormalization()(y)
+        if stride != 1 or shortcut.shape[-1] != filters:
+            shortcut = layers.Conv2D(filters, 1, stride, use_bias=False)(shortcut)
+            shortcut = layers.BatchNormalization()(shortcut)
+        return layers.ReLU()(layers.Add()([y, shortcut]))
+
+    inputs = keras.Input((image_size, image_size, 3), batch_size=None, name="input")
+    x = layers.Conv2D(64, 7, 2, padding="same", use_bias=False)(inputs)
+    x = layers.BatchNormalization()(x)
+    x = layers.ReLU()(x)
+    x = layers.MaxPooling2D(3, 2, padding="same")(x)
+    for filters, stride in ((64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1),
+                            (512, 2), (512, 1)):
+        x = block(x, filters, stride)
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(classes, activation="softmax")(x)
+    return keras.Model(inputs, outputs, name="resnet18")
+
+
+def _application(name: str) -> Callable:
+    def make(keras, image_size: int, classes: int, alpha: float = 1.0):
+        constructor = getattr(keras.applications, name)
+        kwargs = {"alpha": alpha} if "MobileNet" in name else {}
+        return constructor(input_shape=(image_size, image_size, 3), weights=None,
+                           classes=classes, **kwargs)
+    return make
+
+
+BUILTIN_MODELS: dict[str, Callable] = {
+    "mobilenet": _application("MobileNet"),
+    "mobilenetv2": _application("MobileNetV2"),
+    "resnet18": _resnet18,
+    "resnet50": _application("ResNet50"),
+}
+ALIASES = {"mobilenet_v1": "mobilenet", "mobilenet_v2": "mobilenetv2", "resnet-18": "resnet18",
+           "resnet-50": "resnet50", "resnet_18": "resnet18", "resnet_50": "resnet50"}
+
+
+def canonical_name(name: str) -> str | None:
+    key = name.lower()
+    key = ALIASES.get(key, key)
+    return key if key in BUILTIN_MODELS else None
+
+
+def build_keras_model(name: str, image_size: int = 224, classes: int = 1000, seed: int = 0,
+                      **options: Any):
+    """The Keras model behind a built-in name, with seeded random weights."""
+    from .tensorflow import _quiet_tensorflow
+
+    _quiet_tensorflow()
+    import keras
+
+    key = canonical_name(name)
+    if key is None:
+        raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
+    keras.utils.set_random_seed(seed)
+    try:
+        return BUILTIN_MODELS[key](keras, image_size, classes, **options)
+    except TypeError as error:
+        raise ModelImportError(f"bad option for built-in model {name!r}: {error}") from error
+
+
+def import_builtin(
+    name: str, cache_dir: Path | None, image_size: int = 224, classes: int = 1000,
+    seed: int = 0, batch_size: int = 1, **options: Any,
+) -> ImportedModel:
+    """A built-in model by name; options: image_size, classes, seed, alpha (MobileNets)."""
+    key = canonical_name(name)
+    if key is None:
+        raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
+    config = {"name": key, "image_size": image_size, "classes": classes, "seed": seed,
+              "batch_size": batch_size, "opset": ONNX_OPSET, **options}
+    details = {"builtin": config}
+    import onnx
+
+    slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
+    cached = cache_dir / f"{slug}.onnx" if cache_dir else None
+    if cached and cached.exists():
+        return relax_from_onnx(onnx.load(str(cached)), key, "builtin", None, batch_size, details)
+    import tf2onnx
+
+    from .tensorflow import _quiet_tensorflow
+
+    tf = _quiet_tensorflow()
+    model = build_keras_model(key, image_size, classes, seed, **options)
+    signature = [tf.TensorSpec((batch_size, image_size, image_size, 3), tf.float32, name="input")]
+    onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=ONNX_OPSET)
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp")
+        onnx.save(onnx_model, str(tmp))
+        tmp.replace(cached)
+        atomic_write_text(cached.with_suffix(".json"), json.dumps(config, indent=2))
+    return relax_from_onnx(onnx_model, key, "builtin", None, batch_size, details)

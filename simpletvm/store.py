@@ -1,0 +1,136 @@
+"""The run store: where runs, saved modules, tuning databases and sweep results live.
+
+Layout under the root (``~/tvm-benchmark`` unless ``SIMPLETVM_HOME`` or an argument says
+otherwise)::
+
+    runs/<run_id>/run.log          log of that SimpleTVM execution
+    runs/<run_id>/context.json     the saved BenchmarkingContext
+    runs/<run_id>/tuning/          the run's own tuning records
+    modules/<run_id>/              saved modules (library + metadata.json)
+    database/global/               every tuning record of every run
+    database/best/                 the best record per workload and target
+    superb/                        results of grid sweeps
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from filelock import FileLock
+
+HOME_ENV = "SIMPLETVM_HOME"
+DEFAULT_ROOT = Path("~/tvm-benchmark")
+
+
+def default_root() -> Path:
+    """The store root: ``$SIMPLETVM_HOME`` if set, else ``~/tvm-benchmark``."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_ROOT).expanduser()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def file_lock(path: Path) -> FileLock:
+    """An inter-process lock guarding ``path`` (a sibling ``.lock`` file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock")
+
+
+def append_lines(path: Path, lines: Iterable[str]) -> None:
+    """Append whole lines under a lock, in one write, so concurrent writers never interleave.
+
+    A process killed mid-write can still leave a torn last line; readers skip it
+    (see :func:`read_json_lines`).
+    """
+    payload = "".join(line.rstrip("\n") + "\n" for line in lines)
+    if not payload:
+        return
+    with file_lock(path):
+        with open(path, "ab") as handle:
+            # A torn line left by a killed writer must not glue onto ours.
+            if handle.tell() > 0:
+                with open(path, "rb") as reader:
+                    reader.seek(-1, os.SEEK_END)
+                    if reader.read(1) != b"\n":
+                        payload = "\n" + payload
+            handle.write(payload.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def read_json_lines(path: Path) -> list[Any]:
+    """Every well-formed JSON line of ``path``; torn or garbled lines are skipped."""
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+class RunStore:
+    """Paths of the run store; creating it makes nothing until something is written."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root).expanduser() if root is not None else default_root()
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.root)!r})"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def context_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "context.json"
+
+    def log_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "run.log"
+
+    def run_database_dir(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "tuning"
+
+    def module_dir(self, run_id: str) -> Path:
+        return self.root / "modules" / run_id
+
+    @property
+    def global_database_dir(self) -> Path:
+        return self.root / "database" / "global"
+
+    @property
+    def best_database_dir(self) -> Path:
+        return self.root / "database" / "best"
+
+    @property
+    def superb_dir(self) -> Path:
+        return self.root / "superb"
+
+    def run_ids(self) -> list[str]:
+        runs = self.root / "runs"
+        return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.exists() else []

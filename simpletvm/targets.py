@@ -1,0 +1,110 @@
+"""From what a user says ("cpu", "cuda", a TVM dict) to TVM targets and devices.
+
+Also loads only the tensor intrinsics a target can use: TVM's own
+``import tvm.s_tir.tensor_intrin`` registers every backend's intrinsics and takes
+20-50 s on small hosts (the CUDA set alone is most of it), once per process that
+tunes or builds candidates.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SimpleTVMError
+
+CPU_NAMES = ("cpu", "llvm")
+CUDA_NAMES = ("cuda", "gpu")
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """A TVM target plus what runs and measures on it."""
+
+    spec: dict[str, Any]
+    device_type: str  # "cpu" or "cuda": what runtime devices and runners call it
+
+    @property
+    def kind(self) -> str:
+        return self.spec["kind"]
+
+    def tvm_target(self):
+        import tvm
+
+        spec = dict(self.spec)
+        if "host" in spec:
+            spec["host"] = dict(spec["host"])
+        return tvm.target.Target(spec)
+
+    def device(self, index: int = 0):
+        import tvm
+
+        return tvm.device(self.device_type, index)
+
+
+def host_cpu_arch() -> str:
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_cpu())
+
+
+def resolve_target(
+    target: str | dict,
+    cpu_arch: str | None = None,
+    num_threads: int | None = None,
+    cuda_arch: str | None = None,
+) -> ResolvedTarget:
+    """Turn a user's target into a TVM target spec.
+
+    ``"cpu"`` compiles for the local CPU (``cpu_arch`` or the host's own), ``"cuda"``
+    for an NVIDIA GPU (``cuda_arch`` like ``"sm_90"``; kernels are cross-compiled on the
+    host). A dict is taken as a TVM target spec as is.
+    """
+    import psutil
+
+    cores = num_threads or psutil.cpu_count(logical=False) or 1
+    if isinstance(target, dict):
+        spec = dict(target)
+        if "kind" not in spec:
+            raise SimpleTVMError(f"target dict {target!r} has no 'kind': e.g. {{'kind': 'llvm'}}")
+        device_type = "cuda" if spec["kind"] == "cuda" else "cpu"
+        return ResolvedTarget(spec, device_type)
+    name = str(target).lower()
+    llvm = {"kind": "llvm", "mcpu": cpu_arch or host_cpu_arch(), "num-cores": cores}
+    if name in CPU_NAMES:
+        return ResolvedTarget(llvm, "cpu")
+    if name in CUDA_NAMES:
+        spec: dict[str, Any] = {"kind": "cuda", "host": llvm}
+        if cuda_arch:
+            spec["arch"] = cuda_arch
+        return ResolvedTarget(spec, "cuda")
+    raise SimpleTVMError(
+        f"unknown target {target!r}: use 'cpu', 'cuda' or a TVM target dict "
+        "such as {'kind': 'llvm', 'mcpu': 'skylake'}"
+    )
+
+
+def load_tensor_intrinsics(kind: str) -> None:
+    """Register the tensor intrinsics a target of ``kind`` can use, and no others.
+
+    For LLVM targets the x86 and Arm sets are enough; they take about a second instead
+    of the tens of seconds TVM's all-backends import costs. CUDA targets get TVM's full
+    set. Safe to call repeatedly.
+    """
+    name = "tvm.s_tir.tensor_intrin"
+    if kind != "llvm":
+        importlib.import_module(name)
+        importlib.import_module(f"{name}.cuda")  # also when a CPU stub came first
+        return
+    if name not in sys.modules:
+        spec = importlib.util.find_spec(name)
+        package = types.ModuleType(name)
+        package.__path__ = list(spec.submodule_search_locations)  # type: ignore[attr-defined]
+        package.__spec__ = spec
+        package.__package__ = name
+        sys.modules[name] = package
+    importlib.import_module(f"{name}.x86")
+    importlib.import_module(f"{name}.arm_cpu")

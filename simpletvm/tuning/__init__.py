@@ -1,0 +1,7 @@
+"""Autotuning as schedulable stages: options, the job, its builder and record files."""
+
+from .job import STAGES, StageSpec, TuningJob
+from .options import TuningOptions
+from .records import RecordStore
+
+__all__ = ["STAGES", "RecordStore", "StageSpec", "TuningJob", "TuningOptions"]

@@ -1,0 +1,84 @@
+"""A MetaSchedule builder whose worker processes live across batches.
+
+MetaSchedule's LocalBuilder starts a fresh process pool on every ``build()`` call and
+each worker imports all of TVM's tensor intrinsics (tens of seconds here), so a batch
+can spend its whole build timeout importing and lose every candidate. These workers
+start once, load only the intrinsics of the target's kind, and are reused until the
+builder is closed; a worker that times out or crashes is replaced, and only its
+candidate is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from concurrent.futures import Future
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.support.popen_pool import PopenPoolExecutor
+
+
+def _worker_init(target_kind: str) -> None:
+    from simpletvm.targets import load_tensor_intrinsics
+
+    load_tensor_intrinsics(target_kind)
+
+
+def _worker_build(mod, target, artifact_dir: str) -> str:
+    """Compile one candidate and export it as a tar the runner can upload."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.support.tar import tar
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    rt_mod = tvm_build(mod, target=target)
+    path = os.path.join(tempfile.mkdtemp(dir=artifact_dir), "candidate.tar")
+    rt_mod.export_library(path, fcompile=tar)
+    return path
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """Builds candidates in long-lived worker processes.
+
+    Args:
+        target_kind: ``"llvm"`` or ``"cuda"``: which tensor intrinsics workers load.
+        max_workers: parallel compilations (default: CPU cores).
+        timeout_sec: per-candidate build timeout; the worker is replaced after one.
+    """
+
+    def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
+                 timeout_sec: float = 60.0):
+        super().__init__()
+        self.max_workers = max_workers or os.cpu_count() or 1
+        self.timeout_sec = timeout_sec
+        self.artifact_dir = tempfile.mkdtemp(prefix="simpletvm-build-")
+        self._pool = PopenPoolExecutor(
+            max_workers=self.max_workers,
+            timeout=timeout_sec,
+            initializer=_worker_init,
+            initargs=(target_kind,),
+        )
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        futures: list[Future] = [
+            self._pool.submit(_worker_build, item.mod, item.target, self.artifact_dir)
+            for item in build_inputs
+        ]
+        results = []
+        for future in futures:
+            try:
+                results.append(BuilderResult(future.result(), None))
+            except TimeoutError:
+                results.append(BuilderResult(
+                    None, f"PersistentBuilder: timeout after {self.timeout_sec} s"))
+            except Exception as error:  # noqa: BLE001 - a bad candidate is data, not a crash
+                results.append(BuilderResult(None, f"{type(error).__name__}: {error}"))
+        return results
+
+    def close(self) -> None:
+        """Stop the workers and delete the built artifacts."""
+        self._pool.shutdown(wait=False)
+        shutil.rmtree(self.artifact_dir, ignore_errors=True)

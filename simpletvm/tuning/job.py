@@ -1,0 +1,376 @@
+"""TuningJob: autotuning of one model as schedulable stages.
+
+Per task, each iteration is four stages (thesis ch. 2.4.2): select candidates with the
+cost model (client), build them (client), profile them on the target device, and
+update the cost model and the records (client). The job runs one stage when told to
+and says which stage and resource come next, so a single caller can run the stages in
+order (``SimpleTVM.autotune``) and a scheduler can interleave the stages of many jobs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..targets import ResolvedTarget, load_tensor_intrinsics
+from .options import TuningOptions
+from .records import RecordStore
+
+STAGES = ("select", "build", "profile", "update")
+CLIENT = "client"
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """The next stage of a job and the resource it needs."""
+
+    kind: str
+    task: int
+    task_name: str
+    iteration: int
+    resource: str
+
+
+@dataclass
+class TaskProgress:
+    name: str
+    weight: int
+    trials: int = 0
+    errors: int = 0
+    best_latency_s: float = math.inf
+    trials_since_improvement: int = 0
+    iterations: int = 0
+    done: bool = False
+
+
+class TuningJob:
+    """Tunes the tasks of one fused Relax module for one target.
+
+    Args:
+        fused_mod: the module after :func:`simpletvm.lowering.fuse`.
+        target: where the tuned code will run.
+        options: tuning parameters.
+        run_records: where this job's measured records are appended as they arrive.
+        global_records: the shared database used for transfer learning and merged into
+            at finalization (None: neither).
+        best_records: the best-records database updated at finalization (None: skip).
+        runner: a MetaSchedule runner for the profile stage (default: local device).
+        device_resource: the name of the resource profiling uses.
+        context: a BenchmarkingContext that receives every stage's timing.
+    """
+
+    def __init__(
+        self,
+        fused_mod,
+        target: ResolvedTarget,
+        options: TuningOptions,
+        *,
+        run_records: RecordStore,
+        global_records: RecordStore | None = None,
+        best_records: RecordStore | None = None,
+        runner=None,
+        device_resource: str = "device:local",
+        context=None,
+        num_threads: int | None = None,
+        run_id: str | None = None,
+    ):
+        from tvm.s_tir import meta_schedule as ms
+
+        from ..lowering import extract_tasks
+
+        load_tensor_intrinsics(target.kind)
+        self.target = target
+        self.options = options
+        self.run_records = run_records
+        self.global_records = global_records
+        self.best_records = best_records
+        self.device_resource = device_resource
+        self.context = context
+        self.run_id = run_id
+        self._tvm_target = target.tvm_target()
+        self._num_threads = num_threads or "physical"
+        self.tasks = extract_tasks(fused_mod, target)
+        self.progress = [TaskProgress(t.task_name, int(t.weight)) for t in self.tasks]
+        self._database = self._initial_database(ms)
+        self._cost_model = (
+            ms.cost_model.XGBModel(
+                extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True)
+            if options.cost_model == "xgb" else ms.cost_model.RandomModel()
+        )
+        self._builder = None
+        self._runner = runner
+        self._task_index = 0
+        self._phase = "select"
+        self._tune_context = None
+        self._workload = None
+        self._candidates: list = []
+        self._build_results: list = []
+        self._run_results: list = []
+        self._finalized = False
+        self._skip_done_tasks()
+
+    # ---- the load-awareness answers -------------------------------------------------
+    def next_stage(self) -> StageSpec | None:
+        """The stage that runs next, or None when the job is complete."""
+        if self.is_complete():
+            return None
+        progress = self.progress[self._task_index]
+        resource = self.device_resource if self._phase == "profile" else CLIENT
+        return StageSpec(self._phase, self._task_index, progress.name, progress.iterations,
+                         resource)
+
+    def is_complete(self) -> bool:
+        return self._task_index >= len(self.tasks)
+
+    @property
+    def trials(self) -> int:
+        return sum(p.trials for p in self.progress)
+
+    # ---- execution ------------------------------------------------------------------
+    def run_stage(self) -> StageSpec:
+        """Execute the next stage and record its timing; returns what ran."""
+        spec = self.next_stage()
+        if spec is None:
+            raise RuntimeError("the tuning job is complete: no stage left to run")
+        start = time.time()
+        extra = getattr(self, f"_{spec.kind}")()
+        end = time.time()
+        if self.context is not None:
+            progress = self.progress[spec.task]
+            self.context.record_stage(
+                task=spec.task, task_name=spec.task_name, iteration=spec.iteration,
+                stage=spec.kind, resource=spec.resource, start=start, end=end,
+                best_latency_s=(progress.best_latency_s
+                                if math.isfinite(progress.best_latency_s) else None),
+                trials=progress.trials, **extra,
+            )
+        return spec
+
+    def run(self) -> None:
+        """Run every stage in order, then finalize (what a job without a scheduler does)."""
+        while not self.is_complete():
+            self.run_stage()
+        self.finalize()
+
+    def finalize(self) -> dict[str, Any]:
+        """Merge this job's records into the global database and the best records."""
+        if self._finalized:
+            return self.summary()
+        self._finalized = True
+        if self._builder is not None:
+            self._builder.close()
+        if self.global_records is not None:
+            self.run_records.merge_into(self.global_records)
+        if self.best_records is not None:
+            self.run_records.write_best_into(self.best_records)
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """Per-task trials, errors and best latency, and the weighted model estimate."""
+        tasks = [
+            {"task": p.name, "weight": p.weight, "trials": p.trials, "errors": p.errors,
+             "iterations": p.iterations,
+             "best_latency_s": p.best_latency_s if math.isfinite(p.best_latency_s) else None}
+            for p in self.progress
+        ]
+        estimate = sum(p.weight * p.best_latency_s for p in self.progress
+                       if math.isfinite(p.best_latency_s))
+        return {"tasks": tasks, "num_tasks": len(self.tasks), "trials": self.trials,
+                "errors": sum(p.errors for p in self.progress),
+                "estimated_latency_s": estimate}
+
+    # ---- stages ---------------------------------------------------------------------
+    def _select(self) -> dict[str, Any]:
+        if self._tune_context is None:
+            self._start_task()
+        candidates = self._tune_context.search_strategy.generate_measure_candidates()
+        if not candidates:  # None (budget spent) or [] (space exhausted)
+            self._finish_task()
+            return {"batch_size": 0}
+        self._candidates = list(candidates)
+        self._phase = "build"
+        return {"batch_size": len(self._candidates)}
+
+    def _build(self) -> dict[str, Any]:
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+        if self._builder is None:
+            from .builder import PersistentBuilder
+
+            self._builder = PersistentBuilder(
+                self.target.kind,
+                max_workers=min(self.options.resolved_batch_size(), _cpu_count()),
+                timeout_sec=self.options.build_timeout,
+            )
+        self._build_results = self._builder.build(
+            [BuilderInput(c.sch.mod, self._tvm_target) for c in self._candidates])
+        errors = sum(1 for r in self._build_results if r.error_msg)
+        self.progress[self._task_index].errors += errors
+        self._phase = "profile"
+        return {"batch_size": len(self._candidates), "errors": errors}
+
+    def _profile(self) -> dict[str, Any]:
+        from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+
+        runner = self._ensure_runner()
+        built = [(i, r) for i, r in enumerate(self._build_results) if r.artifact_path]
+        futures = runner.run([
+            RunnerInput(r.artifact_path, self.target.device_type, self._candidates[i].args_info)
+            for i, r in built
+        ])
+        results = [RunnerResult(None, r.error_msg) for r in self._build_results]
+        for (index, _), future in zip(built, futures):
+            results[index] = future.result()
+        self._run_results = results
+        errors = sum(1 for r, b in zip(results, self._build_results)
+                     if r.error_msg and not b.error_msg)
+        self.progress[self._task_index].errors += errors
+        self._phase = "update"
+        return {"batch_size": len(results), "errors": errors}
+
+    def _update(self) -> dict[str, Any]:
+        from tvm.s_tir import meta_schedule as ms
+
+        progress = self.progress[self._task_index]
+        strategy = self._tune_context.search_strategy
+        strategy.notify_runner_results(self._candidates, self._run_results)
+        self._cost_model.update(self._tune_context, self._candidates, self._run_results)
+        measured = []
+        args_info = ms.arg_info.ArgInfo.from_prim_func(self._tune_context.mod["main"])
+        for candidate, result in zip(self._candidates, self._run_results):
+            progress.trials += 1
+            latency = _mean_seconds(result.run_secs)
+            if latency is None:
+                progress.trials_since_improvement += 1
+                continue
+            record = ms.database.TuningRecord(candidate.sch.trace, self._workload,
+                                              result.run_secs, self._tvm_target, args_info)
+            self._database.commit_tuning_record(record)
+            measured.append(record)
+            if latency < progress.best_latency_s:
+                progress.best_latency_s = latency
+                progress.trials_since_improvement = 0
+            else:
+                progress.trials_since_improvement += 1
+        self.run_records.append(self._workload, measured, run_id=self.run_id)
+        progress.iterations += 1
+        self._candidates, self._build_results, self._run_results = [], [], []
+        if self._task_budget_spent(progress):
+            self._finish_task()
+        else:
+            self._phase = "select"
+        return {"batch_size": len(measured)}
+
+    # ---- helpers --------------------------------------------------------------------
+    def _initial_database(self, ms):
+        """What the search starts from: this run's records (resume) and, with transfer
+        learning, the global database's records for the same workloads and target."""
+        database = ms.database.MemoryDatabase()
+        sources = [self.run_records]
+        if self.options.transfer_learning and self.global_records is not None:
+            sources.append(self.global_records)
+        for source in sources:
+            for record in source.to_database(self._tvm_target).get_all_tuning_records():
+                workload = database.commit_workload(record.workload.mod)
+                database.commit_tuning_record(ms.database.TuningRecord(
+                    record.trace, workload, record.run_secs, record.target, record.args_info))
+        return database
+
+    def _skip_done_tasks(self) -> None:
+        while self._task_index < len(self.tasks) and self._global_budget_left() <= 0:
+            self.progress[self._task_index].done = True
+            self._task_index += 1
+
+    def _global_budget_left(self) -> float:
+        if self.options.total_trials is None:
+            return math.inf
+        return self.options.total_trials - self.trials
+
+    def _task_budget_spent(self, progress: TaskProgress) -> bool:
+        if progress.trials >= self.options.trials or self._global_budget_left() <= 0:
+            return True
+        patience = self.options.early_stopping
+        return patience is not None and progress.trials_since_improvement >= patience
+
+    def _start_task(self) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        task = self.tasks[self._task_index]
+        options = self.options
+        if options.search_strategy == "evolutionary":
+            strategy = ms.search_strategy.EvolutionarySearch(
+                population_size=options.population,
+                genetic_num_iters=options.genetic_iterations,
+                eps_greedy=options.eps_greedy,
+            )
+        else:
+            strategy = options.search_strategy
+        seed = -1 if options.seed is None else options.seed + self._task_index
+        context = ms.TuneContext(
+            mod=task.dispatched[0], target=self._tvm_target,
+            space_generator="post-order-apply", search_strategy=strategy,
+            task_name=task.task_name, rand_state=seed, num_threads=self._num_threads,
+        )
+        self._workload = self._database.commit_workload(context.mod)
+        budget = int(min(options.trials, self._global_budget_left()))
+        context.pre_tuning(max_trials=budget, num_trials_per_iter=options.resolved_batch_size(),
+                           database=self._database, cost_model=self._cost_model)
+        if options.transfer_learning:
+            self._warm_cost_model(context)
+        self._tune_context = context
+
+    def _warm_cost_model(self, context) -> None:
+        """Train the cost model on what is known about this workload already."""
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        records = self._database.get_top_k(self._workload, 1024)
+        if records:
+            self._cost_model.update(
+                context, [r.as_measure_candidate() for r in records],
+                [RunnerResult(list(r.run_secs), None) for r in records])
+            best = min(_mean_seconds(r.run_secs) or math.inf for r in records)
+            progress = self.progress[self._task_index]
+            progress.best_latency_s = min(progress.best_latency_s, best)
+
+    def _finish_task(self) -> None:
+        if self._tune_context is not None:
+            self._tune_context.post_tuning()
+        self._tune_context = None
+        progress = self.progress[self._task_index]
+        progress.done = True
+        if self.context is not None:
+            best = (f"{progress.best_latency_s * 1e3:.4f} ms"
+                    if math.isfinite(progress.best_latency_s) else "none")
+            self.context.logger.info(
+                "task %d/%d %s tuned: %d trials, %d errors, best %s", self._task_index + 1,
+                len(self.tasks), progress.name, progress.trials, progress.errors, best)
+        self._task_index += 1
+        self._phase = "select"
+        self._skip_done_tasks()
+
+    def _ensure_runner(self):
+        if self._runner is None:
+            from tvm.s_tir import meta_schedule as ms
+
+            self._runner = ms.runner.LocalRunner(
+                timeout_sec=self.options.resolved_timeout(self.target.device_type),
+                evaluator_config=ms.runner.EvaluatorConfig(
+                    number=self.options.number, repeat=self.options.repeat,
+                    min_repeat_ms=self.options.min_repeat_ms,
+                    enable_cpu_cache_flush=False,
+                ),
+            )
+        return self._runner
+
+
+def _mean_seconds(run_secs) -> float | None:
+    values = [float(v) for v in (run_secs or [])]
+    return sum(values) / len(values) if values else None
+
+
+def _cpu_count() -> int:
+    import os
+
+    return os.cpu_count() or 1

@@ -1,0 +1,68 @@
+"""Autotuning parameters (thesis ch. 3.2) with defaults a newcomer can keep."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
+COST_MODELS = ("xgb", "random")
+
+
+@dataclass
+class TuningOptions:
+    """What ``SimpleTVM.autotune()`` takes.
+
+    trials: measured candidates per task (the thesis' "number of trials").
+    total_trials: optional cap over all tasks of the model.
+    timeout: profiling timeout per candidate in seconds (None: 20 s CPU, 5 s GPU).
+    batch_size: candidates selected, built and profiled per iteration (None: CPU cores).
+    transfer_learning: seed each task's search and cost model from the global database.
+    early_stopping: stop a task after this many trials without improvement (None: off).
+    search_strategy / cost_model: MetaSchedule's; population, genetic_iterations and
+    eps_greedy set how much the select stage costs.
+    """
+
+    trials: int = 64
+    total_trials: int | None = None
+    timeout: float | None = None
+    batch_size: int | None = None
+    transfer_learning: bool = True
+    early_stopping: int | None = None
+    search_strategy: str = "evolutionary"
+    cost_model: str = "xgb"
+    seed: int | None = None
+    population: int = 256
+    genetic_iterations: int = 3
+    eps_greedy: float = 0.05
+    build_timeout: float = 60.0
+    number: int = 3
+    repeat: int = 1
+    min_repeat_ms: int = 40
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError(f"trials must be at least 1, got {self.trials}")
+        if self.total_trials is not None and self.total_trials < 1:
+            raise ValueError(f"total_trials must be at least 1, got {self.total_trials}")
+        if self.search_strategy not in SEARCH_STRATEGIES:
+            raise ValueError(f"unknown search_strategy {self.search_strategy!r}: "
+                             f"choose one of {list(SEARCH_STRATEGIES)}")
+        if self.cost_model not in COST_MODELS:
+            raise ValueError(f"unknown cost_model {self.cost_model!r}: "
+                             f"choose one of {list(COST_MODELS)}")
+        if self.early_stopping is not None and self.early_stopping < 1:
+            raise ValueError("early_stopping must be a positive number of trials or None")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+
+    def resolved_batch_size(self) -> int:
+        return self.batch_size or os.cpu_count() or 1
+
+    def resolved_timeout(self, device_type: str) -> float:
+        return self.timeout if self.timeout is not None else (5.0 if device_type == "cuda" else 20.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

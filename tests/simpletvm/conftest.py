@@ -1,0 +1,41 @@
+"""Models made by the tests themselves (nothing is downloaded) and an isolated run store."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from model_factories import make_tiny_cnn_onnx
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture
+def store(tmp_path):
+    return tmp_path / "store"
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tmp_path_factory):
+    return make_tiny_cnn_onnx(tmp_path_factory.mktemp("onnx") / "tiny.onnx")
+
+
+@pytest.fixture(scope="session")
+def keras_model():
+    """A small Keras CNN with depthwise conv and batch norm, seeded."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((32, 32, 3), name="img")
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.DepthwiseConv2D(3, padding="same")(x)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(5, activation="softmax")(x)
+    return keras.Model(inputs, outputs)
+
+
+@pytest.fixture(scope="session")
+def image():
+    return np.random.default_rng(1).standard_normal((1, 32, 32, 3)).astype("float32")

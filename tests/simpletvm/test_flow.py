@@ -1,0 +1,153 @@
+"""The fluent flow: prerequisites enforced, inputs checked, save/load round trips."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from simpletvm import (
+    BenchmarkingContext,
+    FlowError,
+    IncompatibleModuleError,
+    RunNotFoundError,
+    SimpleTVM,
+    SimpleTVMError,
+)
+from simpletvm.api import METADATA_FILE
+
+
+@pytest.fixture
+def built(store, tiny_onnx):
+    return SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx).build(
+        records=None)
+
+
+def fresh(store) -> SimpleTVM:
+    return SimpleTVM(BenchmarkingContext("cpu", store=store))
+
+
+@pytest.mark.parametrize("call,missing", [
+    (lambda s: s.autotune(), "autotune\\(\\) needs a model: call from_model\\(\\) first"),
+    (lambda s: s.build(), "build\\(\\) needs a model: call from_model\\(\\) first"),
+    (lambda s: s.save(), "save\\(\\) needs a built module: call build\\(\\) first"),
+    (lambda s: s.run(np.zeros(1)), "run\\(\\) needs a module: call build\\(\\) or load\\(\\)"),
+    (lambda s: s.evaluate(), "evaluate\\(\\) needs a module: call build\\(\\) or load\\(\\)"),
+])
+def test_steps_before_their_prerequisites_say_which_call_is_missing(store, call, missing):
+    with pytest.raises(FlowError, match=missing):
+        call(fresh(store))
+
+
+def test_save_after_import_without_build_is_refused(store, tiny_onnx):
+    with pytest.raises(FlowError, match="call build\\(\\) first"):
+        fresh(store).from_model(tiny_onnx).save()
+
+
+def test_run_checks_shapes_and_names(built):
+    with pytest.raises(ValueError, match="must have shape \\(1, 3, 32, 32\\)"):
+        built.run(np.zeros((1, 3, 16, 16), "float32"))
+    with pytest.raises(ValueError, match="missing inputs \\['x'\\]"):
+        built.run({"image": np.zeros((1, 3, 32, 32), "float32")})
+    with pytest.raises(ValueError, match="got 2 inputs"):
+        built.run([np.zeros((1, 3, 32, 32), "float32")] * 2)
+    out = built.run({"x": np.zeros((1, 3, 32, 32), "float32")})
+    assert out.shape == (1, 10) and out.dtype == np.float32
+
+
+def test_run_ids_are_32_alphanumeric_and_unique(store):
+    ids = {BenchmarkingContext(store=store).run_id for _ in range(200)}
+    assert len(ids) == 200
+    assert all(re.fullmatch(r"[0-9a-z]{32}", run_id) for run_id in ids)
+
+
+def test_context_json_records_steps_model_and_evaluation(built):
+    built.evaluate(repeat=5, warmup=1)
+    path = built.context.save()
+    data = json.loads(path.read_text())
+    assert path == built.store.context_path(built.context.run_id)
+    assert data["run_id"] == built.context.run_id
+    assert [s["step"] for s in data["steps"]] == ["from_model", "build", "evaluate"]
+    assert all(s["end"] >= s["start"] and s["status"] == "ok" for s in data["steps"])
+    assert data["model"]["format"] == "onnx"
+    assert data["model"]["inputs"] == [{"name": "x", "shape": [1, 3, 32, 32], "dtype": "float32"}]
+    assert data["target_spec"]["kind"] == "llvm"
+    assert data["host"]["fingerprint"] and data["versions"]["apache-tvm"]
+    assert data["parameters"]["evaluate"]["repeat"] == 5
+    assert len(data["evaluation"]["samples_ms"]) == 5
+    assert built.store.log_path(built.context.run_id).read_text().count("step") >= 6
+    loaded = BenchmarkingContext.load(built.context.run_id, store=built.store)
+    assert loaded.to_dict() == built.context.to_dict()
+
+
+def test_failed_step_is_recorded_with_its_error(store):
+    stvm = fresh(store)
+    with pytest.raises(SimpleTVMError):
+        stvm.from_model("/no/such/model.onnx")
+    assert stvm.context.steps[-1]["status"] == "error"
+    assert "no/such/model.onnx" in stvm.context.steps[-1]["error"]
+
+
+def test_evaluate_statistics_agree_with_the_samples(built):
+    stats = built.evaluate(repeat=30, warmup=2).last_evaluation
+    samples = np.asarray(stats["samples_ms"])
+    assert stats["count"] == 30 and (samples > 0).all()
+    assert stats["mean_ms"] == pytest.approx(samples.mean())
+    assert stats["median_ms"] == pytest.approx(np.median(samples))
+    assert stats["std_ms"] == pytest.approx(samples.std(ddof=1))
+    assert stats["min_ms"] == samples.min() and stats["max_ms"] == samples.max()
+    assert stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"] <= stats["max_ms"]
+    assert stats["tuned"] is False
+    with pytest.raises(ValueError, match="repeat >= 1"):
+        built.evaluate(repeat=0)
+
+
+def test_save_and_load_round_trip(built, store):
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    expected = built.run(x)
+    built.save()
+    run_id = built.context.run_id
+    module_dir = store / "modules" / run_id
+    assert (module_dir / "model.so").exists()
+    metadata = json.loads((module_dir / METADATA_FILE).read_text())
+    assert metadata["target"]["kind"] == "llvm" and metadata["outputs"][0]["shape"] == [1, 10]
+    later = fresh(store).load(run_id)
+    np.testing.assert_array_equal(later.run(x), expected)
+    assert later.evaluate(repeat=3).last_evaluation["count"] == 3
+
+
+def test_load_unknown_run_names_the_store(store):
+    with pytest.raises(RunNotFoundError, match="no saved module for run 'f00'"):
+        fresh(store).load("f00")
+
+
+def test_load_on_another_target_is_a_clear_error(built, store):
+    built.save()
+    cuda = SimpleTVM(BenchmarkingContext("cuda", store=store))
+    with pytest.raises(IncompatibleModuleError, match="built for target 'llvm'.*targets 'cuda'"):
+        cuda.load(built.context.run_id)
+
+
+def test_load_on_another_host_is_a_clear_error(built, store):
+    built.save()
+    path = store / "modules" / built.context.run_id / METADATA_FILE
+    metadata = json.loads(path.read_text())
+    metadata["host_fingerprint"] = "0" * 16
+    metadata["host"]["cpu_model"] = "Some Other CPU"
+    path.write_text(json.dumps(metadata))
+    with pytest.raises(IncompatibleModuleError, match="another CPU \\(Some Other CPU"):
+        fresh(store).load(built.context.run_id)
+
+
+def test_build_with_unknown_run_records(built):
+    with pytest.raises(RunNotFoundError, match="records='nope'"):
+        built.build(records="nope")
+
+
+def test_unknown_target_and_tracker_without_device_key(store):
+    with pytest.raises(SimpleTVMError, match="unknown target 'tpu'"):
+        SimpleTVM(BenchmarkingContext("tpu", store=store))
+    with pytest.raises(SimpleTVMError, match="device key"):
+        SimpleTVM(BenchmarkingContext("cpu", store=store), rpc_tracker=("127.0.0.1", 9190))

@@ -1,0 +1,186 @@
+"""Every import source against the source framework's own outputs on the same input."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from simpletvm import BenchmarkingContext, ModelImportError, SimpleTVM
+from simpletvm.models import detect_format
+
+from model_factories import make_tiny_cnn_onnx
+
+ATOL = 1e-4
+
+
+def untuned(store, source, **kwargs) -> SimpleTVM:
+    return SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
+        source, **kwargs).build(records=None)
+
+
+@pytest.fixture(scope="session")
+def tf_files(tmp_path_factory, keras_model):
+    """The same Keras model saved in every TensorFlow format, plus its reference output."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    root = tmp_path_factory.mktemp("tf")
+    keras_model.save(root / "model.keras")
+    keras_model.save(root / "model.h5")
+    keras_model.export(str(root / "saved_model"), verbose=False)
+    (root / "model.tflite").write_bytes(
+        tf.lite.TFLiteConverter.from_keras_model(keras_model).convert())
+    function = tf.function(lambda x: keras_model(x)).get_concrete_function(
+        tf.TensorSpec((None, 32, 32, 3), tf.float32, name="x"))
+    frozen = convert_variables_to_constants_v2(function)
+    tf.io.write_graph(frozen.graph.as_graph_def(), str(root), "frozen.pb", as_text=False)
+    output_node = frozen.outputs[0].name.split(":")[0]
+    return {"root": root, "output_node": output_node}
+
+
+@pytest.mark.parametrize("name", ["model.keras", "model.h5", "saved_model", "model.tflite"])
+def test_tensorflow_files_match_keras(store, tf_files, keras_model, image, name):
+    stvm = untuned(store, tf_files["root"] / name)
+    np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
+    assert stvm.model.inputs[0].shape == (1, 32, 32, 3)
+    assert stvm.model.outputs[0].shape[-1] == 5
+
+
+def test_frozen_graphdef_with_output_name(store, tf_files, keras_model, image):
+    stvm = untuned(store, tf_files["root"] / "frozen.pb",
+                   output_name=tf_files["output_node"], output_size=5)
+    assert stvm.model.format == "graphdef"
+    np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
+
+
+def test_frozen_graphdef_wrong_output_name_lists_candidates(store, tf_files):
+    with pytest.raises(ModelImportError, match="not a node.*likely outputs.*Identity"):
+        untuned(store, tf_files["root"] / "frozen.pb", output_name="no_such_layer")
+
+
+def test_frozen_graphdef_wrong_output_size(store, tf_files):
+    with pytest.raises(ModelImportError, match="output_size"):
+        untuned(store, tf_files["root"] / "frozen.pb", output_name=tf_files["output_node"],
+                output_size=1000)
+
+
+def test_keras_object(store, keras_model, image):
+    stvm = untuned(store, keras_model)
+    np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
+
+
+def test_tf_hub_local_module_directory(store, tf_files, keras_model, image):
+    stvm = untuned(store, str(tf_files["root"] / "saved_model"), format="tfhub")
+    assert stvm.model.format == "tfhub"
+    np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
+
+
+def test_tf_hub_url_resolved_through_the_hub_cache(store, tf_files, keras_model, image,
+                                                   tmp_path, monkeypatch):
+    import shutil
+
+    handle = "https://tfhub.dev/simpletvm/tiny-cnn/1"
+    cache = tmp_path / "hub-cache"
+    shutil.copytree(tf_files["root"] / "saved_model",
+                    cache / hashlib.sha1(handle.encode("utf8")).hexdigest())
+    monkeypatch.setenv("TFHUB_CACHE_DIR", str(cache))
+    stvm = untuned(store, handle)
+    assert stvm.model.format == "tfhub" and stvm.model.source == handle
+    np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
+
+
+def test_tf_hub_url_not_cached_says_how_to_fix(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFHUB_CACHE_DIR", str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelImportError, match="TFHUB_CACHE_DIR"):
+        untuned(store, "https://tfhub.dev/simpletvm/not-cached/1")
+
+
+def test_onnx_file_matches_onnxruntime(store, tiny_onnx):
+    import onnxruntime
+
+    x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype("float32")
+    expected = onnxruntime.InferenceSession(str(tiny_onnx)).run(None, {"x": x})[0]
+    stvm = untuned(store, tiny_onnx)
+    np.testing.assert_allclose(stvm.run({"x": x}), expected, atol=ATOL)
+
+
+@pytest.mark.parametrize("name,options", [
+    ("mobilenet", {"alpha": 0.25}),
+    ("mobilenetv2", {"alpha": 0.35}),
+    ("resnet18", {}),
+    ("resnet50", {}),
+])
+def test_builtin_models_match_keras(store, name, options):
+    from simpletvm.models.zoo import build_keras_model
+
+    x = np.random.default_rng(3).standard_normal((1, 32, 32, 3)).astype("float32")
+    reference = build_keras_model(name, image_size=32, classes=10, seed=7, **options)
+    stvm = untuned(store, name, image_size=32, classes=10, seed=7, **options)
+    assert stvm.model.format == "builtin"
+    np.testing.assert_allclose(stvm.run(x), reference(x).numpy(), atol=ATOL)
+    # the second import comes from the store's cache, without TensorFlow
+    cached = untuned(store, name, image_size=32, classes=10, seed=7, **options)
+    np.testing.assert_allclose(cached.run(x), stvm.run(x), atol=1e-6)
+
+
+def test_input_shape_fixes_unknown_dimensions(store, tmp_path):
+    import onnx
+
+    path = make_tiny_cnn_onnx(tmp_path / "dynamic.onnx")
+    model = onnx.load(str(path))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "height", "width"
+    onnx.save(model, str(path))
+    with pytest.raises(ModelImportError, match="unknown dimension.*input_shapes"):
+        untuned(store, path)
+    stvm = untuned(store, path, input_shapes={"x": (1, 3, 16, 16)})
+    assert stvm.run(np.zeros((1, 3, 16, 16), "float32")).shape == (1, 10)
+
+
+class TestBadSources:
+    def test_missing_file(self, store):
+        with pytest.raises(ModelImportError, match="neither an existing file.*built-in"):
+            untuned(store, "/no/such/model.pb")
+
+    def test_unknown_format(self, store, tmp_path):
+        path = tmp_path / "model.xyz"
+        path.write_text("?")
+        with pytest.raises(ModelImportError, match="unknown model format '.xyz'"):
+            untuned(store, path)
+
+    def test_corrupt_onnx(self, store, tmp_path):
+        path = tmp_path / "broken.onnx"
+        path.write_bytes(b"\x00not onnx at all")
+        with pytest.raises(ModelImportError, match="not a readable ONNX model"):
+            untuned(store, path)
+
+    def test_directory_that_is_no_saved_model(self, store, tmp_path):
+        with pytest.raises(ModelImportError, match="not a SavedModel"):
+            detect_format(tmp_path)
+
+    def test_unsupported_operator_is_named(self, store, tmp_path):
+        import onnx
+        from onnx import TensorProto, helper
+
+        node = helper.make_node("FancyNewOp", ["x"], ["y"], domain="com.example")
+        graph = helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.example", 1)])
+        path = tmp_path / "custom.onnx"
+        onnx.save(model, str(path))
+        with pytest.raises(ModelImportError, match="FancyNewOp"):
+            untuned(store, path)
+
+    def test_unknown_builtin_option(self, store):
+        with pytest.raises(ModelImportError, match="bad option"):
+            untuned(store, "resnet18", alpha=0.5, image_size=32)
+
+    def test_output_name_only_for_graphdef(self, store, tiny_onnx):
+        with pytest.raises(ModelImportError, match="output_name applies to frozen GraphDef"):
+            untuned(store, tiny_onnx, output_name="y")

@@ -1,0 +1,119 @@
+"""A small real autotune: the tuned build must beat the untuned build of the same model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simpletvm import BenchmarkingContext, SimpleTVM
+from simpletvm.targets import resolve_target
+from simpletvm.tuning.job import TuningJob
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.records import RecordStore
+
+FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, tiny_onnx):
+    store = tmp_path_factory.mktemp("store")
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    untuned = stvm.build(records=None).evaluate(repeat=30).last_evaluation
+    expected = stvm.run(x)
+    stvm.autotune(trials=8, batch_size=8, seed=0, **FAST_SEARCH)
+    tuned = stvm.build(records="run").evaluate(repeat=30).last_evaluation
+    return {"stvm": stvm, "store": store, "untuned": untuned, "tuned": tuned, "x": x,
+            "expected": expected}
+
+
+def test_tuned_build_is_faster_and_still_correct(tuned):
+    assert tuned["tuned"]["median_ms"] < 0.5 * tuned["untuned"]["median_ms"]
+    assert tuned["tuned"]["tuned"] is True and tuned["untuned"]["tuned"] is False
+    np.testing.assert_allclose(tuned["stvm"].run(tuned["x"]), tuned["expected"], atol=1e-4)
+
+
+def test_every_stage_is_recorded_in_order(tuned):
+    ctx = tuned["stvm"].context
+    summary = tuned["stvm"].tuning_summary
+    assert ctx.model["num_tasks"] == summary["num_tasks"] == 5
+    by_task: dict[int, list[str]] = {}
+    for stage in ctx.stages:
+        by_task.setdefault(stage["task"], []).append(stage["stage"])
+        assert stage["end"] >= stage["start"]
+        assert stage["resource"] == ("device:local" if stage["stage"] == "profile" else "client")
+    for task, kinds in by_task.items():
+        measured = kinds[: 4 * (len(kinds) // 4)]
+        assert measured == ["select", "build", "profile", "update"] * (len(kinds) // 4), task
+    profiled = [s for s in ctx.stages if s["stage"] == "profile"]
+    assert all(s["batch_size"] >= 1 for s in profiled)
+    updates = [s for s in ctx.stages if s["stage"] == "update"]
+    assert all(s["best_latency_s"] > 0 for s in updates)
+    assert set(ctx.stage_durations()) == {"select", "build", "profile", "update"}
+    assert summary["trials"] == sum(t["trials"] for t in summary["tasks"]) > 5
+    assert summary["errors"] == 0
+
+
+def test_records_reach_the_run_global_and_best_databases(tuned):
+    stvm, store = tuned["stvm"], tuned["store"]
+    run_records = RecordStore(stvm.store.run_database_dir(stvm.context.run_id))
+    global_records = RecordStore(stvm.store.global_database_dir)
+    best_records = RecordStore(stvm.store.best_database_dir)
+    assert len(run_records) == stvm.tuning_summary["trials"]
+    assert len(global_records) == len(run_records)
+    assert len(best_records) == len(best_records.workload_keys()) == 5
+    database = global_records.to_database(stvm.target.tvm_target())
+    assert len(database) == len(run_records)
+    # another run applies this run's records by id
+    other = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
+        stvm.model.source).build(records=stvm.context.run_id)
+    np.testing.assert_allclose(other.run(tuned["x"]), tuned["expected"], atol=1e-4)
+
+
+def test_transfer_learning_seeds_the_search_from_the_global_database(tuned):
+    stvm = tuned["stvm"]
+
+    def job(transfer: bool, tmp_run: str) -> TuningJob:
+        return TuningJob(
+            stvm._fused, stvm.target, TuningOptions(trials=8, transfer_learning=transfer),
+            run_records=RecordStore(stvm.store.run_database_dir(tmp_run)),
+            global_records=RecordStore(stvm.store.global_database_dir))
+
+    assert len(job(True, "warm")._database) == stvm.tuning_summary["trials"]
+    assert len(job(False, "cold")._database) == 0
+
+
+def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
+    stvm = tuned["stvm"]
+    options = TuningOptions(trials=64, batch_size=4, early_stopping=4, transfer_learning=False,
+                            seed=1, **FAST_SEARCH)
+    job = TuningJob(stvm._fused, resolve_target("cpu"), options,
+                    run_records=RecordStore(tmp_path / "run"))
+    job.run()
+    assert job.is_complete() and job.next_stage() is None
+    for progress in job.progress:
+        assert progress.trials < 64
+        stopped_early = progress.trials_since_improvement >= 4
+        assert stopped_early or progress.iterations <= 1  # tiny spaces end by themselves
+
+
+def test_global_trial_budget_caps_the_job(tuned, tmp_path):
+    stvm = tuned["stvm"]
+    options = TuningOptions(trials=8, total_trials=10, batch_size=4, transfer_learning=False,
+                            seed=2, **FAST_SEARCH)
+    job = TuningJob(stvm._fused, stvm.target, options, run_records=RecordStore(tmp_path / "r"))
+    assert job.next_stage().kind == "select" and job.next_stage().resource == "client"
+    job.run()
+    assert job.trials <= 10
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"trials": 0}, "trials must be at least 1"),
+    ({"search_strategy": "annealing"}, "unknown search_strategy 'annealing'.*evolutionary"),
+    ({"cost_model": "mlp"}, "unknown cost_model 'mlp'.*xgb"),
+    ({"early_stopping": 0}, "early_stopping"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_bad_tuning_options_are_named(tuned, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tuned["stvm"].autotune(**kwargs)
