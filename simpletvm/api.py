@@ -31,8 +31,9 @@ class SimpleTVM:
     Args:
         context: where this execution is recorded (default: a CPU context).
         rpc_tracker: ``(host, port)`` of a TVM RPC tracker whose servers, registered
-            under ``context.device_key``, profile candidates. Without one, candidates
-            are profiled on this machine's device.
+            under ``context.device_key``, profile candidates. Without one, autotune()
+            starts a local tracker and one server for this machine's device and stops
+            them when it ends.
     """
 
     def __init__(self, context: BenchmarkingContext | None = None,
@@ -108,15 +109,16 @@ class SimpleTVM:
             search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search)
         from .tuning.job import TuningJob
 
-        with self.context.step("autotune") as step:
+        with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
             self.context.record_parameters("autotune", **options.to_dict())
+            device_key = self.context.device_key or tracker.key
             job = TuningJob(
                 self._fused, self.target, options,
                 run_records=RecordStore(self.store.run_database_dir(self.context.run_id)),
                 global_records=RecordStore(self.store.global_database_dir),
                 best_records=RecordStore(self.store.best_database_dir),
-                runner=self._rpc_runner(options),
-                device_resource=f"device:{self.context.device_key or 'local'}",
+                runner=self._rpc_runner(options, tracker.address, device_key),
+                device_resource=f"device:{device_key}",
                 context=self.context,
                 num_threads=self.context.num_threads,
                 run_id=self.context.run_id,
@@ -124,7 +126,8 @@ class SimpleTVM:
             self.context.model["num_tasks"] = len(job.tasks)
             job.run()
             self.tuning_summary = job.summary()
-            self.context.tuning = self.tuning_summary
+            self.context.tuning = {**self.tuning_summary, "rpc_tracker": list(tracker.address),
+                                   "device_key": device_key}
             step["trials"] = job.trials
         return self
 
@@ -231,19 +234,26 @@ class SimpleTVM:
 
         return relax.VirtualMachine(executable, self.target.device())
 
-    def _rpc_runner(self, options: TuningOptions):
-        if self.rpc_tracker is None:
-            return None
+    def _profiling_tracker(self):
+        """The user's tracker, or a local tracker and one server for this autotune."""
+        from .rpc import LocalRPC, RemoteTracker
+
+        if self.rpc_tracker is not None:
+            return RemoteTracker(*self.rpc_tracker, key=self.context.device_key)
+        return LocalRPC(key=f"local-{self.target.device_type}", servers=1)
+
+    def _rpc_runner(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
         from tvm.s_tir import meta_schedule as ms
 
-        host, port = self.rpc_tracker
+        timeout = options.resolved_timeout(self.target.device_type)
         return ms.runner.RPCRunner(
             rpc_config=ms.runner.RPCConfig(
-                tracker_host=host, tracker_port=int(port), tracker_key=self.context.device_key,
-                session_timeout_sec=int(options.resolved_timeout(self.target.device_type)) + 30),
+                tracker_host=tracker[0], tracker_port=int(tracker[1]), tracker_key=device_key,
+                session_timeout_sec=max(1, int(timeout))),
             evaluator_config=ms.runner.EvaluatorConfig(
                 number=options.number, repeat=options.repeat,
-                min_repeat_ms=options.min_repeat_ms),
+                min_repeat_ms=options.min_repeat_ms, enable_cpu_cache_flush=False),
+            max_workers=1,
         )
 
     def _records_database(self, records: str | None):

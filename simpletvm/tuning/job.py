@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,8 @@ class TuningJob:
         self._num_threads = num_threads or "physical"
         self.tasks = extract_tasks(fused_mod, target)
         self.progress = [TaskProgress(t.task_name, int(t.weight)) for t in self.tasks]
+        # records this run measured before it was stopped: counted, never re-measured
+        self._measured_before = Counter(row["workload"] for row in run_records.rows())
         self._database = self._initial_database(ms)
         self._cost_model = (
             ms.cost_model.XGBModel(
@@ -185,6 +188,9 @@ class TuningJob:
     def _select(self) -> dict[str, Any]:
         if self._tune_context is None:
             self._start_task()
+            if self._task_budget_spent(self.progress[self._task_index]):  # resumed, done
+                self._finish_task()
+                return {"batch_size": 0}
         candidates = self._tune_context.search_strategy.generate_measure_candidates()
         if not candidates:  # None (budget spent) or [] (space exhausted)
             self._finish_task()
@@ -286,7 +292,7 @@ class TuningJob:
     def _global_budget_left(self) -> float:
         if self.options.total_trials is None:
             return math.inf
-        return self.options.total_trials - self.trials
+        return self.options.total_trials - max(self.trials, sum(self._measured_before.values()))
 
     def _task_budget_spent(self, progress: TaskProgress) -> bool:
         if progress.trials >= self.options.trials or self._global_budget_left() <= 0:
@@ -314,7 +320,9 @@ class TuningJob:
             task_name=task.task_name, rand_state=seed, num_threads=self._num_threads,
         )
         self._workload = self._database.commit_workload(context.mod)
-        budget = int(min(options.trials, self._global_budget_left()))
+        progress = self.progress[self._task_index]
+        progress.trials = self._measured_before.get(str(self._workload.as_json()[0]), 0)
+        budget = int(min(options.trials - progress.trials, self._global_budget_left()))
         context.pre_tuning(max_trials=budget, num_trials_per_iter=options.resolved_batch_size(),
                            database=self._database, cost_model=self._cost_model)
         if options.transfer_learning:

@@ -41,7 +41,8 @@ def test_every_stage_is_recorded_in_order(tuned):
     for stage in ctx.stages:
         by_task.setdefault(stage["task"], []).append(stage["stage"])
         assert stage["end"] >= stage["start"]
-        assert stage["resource"] == ("device:local" if stage["stage"] == "profile" else "client")
+        expected = "device:local-cpu" if stage["stage"] == "profile" else "client"
+        assert stage["resource"] == expected
     for task, kinds in by_task.items():
         measured = kinds[: 4 * (len(kinds) // 4)]
         assert measured == ["select", "build", "profile", "update"] * (len(kinds) // 4), task
@@ -52,6 +53,8 @@ def test_every_stage_is_recorded_in_order(tuned):
     assert set(ctx.stage_durations()) == {"select", "build", "profile", "update"}
     assert summary["trials"] == sum(t["trials"] for t in summary["tasks"]) > 5
     assert summary["errors"] == 0
+    # profiled through the local RPC tracker and server that autotune() started
+    assert ctx.tuning["device_key"] == "local-cpu" and ctx.tuning["rpc_tracker"][1] >= 9190
 
 
 def test_records_reach_the_run_global_and_best_databases(tuned):

@@ -1,0 +1,138 @@
+"""TVM's RPC tracker and servers, started and stopped by SimpleTVM itself.
+
+Profiling goes through an RPC server registered with a tracker under a device key
+(thesis ch. 2.4.2). A server serves one session at a time, so one server per device
+gives a job exclusive use of it. Without a tracker of the user's, SimpleTVM starts a
+local tracker and one server for the duration of autotuning, as the thesis' did.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .errors import SimpleTVMError
+
+TRACKER_PORTS = (9190, 9199)
+SERVER_PORTS = (9091, 9199)
+LOOPBACK = "127.0.0.1"
+
+
+def tracker_summary(host: str, port: int) -> dict:
+    """The tracker's view: registered servers and queued requests per key."""
+    import socket
+
+    from tvm import rpc
+
+    try:
+        # TVM's client retries for a minute; a refused port should fail at once
+        socket.create_connection((host, int(port)), timeout=5).close()
+        client = rpc.connect_tracker(host, int(port))
+    except Exception as error:  # noqa: BLE001 - socket errors of every kind
+        raise SimpleTVMError(
+            f"cannot reach the RPC tracker at {host}:{port} ({error}): start one with "
+            "`python -m tvm.exec.rpc_tracker` or leave rpc_tracker unset") from error
+    try:
+        return client.summary()
+    finally:
+        client.close()
+
+
+def free_servers(host: str, port: int, key: str) -> int:
+    """How many servers of ``key`` the tracker can hand out now."""
+    queue = tracker_summary(host, port).get("queue_info", {}).get(key, {})
+    return int(queue.get("free", 0))
+
+
+def wait_for_servers(host: str, port: int, key: str, count: int, timeout: float = 30.0) -> None:
+    """Block until ``count`` servers of ``key`` are registered and free."""
+    deadline = time.monotonic() + timeout
+    while free_servers(host, port, key) < count:
+        if time.monotonic() > deadline:
+            raise SimpleTVMError(
+                f"only {free_servers(host, port, key)} of {count} RPC servers with key "
+                f"{key!r} registered at {host}:{port} within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+@dataclass
+class RemoteTracker:
+    """A tracker the user runs; checked to be reachable with a server of ``key``."""
+
+    host: str
+    port: int
+    key: str
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, int(self.port)
+
+    def __enter__(self) -> "RemoteTracker":
+        summary = tracker_summary(self.host, self.port)
+        if self.key not in summary.get("queue_info", {}):
+            raise SimpleTVMError(
+                f"no RPC server with device key {self.key!r} is registered at "
+                f"{self.host}:{self.port} (keys there: {sorted(summary.get('queue_info', {}))}): "
+                f"start one with `python -m tvm.exec.rpc_server --tracker "
+                f"{self.host}:{self.port} --key {self.key}`")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+@dataclass
+class LocalRPC:
+    """A tracker plus ``servers`` servers of one device key on this machine.
+
+    Ports are the first free ones in TVM's ranges. Use as a context manager, or call
+    :meth:`start` and :meth:`stop`.
+    """
+
+    key: str
+    servers: int = 1
+    host: str = LOOPBACK
+    _tracker: object = field(default=None, init=False, repr=False)
+    _servers: list = field(default_factory=list, init=False, repr=False)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._tracker is None:
+            raise SimpleTVMError("the local RPC tracker is not running: call start() first")
+        return self.host, int(self._tracker.port)
+
+    def start(self, timeout: float = 30.0) -> "LocalRPC":
+        from tvm.rpc.tracker import Tracker
+
+        self._tracker = Tracker(self.host, *TRACKER_PORTS, silent=True)
+        for _ in range(self.servers):
+            self.add_server()
+        wait_for_servers(*self.address, self.key, self.servers, timeout)
+        return self
+
+    def add_server(self):
+        """Start one more server of this key; returns it (``.proc`` is its process)."""
+        from tvm.rpc.server import Server
+
+        server = Server(self.host, *SERVER_PORTS, tracker_addr=self.address,
+                                   key=self.key, silent=True)
+        self._servers.append(server)
+        return server
+
+    @property
+    def server_handles(self) -> list:
+        return list(self._servers)
+
+    def stop(self) -> None:
+        for server in self._servers:
+            server.terminate()
+        self._servers.clear()
+        if self._tracker is not None:
+            self._tracker.terminate()
+            self._tracker = None
+
+    def __enter__(self) -> "LocalRPC":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

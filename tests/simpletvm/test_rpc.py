@@ -1,0 +1,51 @@
+"""Profiling through TVM's RPC tracker and servers on 127.0.0.1, started by the project."""
+
+from __future__ import annotations
+
+import pytest
+
+from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
+from simpletvm.rpc import LocalRPC, free_servers, tracker_summary
+
+FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def rpc():
+    with LocalRPC(key="test-device", servers=2) as local:
+        yield local
+
+
+def test_local_rpc_registers_its_servers(rpc):
+    host, port = rpc.address
+    assert host == "127.0.0.1" and 9190 <= port <= 9199
+    assert free_servers(host, port, "test-device") == 2
+    assert len(tracker_summary(host, port)["server_info"]) == 2
+
+
+def test_autotune_profiles_on_the_named_trackers_devices(rpc, store, tiny_onnx):
+    ctx = BenchmarkingContext("cpu", device_key="test-device", store=store)
+    stvm = SimpleTVM(ctx, rpc_tracker=rpc.address).from_model(tiny_onnx)
+    stvm.autotune(**FAST)
+    profiles = [s for s in ctx.stages if s["stage"] == "profile"]
+    assert profiles and {s["resource"] for s in profiles} == {"device:test-device"}
+    assert stvm.tuning_summary["errors"] == 0 and stvm.tuning_summary["trials"] >= 5
+    assert ctx.tuning["rpc_tracker"] == list(rpc.address)
+    # the servers are handed back to the tracker after the job
+    assert free_servers(*rpc.address, "test-device") == 2
+
+
+def test_tracker_without_a_server_of_the_key_says_how_to_start_one(rpc, store, tiny_onnx):
+    ctx = BenchmarkingContext("cpu", device_key="no-such-device", store=store)
+    stvm = SimpleTVM(ctx, rpc_tracker=rpc.address).from_model(tiny_onnx)
+    with pytest.raises(SimpleTVMError, match="no RPC server with device key 'no-such-device'"
+                                             ".*rpc_server --tracker"):
+        stvm.autotune(**FAST)
+
+
+def test_unreachable_tracker_is_a_clear_error(store, tiny_onnx):
+    ctx = BenchmarkingContext("cpu", device_key="x", store=store)
+    stvm = SimpleTVM(ctx, rpc_tracker=("127.0.0.1", 1)).from_model(tiny_onnx)
+    with pytest.raises(SimpleTVMError, match="cannot reach the RPC tracker at 127.0.0.1:1"):
+        stvm.autotune(**FAST)
+    assert ctx.steps[-1]["status"] == "error"
