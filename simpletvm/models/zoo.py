@@ -103,7 +103,7 @@ def import_builtin(
     import onnx
 
     slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
-    cached = cache_dir / f"{slug}.onnx" if cache_dir else None
+    cached = Path(cache_dir) / f"{slug}.onnx" if cache_dir else None
     if cached and cached.exists():
         return relax_from_onnx(onnx.load(str(cached)), key, "builtin", None, batch_size, details)
     import tf2onnx

@@ -47,14 +47,19 @@ def _merge_many(directory: str, writer: int, count: int) -> None:
               "latency_s": 1.0, "run_id": str(writer)}])
 
 
-def test_concurrent_appends_never_tear_or_lose_lines(tmp_path):
-    path = tmp_path / "records.jsonl"
-    processes = [multiprocessing.Process(target=_append_many, args=(str(path), w, 60))
-                 for w in range(4)]
+def _in_parallel(target, argument_lists) -> None:
+    """Run ``target`` in one real process per argument list, all at once."""
+    processes = [multiprocessing.Process(target=target, args=args) for args in argument_lists]
     for process in processes:
         process.start()
     for process in processes:
         process.join(60)
+        assert process.exitcode == 0
+
+
+def test_concurrent_appends_never_tear_or_lose_lines(tmp_path):
+    path = tmp_path / "records.jsonl"
+    _in_parallel(_append_many, [(str(path), w, 60) for w in range(4)])
     rows = read_json_lines(path)
     assert len(rows) == 240
     assert len(path.read_text().splitlines()) == 240
@@ -63,12 +68,7 @@ def test_concurrent_appends_never_tear_or_lose_lines(tmp_path):
 
 def test_concurrent_merges_into_one_record_store(tmp_path):
     directory = tmp_path / "global"
-    processes = [multiprocessing.Process(target=_merge_many, args=(str(directory), w, 40))
-                 for w in range(3)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(60)
+    _in_parallel(_merge_many, [(str(directory), w, 40) for w in range(3)])
     store = RecordStore(directory)
     assert len(store) == 120
     assert store.workload_keys() == {"w0", "w1", "w2"}
