@@ -76,7 +76,7 @@ def main() -> None:
     rows.append((f"LocalBuilder(timeout {args.patient_timeout:.0f} s)", 0,
                  *timed_build(patient, inputs)))
 
-    print(f"\n| builder | batch | seconds | candidates/s | errors | error kinds |")
+    print("\n| builder | batch | seconds | candidates/s | errors | error kinds |")
     print("|---|---:|---:|---:|---:|---|")
     for name, batch, seconds, errors, kinds in rows:
         print(f"| {name} | {batch} | {seconds:.2f} | {len(inputs) / seconds:.2f} | "

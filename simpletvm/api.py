@@ -240,7 +240,7 @@ class SimpleTVM:
 
         if self.rpc_tracker is not None:
             return RemoteTracker(*self.rpc_tracker, key=self.context.device_key)
-        return LocalRPC(key=f"local-{self.target.device_type}", servers=1)
+        return LocalRPC([f"local-{self.target.device_type}"], servers=1)
 
     def _rpc_runner(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
         from tvm.s_tir import meta_schedule as ms

@@ -83,45 +83,60 @@ class RemoteTracker:
 
 @dataclass
 class LocalRPC:
-    """A tracker plus ``servers`` servers of one device key on this machine.
+    """A tracker (unless ``tracker`` names a running one) plus ``servers`` servers for
+    each device key, on this machine.
 
-    Ports are the first free ones in TVM's ranges. Use as a context manager, or call
-    :meth:`start` and :meth:`stop`.
+    Ports are the first free ones in TVM's ranges (the tracker's ``port`` when given).
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    key: str
+    keys: list[str]
     servers: int = 1
     host: str = LOOPBACK
+    tracker: tuple[str, int] | None = None
+    port: int | None = None
     _tracker: object = field(default=None, init=False, repr=False)
     _servers: list = field(default_factory=list, init=False, repr=False)
 
     @property
+    def key(self) -> str:
+        """The first device key: the one a single-device setup profiles on."""
+        return self.keys[0]
+
+    @property
     def address(self) -> tuple[str, int]:
+        if self.tracker is not None:
+            return self.tracker
         if self._tracker is None:
             raise SimpleTVMError("the local RPC tracker is not running: call start() first")
-        return self.host, int(self._tracker.port)
+        host = self.host if self.host not in ("0.0.0.0", "") else LOOPBACK
+        return host, int(self._tracker.port)
 
     def start(self, timeout: float = 30.0) -> "LocalRPC":
         from tvm.rpc.tracker import Tracker
 
-        self._tracker = Tracker(self.host, *TRACKER_PORTS, silent=True)
-        for _ in range(self.servers):
-            self.add_server()
-        wait_for_servers(*self.address, self.key, self.servers, timeout)
+        try:
+            if self.tracker is None:
+                low, high = (self.port, self.port + 1) if self.port else TRACKER_PORTS
+                self._tracker = Tracker(self.host, low, high, silent=True)
+            for key in self.keys:
+                for _ in range(self.servers):
+                    self.add_server(key)
+            for key in self.keys:
+                wait_for_servers(*self.address, key, self.servers, timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
-    def add_server(self):
-        """Start one more server of this key; returns it (``.proc`` is its process)."""
+    def add_server(self, key: str):
+        """Start one more server of ``key``; returns it (``.proc`` is its process)."""
         from tvm.rpc.server import Server
 
-        server = Server(self.host, *SERVER_PORTS, tracker_addr=self.address,
-                                   key=self.key, silent=True)
+        server = Server(self.host, *SERVER_PORTS, tracker_addr=self.address, key=key,
+                        silent=True)
         self._servers.append(server)
         return server
-
-    @property
-    def server_handles(self) -> list:
-        return list(self._servers)
 
     def stop(self) -> None:
         for server in self._servers:

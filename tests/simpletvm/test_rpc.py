@@ -12,7 +12,7 @@ FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1,
 
 @pytest.fixture(scope="module")
 def rpc():
-    with LocalRPC(key="test-device", servers=2) as local:
+    with LocalRPC(["test-device"], servers=2) as local:
         yield local
 
 

@@ -1,0 +1,378 @@
+"""The ``superb`` command: sweep a grid of SimpleTVM runs without a human watching.
+
+Exit codes: 0 every run ok, 1 some run failed, 2 bad input (nothing ran), 130 stopped
+by Ctrl-C or SIGTERM (run the same command again to resume).
+
+Only Typer and the grid reader are imported here; SimpleTVM, TVM and pandas are
+imported when a command needs them, so ``superb --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .grid import GridError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Sweep grids of SimpleTVM runs: every combination, recorded as CSV.")
+
+GRID = typer.Argument(..., help="the grid file (YAML)", show_default=False)
+PARAM = typer.Option(None, "--param", "-p", metavar="NAME=V1,V2",
+                     help="add or replace an axis (repeatable)")
+STORE = typer.Option(None, "--store", help="run store root (default: $SIMPLETVM_HOME or "
+                     "~/tvm-benchmark); experiments go to <store>/superb/<name>")
+
+
+def _console(stderr: bool = False):
+    """Messages never wrap; tables get 200 columns when the output is not a terminal."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return console if console.is_terminal else Console(stderr=stderr, highlight=False,
+                                                       soft_wrap=True, width=200)
+
+
+def _bad_input(problems) -> "typer.Exit":
+    console = _console(stderr=True)
+    for problem in problems:
+        console.print(f"error: {problem}", markup=False)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _load_plan(grid_path: Path, params: list[str] | None, check: bool,
+               tracker: tuple[str, int] | None = None):
+    from .grid import load_grid, parse_override
+    from .plan import build_plan, preflight
+
+    try:
+        grid = load_grid(grid_path)
+        overrides = [parse_override(text) for text in params or []]
+        if overrides:
+            grid = grid.with_overrides(overrides)
+            grid.validate()
+        plan = build_plan(grid)
+        if check:
+            preflight(plan, tracker)
+    except GridError as error:
+        raise _bad_input(error.problems) from error
+    return plan
+
+
+def _parse_tracker(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    from .infra import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--tracker") from error
+
+
+@app.command()
+def plan(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[Path] = STORE,
+         json_output: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+         check: bool = typer.Option(True, help="check models and targets (imports TVM)")):
+    """Print the expanded runs and their count; run nothing."""
+    import json
+
+    the_plan = _load_plan(grid, param, check)
+    done = _completed_keys(the_plan, store)
+    if json_output:
+        data = the_plan.to_json()
+        for run in data["runs"]:
+            run["done"] = run["key"] in done
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    shown = the_plan.varying or the_plan.grid.parameter_names
+    table = Table(title=f"{the_plan.grid.name}: {len(the_plan.runs)} runs", title_justify="left")
+    for column in ["#", "key"] + shown + (["rep"] if the_plan.grid.repetitions > 1 else []) \
+            + ["done"]:
+        table.add_column(column)
+    for run in the_plan.runs:
+        cells = [str(run.index), run.key] + [_text(run.params.get(name)) for name in shown]
+        cells += [str(run.repetition)] if the_plan.grid.repetitions > 1 else []
+        table.add_row(*[Text(c) for c in cells], "yes" if run.key in done else "")
+    console.print(table)
+    fixed = {n: v for n, v in the_plan.grid.fixed.items() if n not in shown}
+    if fixed:
+        console.print(Text("fixed: " + ", ".join(f"{n}={_text(v)}" for n, v in fixed.items())))
+    for i, removed in enumerate(the_plan.excluded):
+        note = " (matches no combination: check it)" if removed == 0 else ""
+        console.print(Text(f"exclude #{i + 1} removes {removed} runs{note}"))
+    console.print(Text(f"{len(the_plan.runs)} runs, {len(done)} already done"))
+
+
+@app.command()
+def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[Path] = STORE,
+        tracker: Optional[str] = typer.Option(
+            None, metavar="HOST:PORT", help="use this RPC tracker (its servers must be "
+            "registered under the runs' device keys) instead of starting one"),
+        fail_fast: bool = typer.Option(False, "--fail-fast", help="stop at the first failed "
+                                       "run (default: record it and go on)"),
+        retry_failed: bool = typer.Option(False, "--retry-failed",
+                                          help="run failed runs again (default: keep them)"),
+        run_timeout: Optional[float] = typer.Option(None, min=1, metavar="SECONDS",
+                                                    help="stop a run that takes longer"),
+        plain: Optional[bool] = typer.Option(None, "--plain/--live", show_default=False,
+                                             help="progress as plain lines / live display "
+                                             "(default: live on a terminal)")):
+    """Run every combination of GRID, one after another, each in its own process.
+
+    Runs already recorded in the experiment are skipped, so the same command resumes a
+    sweep that was stopped. Writes runs.csv and aggregate.csv as it goes."""
+    from .runner import IsolatedRunner
+
+    address = _parse_tracker(tracker)
+    runner = IsolatedRunner().warm_up()  # TVM loads in the fork server during the checks
+    the_plan = _load_plan(grid, param, check=True, tracker=address)
+    from .progress import make_progress
+    from .results import ExperimentBusy
+    from .sweep import run_sweep
+
+    console = _console()
+    try:
+        with _sigterm_interrupts():
+            summary = run_sweep(
+                the_plan, store=store, tracker=address, fail_fast=fail_fast,
+                retry_failed=retry_failed, run_timeout=run_timeout, runner=runner,
+                progress_factory=lambda total, done, kinds: _announce(
+                    make_progress(console, total, done, kinds, plain), the_plan, done))
+    except ExperimentBusy as error:
+        raise _bad_input([error]) from error
+    except KeyboardInterrupt:
+        _console(stderr=True).print(
+            "interrupted: the unfinished run will run again; repeat the same command to "
+            "resume", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _print_summary(console, summary, the_plan)
+    raise typer.Exit(EXIT_OK if summary.ok else EXIT_FAILED)
+
+
+def _announce(progress, the_plan, done: int):
+    total = len(the_plan.runs)
+    progress.message(f"superb: {the_plan.grid.name}: {total} runs, {done} done before, "
+                     f"{total - done} to run")
+    return progress
+
+
+def _print_summary(console, summary, the_plan) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    experiment = summary.experiment
+    ok = summary.total - len(summary.failures) - summary.not_started
+    console.print(Text(f"{summary.total} runs: {ok} ok, {len(summary.failures)} failed"
+                       + (f", {summary.not_started} not started (--fail-fast)"
+                          if summary.not_started else "")
+                       + f"; {summary.ran} ran now, {summary.skipped} done before"))
+    if summary.failures:
+        table = Table(title="failed runs", title_justify="left")
+        for column in ("#", "key", "status", "error", "log"):
+            table.add_column(column, overflow="fold")
+        by_key = {run.key: run for run in the_plan.runs}
+        for row in sorted(summary.failures, key=lambda r: r["index"]):
+            run = by_key.get(row["run"])
+            log = experiment.log_file(run) if run else ""
+            table.add_row(str(row["index"]), row["run"], row["status"], Text(str(row["error"])),
+                          Text(str(log)))
+        console.print(table)
+    console.print(Text(f"runs      {experiment.runs_csv}\naggregate {experiment.aggregate_csv}"))
+
+
+@app.command()
+def report(experiment: str = typer.Argument(..., help="experiment directory or name"),
+           store: Optional[Path] = STORE,
+           by: Optional[str] = typer.Option(None, metavar="P1,P2", help="group by these "
+                                            "parameters only (default: all)")):
+    """Print a summary per parameter combination and write aggregate.csv."""
+    from .report import make_report
+    from .results import Experiment
+
+    try:
+        the_report = make_report(Experiment.find(experiment, store),
+                                 by.split(",") if by else None)
+    except (FileNotFoundError, ValueError) as error:
+        raise _bad_input([error]) from error
+    from .report import for_display
+
+    console = _console()
+    shown, constant = for_display(the_report.aggregate)
+    _print_frame(console, shown, f"{the_report.experiment.dir.name}: "
+                 f"{len(the_report.runs)} runs (means over ok runs)")
+    if constant:
+        console.print("all runs: " + ", ".join(f"{n}={_text(v)}" for n, v in constant.items()),
+                      markup=False)
+    failures = the_report.failures
+    for _, row in failures.iterrows():
+        console.print(f"failed #{row['index']} {row['run']}: {row['error']}", markup=False)
+    console.print(f"aggregate {the_report.experiment.aggregate_csv}", markup=False)
+
+
+@app.command()
+def compare(a: str = typer.Argument(..., help="baseline experiment (directory or name)"),
+            b: str = typer.Argument(..., help="experiment to compare with it"),
+            store: Optional[Path] = STORE,
+            metric: str = typer.Option("eval_median_ms", help="the column to compare"),
+            threshold: float = typer.Option(0.05, min=0, help="relative change below which "
+                                            "a difference is noise")):
+    """Compare two experiments run by run (matched on their parameters)."""
+    from .report import compare as compare_experiments
+    from .results import Experiment
+
+    try:
+        frame, unmatched = compare_experiments(Experiment.find(a, store),
+                                               Experiment.find(b, store), metric, threshold)
+    except (FileNotFoundError, ValueError) as error:
+        raise _bad_input([error]) from error
+    from .report import for_display
+
+    console = _console()
+    frame["change"] = [f"{c:+.1%}" if c == c else "?" for c in frame["change"]]
+    shown, _ = for_display(frame, {f"{metric}_a": "A", f"{metric}_b": "B",
+                                   "change": "change", "verdict": "verdict"})
+    _print_frame(console, shown, f"{metric}: {a} -> {b} (noise threshold {threshold:.0%})")
+    counts = shown["verdict"].value_counts().to_dict()
+    console.print(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs matched",
+                  markup=False)
+    if unmatched["only_a"] or unmatched["only_b"]:
+        console.print(f"unmatched: {unmatched['only_a']} only in A, {unmatched['only_b']} "
+                      "only in B", markup=False)
+
+
+@app.command()
+def tracker(host: str = typer.Option("0.0.0.0", help="address to listen on"),
+            port: Optional[int] = typer.Option(None, help="port (default: the first free "
+                                               "one in 9190-9199)"),
+            key: Optional[str] = typer.Option(None, help="also start servers with this "
+                                              "device key on this machine"),
+            servers: int = typer.Option(1, min=1, help="how many servers of --key")):
+    """Run an RPC tracker (and optionally servers) in the foreground until Ctrl-C."""
+    from simpletvm.rpc import LocalRPC
+
+    from .infra import serve_until_signalled
+
+    def announce(address):
+        import socket
+
+        shown = socket.gethostname() if host in ("0.0.0.0", "") else host
+        typer.echo(f"tracker listening on {shown}:{address[1]}"
+                   + (f" with {servers} server(s) of key {key!r}" if key else "")
+                   + "; Ctrl-C stops it", err=False)
+        sys.stdout.flush()
+
+    serve_until_signalled(LocalRPC([key] if key else [], servers, host, port=port),
+                          announce)
+
+
+@app.command()
+def server(tracker_address: str = typer.Option(..., "--tracker", metavar="HOST:PORT",
+                                               help="the tracker to register with"),
+           key: str = typer.Option(..., help="device key the servers register under"),
+           count: int = typer.Option(1, min=1, help="how many servers"),
+           host: str = typer.Option("0.0.0.0", help="address the servers listen on")):
+    """Run RPC servers for this machine's device in the foreground until Ctrl-C."""
+    from simpletvm.errors import SimpleTVMError
+
+    from simpletvm.rpc import LocalRPC
+
+    from .infra import serve_until_signalled
+
+    address = _parse_tracker(tracker_address)
+
+    def announce(_address):
+        typer.echo(f"{count} server(s) of key {key!r} registered with {address[0]}:"
+                   f"{address[1]}; Ctrl-C stops them")
+        sys.stdout.flush()
+
+    try:
+        serve_until_signalled(LocalRPC([key], count, host, tracker=address), announce)
+    except SimpleTVMError as error:
+        raise _bad_input([error]) from error
+
+
+@app.command()
+def parameters():
+    """List the parameters a grid can set and the SimpleTVM call each goes to."""
+    from .grid import PARAMETERS
+
+    typer.echo(f"{'parameter':22} {'goes to':28} {'type':22} meaning")
+    for p in PARAMETERS.values():
+        call = f"{p.call}({p.argument}=)" if p.argument else f"{p.call} (on/off)"
+        kind = p.kind + (" or null" if p.nullable else "")
+        typer.echo(f"{p.name:22} {call:28} {kind:22} {p.help}")
+
+
+def _completed_keys(the_plan, store) -> set[str]:
+    """Keys of the plan's runs already recorded as finished in its experiment."""
+    from simpletvm.store import RunStore
+
+    from .results import Experiment
+
+    experiment = Experiment(RunStore(store).superb_dir / the_plan.grid.name)
+    if not experiment.log_path.exists():
+        return set()
+    rows = experiment.state().rows
+    return {run.key for run in the_plan.runs if run.key in rows}
+
+
+def _print_frame(console, frame, title: str) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left")
+    for column in frame.columns:
+        table.add_column(column, overflow="fold", justify="right"
+                         if frame[column].dtype.kind in "if" else "left")
+    for _, row in frame.iterrows():
+        table.add_row(*[Text(_text(value)) for value in row])
+    console.print(table)
+
+
+def _text(value) -> str:
+    import json
+
+    if isinstance(value, float):
+        if value != value:
+            return ""
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (a batch system, kill) stops the sweep like Ctrl-C does."""
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (embedded use)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""An experiment's records: the append-only run log, runs.csv and aggregate.csv.
+
+The log (``log.jsonl``) is the truth: a ``started`` line when a run begins and a
+``finished`` line with its row when it ends, appended under a lock. Replaying it after a
+restart tells which runs are complete (skip), which started but never finished (rerun),
+and the CSVs are rebuilt from it with one row per run key, so nothing is duplicated or
+lost whenever superb was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from simpletvm.store import (RunStore, append_lines, atomic_write_json, atomic_write_text,
+                             file_lock, read_json_lines)
+
+from .plan import Plan, Run
+
+STAGES = ("select", "build", "profile", "update")
+EVALUATION = ("count", "mean", "median", "std", "min", "max", "p90")
+
+# runs.csv: these columns, with one param:<name> column per parameter after "run_id"
+LEAD_COLUMNS = ["run", "index", "repetition", "run_id"]
+RESULT_COLUMNS = (
+    ["status", "error", "attempt", "started_at", "wall_s", "overhead_s",
+     "from_model_s", "tuning_s", "build_s", "save_s", "evaluate_s",
+     "num_tasks", "trials", "tuning_errors", "estimated_latency_ms"]
+    + [f"{stage}_mean_s" for stage in STAGES]
+    + [f"{stage}_count" for stage in STAGES]
+    + [f"eval_{name}_ms" if name != "count" else "eval_count" for name in EVALUATION]
+    + ["tuned", "records", "target", "device_key", "hostname", "cpu_model", "tvm_version",
+       "simpletvm_version", "commit", "context"]
+)
+# aggregate.csv: per parameter combination, means over the ok runs
+AGGREGATE_MEANS = (["tuning_s"] + [f"{stage}_mean_s" for stage in STAGES]
+                   + ["trials", "eval_mean_ms", "eval_median_ms", "eval_p90_ms"])
+
+
+class ExperimentBusy(Exception):
+    """Another superb process is running this experiment."""
+
+
+@dataclass
+class LogState:
+    """What the log says: finished rows by key, attempts so far, runs left unfinished."""
+
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    unfinished: set[str] = field(default_factory=set)
+
+    def is_complete(self, key: str, retry_failed: bool = False) -> bool:
+        row = self.rows.get(key)
+        return row is not None and (row["status"] == "ok" or not retry_failed)
+
+
+class Experiment:
+    """The directory of one sweep: ``<store>/superb/<name>/``."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        self.log_path = self.dir / "log.jsonl"
+        self.runs_csv = self.dir / "runs.csv"
+        self.aggregate_csv = self.dir / "aggregate.csv"
+        self.plan_path = self.dir / "plan.json"
+        self.logs_dir = self.dir / "logs"
+        self._lock = None
+
+    @classmethod
+    def for_name(cls, name: str, store: str | Path | None = None) -> "Experiment":
+        return cls(RunStore(store).superb_dir / name)
+
+    @classmethod
+    def find(cls, name_or_dir: str | Path, store: str | Path | None = None) -> "Experiment":
+        """An experiment by directory, or by name under the store's superb folder."""
+        path = Path(name_or_dir)
+        if not (path / "log.jsonl").exists() and not (path / "runs.csv").exists():
+            path = RunStore(store).superb_dir / str(name_or_dir)
+        if not (path / "log.jsonl").exists() and not (path / "runs.csv").exists():
+            raise FileNotFoundError(
+                f"no superb experiment at {name_or_dir!r} (looked for log.jsonl or runs.csv "
+                f"there and under {RunStore(store).superb_dir})")
+        return cls(path)
+
+    # ---- the lock: one superb per experiment ---------------------------------------
+    def acquire(self) -> None:
+        from filelock import Timeout
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        lock = file_lock(self.dir / "superb")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout as error:
+            raise ExperimentBusy(f"another superb is running the experiment in {self.dir}: "
+                                 "wait for it, or stop it first") from error
+        self._lock = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # ---- the log --------------------------------------------------------------------
+    def state(self) -> LogState:
+        state = LogState()
+        for event in read_json_lines(self.log_path):
+            if not isinstance(event, dict) or "run" not in event:
+                continue
+            key = event["run"]
+            if event.get("event") == "started":
+                state.attempts[key] = max(state.attempts.get(key, 0), event.get("attempt", 1))
+                state.unfinished.add(key)
+            elif event.get("event") == "finished" and isinstance(event.get("row"), dict):
+                state.rows[key] = event["row"]  # a retried run: the last row wins
+                state.unfinished.discard(key)
+        return state
+
+    def record_started(self, run: Run, attempt: int, run_id: str, pid: int | None) -> None:
+        self._append({"event": "started", "run": run.key, "attempt": attempt,
+                      "run_id": run_id, "pid": pid, "time": time.time()})
+
+    def record_finished(self, row: dict[str, Any]) -> None:
+        self._append({"event": "finished", "run": row["run"], "row": row, "time": time.time()})
+
+    def _append(self, event: dict[str, Any]) -> None:
+        append_lines(self.log_path, [json.dumps(event, default=str, separators=(",", ":"))])
+
+    def save_plan(self, plan: Plan) -> None:
+        atomic_write_json(self.plan_path, plan.to_json())
+
+    def log_file(self, run: Run) -> Path:
+        return self.logs_dir / f"{run.index:04d}-{run.key}.log"
+
+    # ---- the CSVs -------------------------------------------------------------------
+    def write_csvs(self, order: list[str] | None = None, by: list[str] | None = None):
+        """Rebuild runs.csv (one row per finished run, plan order first) and
+        aggregate.csv from the log; returns both frames."""
+        frame = runs_frame(self.state().rows.values(), order)
+        atomic_write_text(self.runs_csv, frame.to_csv(index=False))
+        aggregated = aggregate(frame, by)
+        atomic_write_text(self.aggregate_csv, aggregated.to_csv(index=False))
+        return frame, aggregated
+
+    def read_runs(self):
+        """runs.csv as a frame: rebuilt from the log when there is one."""
+        import pandas as pd
+
+        if self.log_path.exists():
+            return runs_frame(self.state().rows.values())
+        return pd.read_csv(self.runs_csv)
+
+
+# ---- rows -----------------------------------------------------------------------------
+
+def make_row(run: Run, outcome, context: dict[str, Any] | None, *, attempt: int,
+             started_at: float, commit: str | None) -> dict[str, Any]:
+    """One runs.csv row: the run's parameters, its outcome and what its context recorded."""
+    row: dict[str, Any] = {"run": run.key, "index": run.index, "repetition": run.repetition,
+                           "run_id": outcome.run_id}
+    row.update({f"param:{name}": _cell(value) for name, value in run.params.items()})
+    row.update(status=outcome.status, error=outcome.error, attempt=attempt,
+               started_at=datetime.fromtimestamp(started_at, timezone.utc).isoformat(
+                   timespec="seconds"),
+               wall_s=outcome.wall_s,
+               overhead_s=(outcome.wall_s - outcome.simpletvm_s
+                           if outcome.simpletvm_s is not None else None),
+               commit=commit, context=outcome.context_path)
+    if context:
+        row.update(context_columns(context))
+    return row
+
+
+def context_columns(context: dict[str, Any]) -> dict[str, Any]:
+    """The columns a saved BenchmarkingContext fills."""
+    steps: dict[str, float] = {}
+    for step in context.get("steps", []):
+        steps[step["step"]] = steps.get(step["step"], 0.0) + step["duration_s"]
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    for stage in context.get("stages", []):
+        stages.setdefault(stage["stage"], []).append(stage["duration_s"])
+    tuning = context.get("tuning") or {}
+    evaluation = context.get("evaluation") or {}
+    spec = context.get("target_spec") or {}
+    columns: dict[str, Any] = {
+        "from_model_s": steps.get("from_model"), "tuning_s": steps.get("autotune"),
+        "build_s": steps.get("build"), "save_s": steps.get("save"),
+        "evaluate_s": steps.get("evaluate"),
+        "num_tasks": tuning.get("num_tasks", (context.get("model") or {}).get("num_tasks")),
+        "trials": tuning.get("trials"), "tuning_errors": tuning.get("errors"),
+        "estimated_latency_ms": (tuning["estimated_latency_s"] * 1e3
+                                 if tuning.get("estimated_latency_s") else None),
+        "tuned": evaluation.get("tuned"), "records": evaluation.get("records"),
+        "target": _target_text(spec) or _cell(context.get("target")),
+        "device_key": tuning.get("device_key") or context.get("device_key"),
+        "hostname": (context.get("host") or {}).get("hostname"),
+        "cpu_model": (context.get("host") or {}).get("cpu_model"),
+        "tvm_version": (context.get("versions") or {}).get("apache-tvm"),
+        "simpletvm_version": (context.get("versions") or {}).get("simpletvm"),
+    }
+    for stage in STAGES:
+        durations = stages.get(stage) or []
+        columns[f"{stage}_mean_s"] = sum(durations) / len(durations) if durations else None
+        columns[f"{stage}_count"] = len(durations) if durations else None
+    for name in EVALUATION:
+        column = "eval_count" if name == "count" else f"eval_{name}_ms"
+        columns[column] = evaluation.get("count" if name == "count" else f"{name}_ms")
+    return columns
+
+
+def runs_frame(rows, order: list[str] | None = None):
+    """Rows as a frame with the fixed column order; plan order first, then the rest."""
+    import pandas as pd
+
+    rows = list(rows)
+    params: list[str] = []
+    for row in rows:
+        params += [c for c in row if c.startswith("param:") and c not in params]
+    columns = LEAD_COLUMNS + params + RESULT_COLUMNS
+    frame = pd.DataFrame(rows, columns=columns)
+    if order:
+        position = {key: i for i, key in enumerate(order)}
+        frame["_order"] = frame["run"].map(lambda k: position.get(k, len(position)))
+        frame = frame.sort_values(["_order", "index"], kind="stable").drop(columns="_order")
+    return frame.reset_index(drop=True)
+
+
+def aggregate(frame, by: list[str] | None = None):
+    """Per parameter combination (``by``: parameter names; None: all of them; []: one
+    group): run counts and the means, over ok runs, of tuning time, each stage's mean
+    time, trials and latency, and the spread of the median latency."""
+    import pandas as pd
+
+    params = [c for c in frame.columns if c.startswith("param:")]
+    if by is not None:
+        unknown = [name for name in by if f"param:{name}" not in params]
+        if unknown:
+            raise ValueError(f"cannot group by {unknown}: the runs have parameters "
+                             f"{[c[6:] for c in params]}")
+        params = [f"param:{name}" for name in by]
+    columns = params + ["runs", "ok", "failed"] + AGGREGATE_MEANS + ["eval_median_ms_std"]
+    if frame.empty:
+        return pd.DataFrame(columns=columns)
+    work = frame.copy()
+    work["_ok"] = work["status"] == "ok"
+    if not params:
+        work["_all"] = "all"
+    keys = params or ["_all"]
+    for column in AGGREGATE_MEANS:
+        work[column] = pd.to_numeric(work[column], errors="coerce").where(work["_ok"])
+    grouped = work.groupby(keys, dropna=False, sort=False)
+    result = grouped.agg(runs=("run", "size"), ok=("_ok", "sum"),
+                         **{c: (c, "mean") for c in AGGREGATE_MEANS},
+                         eval_median_ms_std=("eval_median_ms", "std")).reset_index()
+    result["failed"] = result["runs"] - result["ok"]
+    return result.drop(columns=["_all"], errors="ignore")[columns]
+
+
+def _cell(value: Any) -> Any:
+    """CSV cells hold scalars; mappings and lists are written as JSON."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return value
+
+
+def _target_text(spec: dict[str, Any]) -> str | None:
+    if not spec:
+        return None
+    parts = [spec.get("kind", "?")] + [f"-{k}={v}" for k, v in sorted(spec.items())
+                                        if k not in ("kind", "host") and not isinstance(v, dict)]
+    return " ".join(str(p) for p in parts)

@@ -1,0 +1,153 @@
+"""superb run on real SimpleTVM runs of a tiny model: rows, resume, failures, timeouts.
+
+All untuned (about half a second a run) but one, which tunes through superb's own
+local tracker and servers.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pandas as pd
+import pytest
+
+from superb.results import LEAD_COLUMNS, RESULT_COLUMNS, Experiment
+from simpletvm.store import read_json_lines
+
+
+@pytest.fixture(scope="module")
+def bad_onnx(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bad") / "broken.onnx"
+    path.write_bytes(b"this is not an onnx model")
+    return path
+
+
+def finished(experiment: Experiment) -> list[dict]:
+    return [e for e in read_json_lines(experiment.log_path) if e.get("event") == "finished"]
+
+
+def test_sweep_writes_a_row_per_run_and_skips_them_next_time(cli, write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        name: rows
+        fixed: {{model: {tiny_onnx}, autotune: false, evaluate_warmup: 1}}
+        grid:
+          evaluate_repeat: [3, 4]
+          evaluate_number: [1, 2]
+    """)
+    result = cli("run", grid, "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "4 runs: 4 ok, 0 failed; 4 ran now, 0 done before" in result.stdout
+    assert "[1/4]   build" in result.stdout and "[4/4] ok in" in result.stdout  # plain lines
+    experiment = Experiment(store / "superb" / "rows")
+    runs = pd.read_csv(experiment.runs_csv)
+    params = ["param:evaluate_repeat", "param:evaluate_number", "param:model",
+              "param:autotune", "param:evaluate_warmup"]
+    assert list(runs.columns) == LEAD_COLUMNS + params + RESULT_COLUMNS
+    assert list(runs["index"]) == [1, 2, 3, 4] and set(runs["status"]) == {"ok"}
+    assert list(runs["param:evaluate_repeat"]) == [3, 3, 4, 4]
+    assert list(runs["eval_count"]) == [3, 3, 4, 4]
+    assert runs["run_id"].str.len().eq(32).all() and runs["run"].is_unique
+    assert (runs["eval_median_ms"] > 0).all() and runs["tuning_s"].isna().all()
+    assert (runs["tuned"] == False).all()  # noqa: E712 - pandas
+    assert runs["target"].str.startswith("llvm -mcpu=").all()
+    assert (runs["overhead_s"] < 1.0).all()
+    for path in runs["context"]:  # per-run contexts stay in the run store
+        assert json.loads(open(path).read())["evaluation"]["count"] in (3, 4)
+    aggregate = pd.read_csv(experiment.aggregate_csv)
+    assert len(aggregate) == 4 and list(aggregate["runs"]) == [1, 1, 1, 1]
+
+    planned = json.loads(cli("plan", grid, "--store", store, "--json").stdout)
+    assert [run["done"] for run in planned["runs"]] == [True] * 4
+    again = cli("run", grid, "--store", store)
+    assert again.exit_code == 0
+    assert "0 ran now, 4 done before" in again.stdout
+    assert len(finished(experiment)) == 4
+
+    more = cli("run", grid, "--store", store, "-p", "evaluate_number=1,2,3")
+    assert more.exit_code == 0 and "2 ran now, 4 done before" in more.stdout
+    assert len(pd.read_csv(experiment.runs_csv)) == 6
+
+
+def test_failures_are_recorded_and_the_sweep_goes_on(cli, write_grid, store, tiny_onnx,
+                                                      bad_onnx):
+    grid = write_grid(f"""
+        name: keep-going
+        fixed: {{autotune: false, evaluate_repeat: 2, evaluate_warmup: 0}}
+        grid:
+          model: [{bad_onnx}, {tiny_onnx}]
+          evaluate_number: [1, 2]
+    """)
+    result = cli("run", grid, "--store", store)
+    assert result.exit_code == 1
+    assert "4 runs: 2 ok, 2 failed" in result.stdout
+    assert "failed runs" in result.stdout
+    runs = pd.read_csv(store / "superb" / "keep-going" / "runs.csv")
+    assert list(runs["status"]) == ["failed", "failed", "ok", "ok"]
+    assert "Error" in runs["error"][0] and pd.isna(runs["error"][2])  # ok rows: no error
+    assert runs.loc[0, "from_model_s"] >= 0  # the failed step's time is still recorded
+
+    # failed runs are complete: the same command runs nothing, and still exits 1
+    again = cli("run", grid, "--store", store)
+    assert again.exit_code == 1 and "0 ran now" in again.stdout
+    retried = cli("run", grid, "--store", store, "--retry-failed")
+    assert retried.exit_code == 1 and "2 ran now" in retried.stdout
+    runs = pd.read_csv(store / "superb" / "keep-going" / "runs.csv")
+    assert len(runs) == 4 and list(runs["attempt"]) == [2, 2, 1, 1]
+
+
+def test_fail_fast_stops_at_the_first_failure(cli, write_grid, store, tiny_onnx, bad_onnx):
+    grid = write_grid(f"""
+        name: fail-fast
+        fixed: {{autotune: false, evaluate_repeat: 2}}
+        grid:
+          model: [{bad_onnx}, {tiny_onnx}]
+          evaluate_number: [1, 2]
+    """)
+    result = cli("run", grid, "--store", store, "--fail-fast")
+    assert result.exit_code == 1
+    assert "0 ok, 1 failed, 3 not started (--fail-fast)" in result.stdout
+    assert len(pd.read_csv(store / "superb" / "fail-fast" / "runs.csv")) == 1
+
+
+def test_a_run_past_its_timeout_is_stopped(cli, write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        name: timeout
+        fixed: {{model: {tiny_onnx}, autotune: false}}
+        grid: {{evaluate_repeat: [2, 200000]}}
+    """)
+    result = cli("run", grid, "--store", store, "--run-timeout", "4")
+    assert result.exit_code == 1
+    runs = pd.read_csv(store / "superb" / "timeout" / "runs.csv")
+    assert list(runs["status"]) == ["ok", "timeout"]
+    assert "longer than 4 s" in runs.loc[1, "error"]
+    assert runs.loc[1, "wall_s"] < 15
+
+
+def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        name: tuned
+        fixed:
+          model: {tiny_onnx}
+          trials: 4
+          batch_size: 4
+          population: 32
+          genetic_iterations: 1
+          seed: 0
+          transfer_learning: false
+          evaluate_repeat: 3
+          save: true
+    """)
+    result = cli("run", grid, "--store", store)
+    assert result.exit_code == 0, result.output
+    row = pd.read_csv(store / "superb" / "tuned" / "runs.csv").iloc[0]
+    assert row["status"] == "ok" and row["tuned"] == True and row["records"] == "run"  # noqa
+    assert row["trials"] >= 5 and row["num_tasks"] >= 2 and row["tuning_errors"] == 0
+    assert row["tuning_s"] > 0 and row["device_key"] == "superb-cpu"
+    for stage in ("select", "build", "profile", "update"):
+        assert row[f"{stage}_mean_s"] > 0 and row[f"{stage}_count"] >= 2
+    context = json.loads(open(row["context"]).read())
+    assert context["artifacts"]["module"]  # save: true
+    host, port = context["tuning"]["rpc_tracker"]
+    with pytest.raises(OSError):  # superb stopped its tracker at the end
+        socket.create_connection((host, port), timeout=2).close()

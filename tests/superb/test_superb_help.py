@@ -1,0 +1,31 @@
+"""superb --help is instant: the CLI module imports neither TVM nor pandas."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from superb_helpers import REPO, superb_command, superb_env
+
+HEAVY = ("tvm", "tensorflow", "pandas", "numpy", "simpletvm", "onnx", "keras")
+
+
+def test_cli_import_is_light():
+    code = ("import sys, superb.cli; heavy = [m for m in %r if m in sys.modules]; "
+            "print(heavy)" % (HEAVY,))
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=superb_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_lists_the_commands():
+    result = subprocess.run(superb_command("--help"), cwd=REPO, env=superb_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for command in ("run", "plan", "report", "compare", "tracker", "server", "parameters"):
+        assert command in result.stdout
+    run_help = subprocess.run(superb_command("run", "--help"), cwd=REPO, env=superb_env(),
+                              capture_output=True, text=True, timeout=60)
+    for option in ("--param", "--fail-fast", "--tracker", "--store", "--run-timeout"):
+        assert option in run_help.stdout

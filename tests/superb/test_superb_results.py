@@ -1,0 +1,109 @@
+"""The run log replayed (torn lines, unfinished runs, retries), the CSVs built from it,
+and superb report / compare on experiments written here (no SimpleTVM runs)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from superb.plan import Run, run_key
+from superb.results import LEAD_COLUMNS, RESULT_COLUMNS, Experiment, aggregate, runs_frame
+from superb.runner import Outcome
+from superb.results import make_row
+
+
+def fake_row(index, params, median, status="ok", repetition=1, tuning=None, attempt=1):
+    run = Run(index, run_key(params, repetition), params, repetition)
+    outcome = Outcome(status, None if status == "ok" else "Boom: it broke", "x" * 32, 1.5, 1.4)
+    context = {"steps": [{"step": "from_model", "duration_s": 0.1},
+                         {"step": "autotune", "duration_s": tuning or 0.0}],
+               "stages": [{"stage": "select", "duration_s": 0.2},
+                          {"stage": "select", "duration_s": 0.4},
+                          {"stage": "profile", "duration_s": 1.0}],
+               "tuning": {"trials": 8, "num_tasks": 2, "errors": 0},
+               "evaluation": {"count": 3, "median_ms": median, "mean_ms": median * 1.1}}
+    return make_row(run, outcome, context if status == "ok" else None, attempt=attempt,
+                    started_at=0.0, commit="abc")
+
+
+def write_experiment(directory, rows):
+    experiment = Experiment(directory)
+    for row in rows:
+        experiment.record_started(Run(row["index"], row["run"], {}), row["attempt"],
+                                  row["run_id"], 1)
+        experiment.record_finished(row)
+    experiment.write_csvs()
+    return experiment
+
+
+def test_log_replay_skips_torn_lines_and_keeps_the_last_row(tmp_path):
+    experiment = Experiment(tmp_path)
+    first = fake_row(1, {"trials": 8}, 2.0, status="failed")
+    experiment.record_started(Run(1, first["run"], {}), 1, "a" * 32, 10)
+    experiment.record_finished(first)
+    with open(experiment.log_path, "a") as handle:
+        handle.write('{"event": "finished", "run": "torn", "row": {"sta')  # killed mid-write
+    retried = fake_row(1, {"trials": 8}, 2.0, attempt=2)
+    experiment.record_started(Run(1, first["run"], {}), 2, "b" * 32, 11)
+    experiment.record_finished(retried)
+    experiment.record_started(Run(2, "unfinished", {}), 1, "c" * 32, 12)
+    state = experiment.state()
+    assert set(state.rows) == {first["run"]} and state.rows[first["run"]]["attempt"] == 2
+    assert state.unfinished == {"unfinished"} and state.attempts["unfinished"] == 1
+    assert state.is_complete(first["run"]) and not state.is_complete("unfinished")
+
+
+def test_rows_carry_stage_means_and_evaluation(tmp_path):
+    row = fake_row(1, {"trials": 8, "target": {"kind": "llvm"}}, 2.0, tuning=5.0)
+    assert row["param:target"] == '{"kind":"llvm"}'  # mappings are JSON in a cell
+    assert row["select_mean_s"] == pytest.approx(0.3) and row["select_count"] == 2
+    assert row["profile_mean_s"] == 1.0 and row["build_mean_s"] is None
+    assert row["tuning_s"] == 5.0 and row["eval_median_ms"] == 2.0
+    assert row["overhead_s"] == pytest.approx(0.1)
+    frame = runs_frame([row])
+    assert list(frame.columns) == LEAD_COLUMNS + ["param:trials", "param:target"] + RESULT_COLUMNS
+
+
+def test_aggregate_means_over_repetitions_of_ok_runs():
+    rows = [fake_row(i, {"model": m, "trials": 8}, median, repetition=rep, tuning=tuning)
+            for i, (m, median, rep, tuning) in enumerate(
+                [("a", 1.0, 1, 10.0), ("a", 3.0, 2, 20.0), ("b", 5.0, 1, 30.0)], 1)]
+    rows.append(fake_row(4, {"model": "b", "trials": 8}, 0.0, status="failed", repetition=2))
+    result = aggregate(runs_frame(rows))
+    assert list(result["param:model"]) == ["a", "b"]
+    assert list(result["runs"]) == [2, 2] and list(result["failed"]) == [0, 1]
+    assert list(result["eval_median_ms"]) == [2.0, 5.0]  # the failed run counts for nothing
+    assert list(result["tuning_s"]) == [15.0, 30.0]
+    assert result["select_mean_s"].tolist() == pytest.approx([0.3, 0.3])
+    assert aggregate(runs_frame(rows), by=[])["runs"].tolist() == [4]
+    with pytest.raises(ValueError, match="cannot group by"):
+        aggregate(runs_frame(rows), by=["nope"])
+
+
+def test_report_prints_and_writes_the_aggregate(cli, tmp_path):
+    store = tmp_path / "store"
+    rows = [fake_row(1, {"model": "a"}, 1.0), fake_row(2, {"model": "b"}, 0.0, "failed")]
+    experiment = write_experiment(store / "superb" / "exp", rows)
+    experiment.aggregate_csv.unlink()
+    result = cli("report", "exp", "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "exp: 2 runs" in result.stdout
+    assert "failed #2" in result.stdout and "Boom: it broke" in result.stdout
+    assert len(pd.read_csv(experiment.aggregate_csv)) == 2
+    assert cli("report", tmp_path / "nowhere").exit_code == 2
+
+
+def test_compare_matches_runs_and_applies_the_noise_threshold(cli, tmp_path):
+    base = [fake_row(i, {"model": m}, v) for i, (m, v) in enumerate(
+        [("a", 10.0), ("b", 10.0), ("c", 10.0), ("d", 10.0)], 1)]
+    new = [fake_row(i, {"model": m}, v) for i, (m, v) in enumerate(
+        [("a", 10.3), ("b", 8.0), ("c", 12.0), ("e", 1.0)], 1)]
+    a = write_experiment(tmp_path / "a", base)
+    b = write_experiment(tmp_path / "b", new)
+    result = cli("compare", a.dir, b.dir, "--threshold", "0.05")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "+3.0%" in out and "-20.0%" in out and "+20.0%" in out
+    assert "1 higher, 1 lower, 1 same" in out
+    assert "unmatched: 1 only in A, 1 only in B" in out
+    assert cli("compare", a.dir, b.dir, "--metric", "nope").exit_code == 2

@@ -1,0 +1,95 @@
+"""superb as a real process: SIGKILLed mid-sweep, then started again with the same
+command, it skips finished runs, reruns the unfinished one, and ends with exactly one
+row per run. And Ctrl-C stops it cleanly with exit code 130."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+
+from superb_helpers import REPO, run_superb, superb_command, superb_env
+from simpletvm.store import read_json_lines
+
+
+def events(log, kind):
+    return [e for e in read_json_lines(log) if e.get("event") == kind]
+
+
+def wait_for(condition, process, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "superb did not get there in time"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:  # a zombie is not alive
+        return handle.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        name: killed
+        fixed: {{model: {tiny_onnx}, autotune: false, evaluate_warmup: 1}}
+        grid:
+          evaluate_repeat: [200, 201, 202, 203]
+    """)  # each run measures about a second
+    log = store / "superb" / "killed" / "log.jsonl"
+    process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
+                               env=superb_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        # kill it while the second run is in progress
+        wait_for(lambda: len(events(log, "started")) >= 2 and len(events(log, "finished")) == 1,
+                 process)
+        process.kill()
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    started = events(log, "started")
+    assert len(events(log, "finished")) == 1
+    orphan = started[-1]["pid"]
+    deadline = time.monotonic() + 10
+    while alive(orphan) and time.monotonic() < deadline:  # the run dies with superb
+        time.sleep(0.1)
+    assert not alive(orphan), "the killed sweep left its run's process behind"
+
+    result = run_superb("run", grid, "--store", store)
+    assert result.returncode == 0, result.stderr
+    assert "3 ran now, 1 done before" in result.stdout
+    runs = pd.read_csv(store / "superb" / "killed" / "runs.csv")
+    assert list(runs["param:evaluate_repeat"]) == [200, 201, 202, 203]
+    assert runs["run"].is_unique and set(runs["status"]) == {"ok"}
+    assert list(runs["attempt"]) == [1, 2, 1, 1]  # the killed run ran again
+    assert len(events(log, "finished")) == 4
+
+
+def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        name: interrupted
+        fixed: {{model: {tiny_onnx}, autotune: false}}
+        grid: {{evaluate_repeat: [100000, 2]}}
+    """)
+    log = store / "superb" / "interrupted" / "log.jsonl"
+    process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
+                               env=superb_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(events(log, "started")) == 1, process)
+    run_pid = events(log, "started")[0]["pid"]
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "interrupted" in stderr and "resume" in stderr
+    assert not alive(run_pid)
+    assert events(log, "finished") == []
