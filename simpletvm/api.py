@@ -7,6 +7,7 @@ is enforced: a step called before the one it needs raises a FlowError naming it.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -107,29 +108,43 @@ class SimpleTVM:
             trials=trials, total_trials=total_trials, timeout=timeout, batch_size=batch_size,
             transfer_learning=transfer_learning, early_stopping=early_stopping,
             search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search)
-        from .tuning.job import TuningJob
-
         with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
             self.context.record_parameters("autotune", **options.to_dict())
             device_key = self.context.device_key or tracker.key
-            job = TuningJob(
-                self._fused, self.target, options,
-                run_records=RecordStore(self.store.run_database_dir(self.context.run_id)),
-                global_records=RecordStore(self.store.global_database_dir),
-                best_records=RecordStore(self.store.best_database_dir),
-                runner=self._rpc_runner(options, tracker.address, device_key),
-                device_resource=f"device:{device_key}",
-                context=self.context,
-                num_threads=self.context.num_threads,
-                run_id=self.context.run_id,
-            )
-            self.context.model["num_tasks"] = len(job.tasks)
+            job = self.tuning_job(options, tracker.address, device_key)
             job.run()
-            self.tuning_summary = job.summary()
-            self.context.tuning = {**self.tuning_summary, "rpc_tracker": list(tracker.address),
-                                   "device_key": device_key}
+            self.record_tuning(job, tracker.address, device_key)
             step["trials"] = job.trials
         return self
+
+    def tuning_job(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
+        """The TuningJob autotune() runs, profiling on ``device_key`` servers of
+        ``tracker``; a scheduler drives the same job stage by stage instead."""
+        if self.model is None:
+            raise FlowError("tuning_job() needs a model: call from_model() first")
+        from .rpc import require_servers
+        from .tuning.job import TuningJob
+
+        job = TuningJob(
+            self._fused, self.target, options,
+            run_records=RecordStore(self.store.run_database_dir(self.context.run_id)),
+            global_records=RecordStore(self.store.global_database_dir),
+            best_records=RecordStore(self.store.best_database_dir),
+            runner=self._rpc_runner(options, tracker, device_key),
+            device_resource=f"device:{device_key}",
+            device_check=partial(require_servers, *tracker, device_key),
+            context=self.context,
+            num_threads=self.context.num_threads,
+            run_id=self.context.run_id,
+        )
+        self.context.model["num_tasks"] = len(job.tasks)
+        return job
+
+    def record_tuning(self, job, tracker: tuple[str, int], device_key: str) -> None:
+        """Keep a finished job's summary here and in the context."""
+        self.tuning_summary = job.summary()
+        self.context.tuning = {**self.tuning_summary, "rpc_tracker": list(tracker),
+                               "device_key": device_key}
 
     def build(self, records: str | None = "global") -> "SimpleTVM":
         """Compile the model, applying tuning records.

@@ -38,6 +38,22 @@ def tracker_summary(host: str, port: int) -> dict:
         client.close()
 
 
+def registered_servers(host: str, port: int, key: str) -> int:
+    """How many servers of ``key`` are connected to the tracker, free or busy."""
+    servers = tracker_summary(host, port).get("server_info", [])
+    return sum(1 for server in servers if server.get("key") == f"server:{key}")
+
+
+def require_servers(host: str, port: int, key: str) -> None:
+    """Raise a clear error when no server of ``key`` is alive at the tracker: profiling
+    would otherwise wait for one forever."""
+    if registered_servers(host, port, key) == 0:
+        raise SimpleTVMError(
+            f"no RPC server with device key {key!r} is registered at {host}:{port}: "
+            f"it stopped or was never started; start one with `python -m tvm.exec.rpc_server "
+            f"--tracker {host}:{port} --key {key}` (or `superb server`) and run again")
+
+
 def free_servers(host: str, port: int, key: str) -> int:
     """How many servers of ``key`` the tracker can hand out now."""
     queue = tracker_summary(host, port).get("queue_info", {}).get(key, {})
@@ -68,13 +84,7 @@ class RemoteTracker:
         return self.host, int(self.port)
 
     def __enter__(self) -> "RemoteTracker":
-        summary = tracker_summary(self.host, self.port)
-        if self.key not in summary.get("queue_info", {}):
-            raise SimpleTVMError(
-                f"no RPC server with device key {self.key!r} is registered at "
-                f"{self.host}:{self.port} (keys there: {sorted(summary.get('queue_info', {}))}): "
-                f"start one with `python -m tvm.exec.rpc_server --tracker "
-                f"{self.host}:{self.port} --key {self.key}`")
+        require_servers(self.host, self.port, self.key)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -137,6 +147,11 @@ class LocalRPC:
                         silent=True)
         self._servers.append(server)
         return server
+
+    @property
+    def server_handles(self) -> list:
+        """The servers started so far (``terminate()`` stops one)."""
+        return list(self._servers)
 
     def stop(self) -> None:
         for server in self._servers:

@@ -13,7 +13,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..targets import ResolvedTarget, load_tensor_intrinsics
 from .options import TuningOptions
@@ -59,6 +59,8 @@ class TuningJob:
         best_records: the best-records database updated at finalization (None: skip).
         runner: a MetaSchedule runner for the profile stage (default: local device).
         device_resource: the name of the resource profiling uses.
+        device_check: called before each profile stage; raises when the device is gone
+            (the stage then fails and can be run again once a device is back).
         context: a BenchmarkingContext that receives every stage's timing.
     """
 
@@ -73,6 +75,7 @@ class TuningJob:
         best_records: RecordStore | None = None,
         runner=None,
         device_resource: str = "device:local",
+        device_check: Callable[[], None] | None = None,
         context=None,
         num_threads: int | None = None,
         run_id: str | None = None,
@@ -88,6 +91,7 @@ class TuningJob:
         self.global_records = global_records
         self.best_records = best_records
         self.device_resource = device_resource
+        self.device_check = device_check
         self.context = context
         self.run_id = run_id
         self._tvm_target = target.tvm_target()
@@ -220,6 +224,8 @@ class TuningJob:
     def _profile(self) -> dict[str, Any]:
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
+        if self.device_check is not None:
+            self.device_check()
         runner = self._ensure_runner()
         built = [(i, r) for i, r in enumerate(self._build_results) if r.artifact_path]
         futures = runner.run([

@@ -49,3 +49,36 @@ def test_unreachable_tracker_is_a_clear_error(store, tiny_onnx):
     with pytest.raises(SimpleTVMError, match="cannot reach the RPC tracker at 127.0.0.1:1"):
         stvm.autotune(**FAST)
     assert ctx.steps[-1]["status"] == "error"
+
+
+def test_a_dead_server_fails_the_profile_stage_which_reruns_on_a_new_server(store, tiny_onnx):
+    import time
+    from functools import partial
+
+    from simpletvm.rpc import registered_servers, require_servers, wait_for_servers
+    from simpletvm.tuning import RecordStore, TuningJob, TuningOptions
+
+    with LocalRPC(["flaky"], servers=1) as local:
+        ctx = BenchmarkingContext("cpu", device_key="flaky", store=store)
+        stvm = SimpleTVM(ctx, rpc_tracker=local.address).from_model(tiny_onnx)
+        options = TuningOptions(**FAST)
+        job = TuningJob(stvm._fused, stvm.target, options,
+                        run_records=RecordStore(tmp_records := store / "records"),
+                        runner=stvm._rpc_runner(options, local.address, "flaky"),
+                        device_resource="device:flaky",
+                        device_check=partial(require_servers, *local.address, "flaky"))
+        while job.next_stage().kind != "profile":
+            job.run_stage()
+        local.server_handles[0].terminate()
+        deadline = time.monotonic() + 30
+        while registered_servers(*local.address, "flaky"):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        with pytest.raises(SimpleTVMError, match="no RPC server with device key 'flaky'"):
+            job.run_stage()
+        assert job.next_stage().kind == "profile"  # nothing lost: the stage can run again
+        local.add_server("flaky")
+        wait_for_servers(*local.address, "flaky", 1)
+        job.run()
+        assert job.is_complete() and job.summary()["errors"] == 0
+        assert len(RecordStore(tmp_records)) == job.trials > 0

@@ -120,3 +120,18 @@ def test_global_trial_budget_caps_the_job(tuned, tmp_path):
 def test_bad_tuning_options_are_named(tuned, kwargs, message):
     with pytest.raises(ValueError, match=message):
         tuned["stvm"].autotune(**kwargs)
+
+
+def test_candidates_that_fail_to_build_are_recorded_and_the_job_goes_on(tuned, tmp_path):
+    stvm = tuned["stvm"]
+    options = TuningOptions(trials=2, batch_size=2, build_timeout=0.001,
+                            transfer_learning=False, seed=4, **FAST_SEARCH)
+    job = TuningJob(stvm._fused, stvm.target, options, run_records=RecordStore(tmp_path / "r"),
+                    context=stvm.context)
+    job.run()
+    summary = job.summary()
+    assert job.is_complete() and summary["trials"] >= 5
+    assert summary["errors"] == summary["trials"]  # every candidate timed out building
+    assert len(RecordStore(tmp_path / "r")) == 0
+    builds = [s for s in stvm.context.stages[-4 * len(job.tasks):] if s["stage"] == "build"]
+    assert builds and all(s["errors"] == s["batch_size"] for s in builds)

@@ -1,0 +1,74 @@
+"""The adapter that lets the scheduler drive SimpleTVM's TuningJob.
+
+The rest of the scheduler knows nothing of TVM; this module imports simpletvm only
+inside the worker process that builds the job, from a picklable :class:`TuningJobSpec`.
+Each job profiles through the RPC tracker on servers of its device key; with one server
+per device resource, the scheduler's exclusive device use means the tracker always has
+a free server when a profile stage starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.base import CLIENT, Job, Stage, StageResult
+
+
+@dataclass(frozen=True)
+class TuningJobSpec:
+    """Everything needed to build one tuning job where it will run (a JobFactory)."""
+
+    job_id: str
+    model: str
+    tracker: tuple[str, int]
+    device_key: str
+    target: str = "cpu"
+    store: str | None = None
+    run_id: str | None = None
+    model_options: dict[str, Any] = field(default_factory=dict)
+    tuning: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> Job:
+        return TuningJobAdapter(self)
+
+
+class TuningJobAdapter(Job):
+    """A TuningJob seen through the scheduler's Job interface.
+
+    When the last stage has run, the job's records are merged into the global database
+    and the run's BenchmarkingContext is saved.
+    """
+
+    def __init__(self, spec: TuningJobSpec) -> None:
+        from simpletvm import BenchmarkingContext, SimpleTVM
+        from simpletvm.tuning import TuningOptions
+
+        self.spec = spec
+        context = BenchmarkingContext(spec.target, device_key=spec.device_key,
+                                      store=spec.store, run_id=spec.run_id)
+        self.simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
+            spec.model, **spec.model_options)
+        self.tuning = self.simpletvm.tuning_job(TuningOptions(**spec.tuning), spec.tracker,
+                                                spec.device_key)
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    def next_stage(self) -> Stage | None:
+        spec = self.tuning.next_stage()
+        if spec is None:
+            return None
+        role = CLIENT if spec.resource == CLIENT else spec.resource
+        return Stage(spec.kind, role, spec.task, spec.iteration)
+
+    def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
+        ran = self.tuning.run_stage()
+        if (ran.kind, ran.task, ran.iteration) != (stage.kind, stage.task, stage.iteration):
+            return StageResult("error", f"ran {ran} but the scheduler asked for {stage}")
+        if self.tuning.is_complete():
+            self.tuning.finalize()
+            self.simpletvm.record_tuning(self.tuning, self.spec.tracker, self.spec.device_key)
+            self.simpletvm.context.save()
+        return StageResult()

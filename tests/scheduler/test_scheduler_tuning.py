@@ -1,0 +1,41 @@
+"""Real TuningJobs interleaved by the scheduler, each in its own worker process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from scheduler import Scheduler, client, devices
+from scheduler.tuning import TuningJobSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simpletvm"))
+from model_factories import make_tiny_cnn_onnx  # noqa: E402
+
+FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
+        "transfer_learning": False}
+
+
+def test_two_tuning_jobs_interleave_without_overlapping_profiles(tmp_path):
+    from simpletvm.rpc import LocalRPC
+
+    model = str(make_tiny_cnn_onnx(tmp_path / "tiny.onnx"))
+    store = str(tmp_path / "store")
+    with LocalRPC(["sched-cpu"], servers=1) as rpc:
+        specs = [TuningJobSpec(f"job{i}", model, rpc.address, "sched-cpu", store=store,
+                               run_id=f"{i}" * 32, tuning=FAST) for i in range(2)]
+        with Scheduler([client(), *devices("sched-cpu", 1)], policy="round-robin") as scheduler:
+            for spec in specs:
+                scheduler.submit(spec)
+            trace = scheduler.run()
+    assert not trace.failed, {j: o for j, o in trace.jobs.items()}
+    assert trace.overlaps() == []
+    for spec in specs:
+        kinds = [r.stage for r in trace.records if r.job == spec.job_id]
+        assert kinds[:4] == ["select", "build", "profile", "update"]
+        context = json.loads((tmp_path / "store" / "runs" / spec.run_id / "context.json")
+                             .read_text())
+        assert context["tuning"]["trials"] >= 5 and context["tuning"]["errors"] == 0
+    # the jobs really shared the resources: one job's stage started while the other's ran
+    intervals = sorted((r.start, r.end, r.job) for r in trace.records)
+    assert any(a[2] != b[2] and b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
