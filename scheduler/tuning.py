@@ -26,6 +26,7 @@ class TuningJobSpec:
     target: str = "cpu"
     store: str | None = None
     run_id: str | None = None
+    context_options: dict[str, Any] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
     tuning: dict[str, Any] = field(default_factory=dict)
 
@@ -46,7 +47,8 @@ class TuningJobAdapter(Job):
 
         self.spec = spec
         context = BenchmarkingContext(spec.target, device_key=spec.device_key,
-                                      store=spec.store, run_id=spec.run_id)
+                                      store=spec.store, run_id=spec.run_id,
+                                      **spec.context_options)
         self.simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
             spec.model, **spec.model_options)
         self.tuning = self.simpletvm.tuning_job(TuningOptions(**spec.tuning), spec.tracker,
@@ -69,6 +71,11 @@ class TuningJobAdapter(Job):
             return StageResult("error", f"ran {ran} but the scheduler asked for {stage}")
         if self.tuning.is_complete():
             self.tuning.finalize()
+            stages = self.simpletvm.context.stages
+            self.simpletvm.context.steps.append({  # the job's span under the scheduler
+                "step": "autotune", "status": "ok", "scheduled": True,
+                "start": stages[0]["start"], "end": stages[-1]["end"],
+                "duration_s": stages[-1]["end"] - stages[0]["start"]})
             self.simpletvm.record_tuning(self.tuning, self.spec.tracker, self.spec.device_key)
             self.simpletvm.context.save()
         return StageResult()

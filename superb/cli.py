@@ -19,6 +19,9 @@ import typer
 
 from .grid import GridError
 
+POLICY_NAMES = {"interleaved": "round-robin", "sequential": "sequential",
+                "predictive": "predictive"}
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -128,7 +131,11 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
                                                     help="stop a run that takes longer"),
         plain: Optional[bool] = typer.Option(None, "--plain/--live", show_default=False,
                                              help="progress as plain lines / live display "
-                                             "(default: live on a terminal)")):
+                                             "(default: live on a terminal)"),
+        jobs: int = typer.Option(1, min=1, help="tune this many runs at once through the "
+                                 "scheduler (builds and evaluations stay one at a time)"),
+        policy: str = typer.Option("interleaved", help="scheduling policy with --jobs: "
+                                   "interleaved, sequential or predictive")):
     """Run every combination of GRID, one after another, each in its own process.
 
     Runs already recorded in the experiment are skipped, so the same command resumes a
@@ -136,6 +143,9 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
     from .runner import IsolatedRunner
 
     address = _parse_tracker(tracker)
+    if policy not in POLICY_NAMES:
+        raise _bad_input([f"--policy {policy!r} is unknown: choose one of "
+                          f"{', '.join(POLICY_NAMES)}"])
     runner = IsolatedRunner().warm_up()  # TVM loads in the fork server during the checks
     the_plan = _load_plan(grid, param, check=True, tracker=address)
     from .progress import make_progress
@@ -148,6 +158,7 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
             summary = run_sweep(
                 the_plan, store=store, tracker=address, fail_fast=fail_fast,
                 retry_failed=retry_failed, run_timeout=run_timeout, runner=runner,
+                jobs=jobs, policy=POLICY_NAMES[policy],
                 progress_factory=lambda total, done, kinds: _announce(
                     make_progress(console, total, done, kinds, plain), the_plan, done))
     except ExperimentBusy as error:

@@ -33,9 +33,14 @@ class SweepSummary:
 def run_sweep(plan: Plan, *, store: str | Path | None = None,
               tracker: tuple[str, int] | None = None, fail_fast: bool = False,
               retry_failed: bool = False, run_timeout: float | None = None,
-              progress_factory: Callable | None = None, runner=None) -> SweepSummary:
+              progress_factory: Callable | None = None, runner=None, jobs: int = 1,
+              policy: str = "round-robin") -> SweepSummary:
     """Run what is left of ``plan``; KeyboardInterrupt stops the current run and
-    propagates (the same command resumes). Failures are in the summary, never raised."""
+    propagates (the same command resumes). Failures are in the summary, never raised.
+
+    With ``jobs`` > 1, the tuning of up to ``jobs`` runs at a time goes through the
+    scheduler (``policy``), which interleaves their stages and never lets two profile on
+    one device; each run's build and evaluation then run one after another as usual."""
     from simpletvm.store import RunStore
 
     from .infra import LocalInfrastructure
@@ -68,8 +73,12 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
             (progress_factory or QuietProgress)(len(plan.runs), summary.skipped, kinds))
         sweep = _Sweep(plan, experiment, runner, progress, state, tracker, run_store.root,
                        project_commit(), run_timeout)
+        pretuned: dict[str, str] = {}
         for number, run in enumerate(pending):
-            row = sweep.run(run)
+            if jobs > 1 and run.tuned and run.key not in pretuned:
+                batch = [r for r in pending[number:] if r.tuned][:jobs]
+                pretuned.update(sweep.tune_together(batch, policy))
+            row = sweep.run(run, pretuned.get(run.key))
             summary.ran += 1
             if row["status"] != "ok":
                 summary.failures.append(row)
@@ -93,14 +102,46 @@ class _Sweep:
     commit: str | None
     run_timeout: float | None
 
-    def run(self, run: Run) -> dict[str, Any]:
+    def tune_together(self, runs: list[Run], policy: str) -> dict[str, str]:
+        """Tune ``runs`` through the scheduler; returns {run key: run id} of the runs
+        whose tuning finished (the others tune again in their own run)."""
+        from scheduler import Scheduler, client, device
+        from scheduler.tuning import TuningJobSpec
+        from simpletvm.context import new_run_id
+
+        from .grid import calls_for
+
+        specs = {}
+        for run in runs:
+            params = self.plan.resolved_params(run)
+            calls = calls_for(params)
+            context, model = dict(calls["context"]), dict(calls["from_model"])
+            specs[run.key] = TuningJobSpec(
+                run.key, model.pop("source"), tuple(self.tracker), device_key(params),
+                target=context.pop("target"), store=str(self.store_root), run_id=new_run_id(),
+                context_options=context, model_options=model, tuning=calls["autotune"])
+        keys = sorted({spec.device_key for spec in specs.values()})
+        self.progress.message(f"tuning {len(runs)} runs together ({policy}): "
+                              + ", ".join(specs))
+        with Scheduler([client(), *(device(key, key) for key in keys)], policy=policy,
+                       backend="processes") as scheduler:
+            for spec in specs.values():
+                scheduler.submit(spec)
+            trace = scheduler.run()
+        name = f"trace-{min(specs)}"
+        trace.to_csv(self.experiment.dir / f"{name}.csv")
+        trace.gantt_png(self.experiment.dir / f"{name}.png")
+        return {key: specs[key].run_id for key in specs if key not in trace.failed}
+
+    def run(self, run: Run, pretuned_run_id: str | None = None) -> dict[str, Any]:
         """Run one combination in its own process and record its row."""
         from simpletvm.context import new_run_id
 
         attempt = self.state.attempts.get(run.key, 0) + 1
-        run_id = new_run_id()
+        run_id = pretuned_run_id or new_run_id()
         params = self.plan.resolved_params(run)
         spec = {"key": run.key, "attempt": attempt, "run_id": run_id, "params": params,
+                "pretuned": pretuned_run_id is not None,
                 "store": str(self.store_root),
                 "rpc_tracker": list(self.tracker) if self.tracker else None,
                 "device_key": device_key(params), "log": str(self.experiment.log_file(run))}

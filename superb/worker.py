@@ -60,6 +60,9 @@ def execute(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     ctx = ReportingContext(context.pop("target"), emit=emit, store=spec["store"],
                            run_id=spec["run_id"], **context)
     tuning = calls["autotune"]
+    if spec.get("pretuned"):  # the scheduler already tuned it under this run id
+        _adopt_saved_context(ctx)
+        tuning = None
     if tuning is not None:
         expected = tuning.get("trials", 64)
         emit({"type": "tuning", "trials_per_task": expected,
@@ -72,6 +75,8 @@ def execute(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
         stvm = SimpleTVM(ctx, rpc_tracker=tuple(tracker) if tuning is not None and tracker
                          else None)
         stvm.from_model(**calls["from_model"])
+        if spec.get("pretuned"):
+            ctx.model["num_tasks"] = ctx.tuning.get("num_tasks")
         if tuning is not None:
             stvm.autotune(**tuning)
         stvm.build(**calls["build"])
@@ -86,6 +91,14 @@ def execute(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
         result["context_path"] = str(ctx.save())
         result["simpletvm_s"] = time.time() - started
     return result
+
+
+def _adopt_saved_context(ctx: BenchmarkingContext) -> None:
+    """Continue the context the scheduler's tuning job saved: its steps, stages and
+    tuning summary belong to this run's row."""
+    saved = BenchmarkingContext.load(ctx.run_id, store=ctx.store)
+    ctx.steps = [step for step in saved.steps if step["step"] == "autotune"]
+    ctx.stages, ctx.tuning, ctx.parameters = saved.stages, saved.tuning, saved.parameters
 
 
 def child_main(spec: dict[str, Any], conn) -> None:

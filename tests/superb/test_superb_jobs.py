@@ -1,0 +1,42 @@
+"""superb run --jobs: tuning of several runs interleaved by the scheduler."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from scheduler import Trace
+from superb.results import Experiment
+
+
+def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store,
+                                                              tiny_onnx):
+    grid = write_grid(f"""
+        name: together
+        fixed: {{model: {tiny_onnx}, trials: 4, batch_size: 4, population: 32,
+                 genetic_iterations: 1, transfer_learning: false, evaluate_repeat: 5}}
+        grid:
+          seed: [0, 1]
+    """)
+    result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "interleaved")
+    assert result.exit_code == 0, result.output
+    assert "tuning 2 runs together (round-robin)" in result.stdout
+    experiment = Experiment(store / "superb" / "together")
+    runs = pd.read_csv(experiment.runs_csv)
+    assert list(runs["status"]) == ["ok", "ok"]
+    assert (runs["trials"] >= 5).all() and (runs["tuning_s"] > 0).all()
+    assert (runs["profile_count"] > 0).all() and (runs["eval_median_ms"] > 0).all()
+    traces = sorted(experiment.dir.glob("trace-*.csv"))
+    assert len(traces) == 1 and traces[0].with_suffix(".png").stat().st_size > 0
+    trace = Trace.from_csv(traces[0])
+    assert trace.overlaps() == []
+    assert {r.job for r in trace.records} == set(runs["run"])
+
+
+def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        fixed: {{model: {tiny_onnx}}}
+        grid: {{trials: [4]}}
+    """)
+    result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "fastest")
+    assert result.exit_code == 2
+    assert "--policy 'fastest' is unknown" in result.stderr
