@@ -83,12 +83,15 @@ class RecordStore:
         return len(lines)
 
     def append_rows(self, workload_rows: list[dict], record_rows: list[dict]) -> None:
-        """Copy raw rows from another store (merging), skipping known workloads."""
+        """Copy raw rows from another store (merging), skipping workloads and records it
+        already holds, so merging the same run twice adds nothing."""
         with file_lock(self.directory / "merge"):
             known = self.workload_keys()
             append_lines(self.workloads_path,
                          [json.dumps(row) for row in workload_rows if row["workload"] not in known])
-            append_lines(self.records_path, [json.dumps(row) for row in record_rows])
+            held = {_record_identity(row) for row in self.rows()}
+            append_lines(self.records_path, [json.dumps(row) for row in record_rows
+                                             if _record_identity(row) not in held])
 
     def merge_into(self, other: "RecordStore") -> int:
         """Append all of this store's records to ``other`` (finalization of a job)."""
@@ -148,6 +151,10 @@ class RecordStore:
             except Exception:  # noqa: BLE001
                 continue
         return database
+
+
+def _record_identity(row: dict) -> str:
+    return json.dumps([row["workload"], row["record"]], sort_keys=True)
 
 
 def _mean(run_secs: Any) -> float | None:

@@ -75,6 +75,15 @@ def test_concurrent_merges_into_one_record_store(tmp_path):
     assert len(read_json_lines(store.workloads_path)) == 3  # no duplicated workloads
 
 
+def test_merging_the_same_records_twice_adds_nothing(tmp_path):
+    run, shared = RecordStore(tmp_path / "run"), RecordStore(tmp_path / "global")
+    run.append_rows([{"workload": "w", "json": ["0", "{}"]}],
+                    [{"workload": "w", "record": [i], "target_key": "llvm//", "latency_s": 1.0}
+                     for i in range(3)])
+    assert run.merge_into(shared) == 3 and run.merge_into(shared) == 3
+    assert len(shared) == 3 and len(read_json_lines(shared.workloads_path)) == 1
+
+
 def test_torn_last_line_is_skipped_and_not_glued_to_the_next(tmp_path):
     path = tmp_path / "records.jsonl"
     append_lines(path, [json.dumps({"n": 1})])
