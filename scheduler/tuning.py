@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.base import Job, Stage, StageResult
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,7 @@ class TuningJobAdapter(Job):
         spec = self.tuning.next_stage()
         if spec is None:
             return None
-        role = CLIENT if spec.resource == CLIENT else spec.resource
-        return Stage(spec.kind, role, spec.task, spec.iteration)
+        return Stage(spec.kind, spec.resource, spec.task, spec.iteration)
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
         ran = self.tuning.run_stage()

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from .errors import RunNotFoundError
 from .hostinfo import host_facts, library_versions
-from .store import RunStore, atomic_write_json
+from .store import HOME_ENV, RunStore, atomic_write_json
 
 SCHEMA_VERSION = 1
 
@@ -211,7 +211,7 @@ class BenchmarkingContext:
         if not path.exists():
             raise RunNotFoundError(
                 f"no saved context at {path}: check the run id, or pass the store root "
-                f"the run was saved under (store=..., or ${'SIMPLETVM_HOME'})"
+                f"the run was saved under (store=..., or ${HOME_ENV})"
             )
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle), store=store)

@@ -10,6 +10,7 @@ order (``SimpleTVM.autotune``) and a scheduler can interleave the stages of many
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ class TuningJob:
         self.progress = [TaskProgress(t.task_name, int(t.weight)) for t in self.tasks]
         # records this run measured before it was stopped: counted, never re-measured
         self._measured_before = Counter(row["workload"] for row in run_records.rows())
-        self._database = self._initial_database(ms)
+        self._database = self._initial_database()
         self._cost_model = (
             ms.cost_model.XGBModel(
                 extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True)
@@ -211,7 +212,7 @@ class TuningJob:
 
             self._builder = PersistentBuilder(
                 self.target.kind,
-                max_workers=min(self.options.resolved_batch_size(), _cpu_count()),
+                max_workers=min(self.options.resolved_batch_size(), os.cpu_count() or 1),
                 timeout_sec=self.options.build_timeout,
             )
         self._build_results = self._builder.build(
@@ -276,18 +277,14 @@ class TuningJob:
         return {"batch_size": len(measured)}
 
     # ---- helpers --------------------------------------------------------------------
-    def _initial_database(self, ms):
+    def _initial_database(self):
         """What the search starts from: this run's records (resume) and, with transfer
-        learning, the global database's records for the same workloads and target."""
-        database = ms.database.MemoryDatabase()
-        sources = [self.run_records]
+        learning, the global database's records for the same target."""
+        from tvm.s_tir import meta_schedule as ms
+
+        database = self.run_records.to_database(self._tvm_target, ms.database.MemoryDatabase())
         if self.options.transfer_learning and self.global_records is not None:
-            sources.append(self.global_records)
-        for source in sources:
-            for record in source.to_database(self._tvm_target).get_all_tuning_records():
-                workload = database.commit_workload(record.workload.mod)
-                database.commit_tuning_record(ms.database.TuningRecord(
-                    record.trace, workload, record.run_secs, record.target, record.args_info))
+            self.global_records.to_database(self._tvm_target, database)
         return database
 
     def _skip_done_tasks(self) -> None:
@@ -382,9 +379,3 @@ class TuningJob:
 def _mean_seconds(run_secs) -> float | None:
     values = [float(v) for v in (run_secs or [])]
     return sum(values) / len(values) if values else None
-
-
-def _cpu_count() -> int:
-    import os
-
-    return os.cpu_count() or 1

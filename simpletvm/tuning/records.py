@@ -35,6 +35,7 @@ class RecordStore:
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
+        self._workloads_written: set[str] = set()
 
     @property
     def workloads_path(self) -> Path:
@@ -65,9 +66,10 @@ class RecordStore:
         """Add measured records of one workload (a ``ms.database.Workload``)."""
         workload_json = workload.as_json()
         key = str(workload_json[0])
-        if key not in self.workload_keys():
+        if key not in self._workloads_written and key not in self.workload_keys():
             append_lines(self.workloads_path,
                          [json.dumps({"workload": key, "json": list(workload_json)})])
+        self._workloads_written.add(key)
         lines = []
         for record in records:
             record_json = record.as_json()
@@ -122,14 +124,13 @@ class RecordStore:
         other.append_rows(workloads, list(mine.values()))
         return len(mine)
 
-    def to_database(self, target: Any = None, workload_filter: set[str] | None = None):
-        """A MetaSchedule MemoryDatabase holding the (matching) records."""
+    def to_database(self, target: Any = None, database=None):
+        """A MetaSchedule MemoryDatabase holding the (matching) records; pass
+        ``database`` to add them to one that exists."""
         from tvm.s_tir import meta_schedule as ms
 
-        database = ms.database.MemoryDatabase()
-        rows = self.rows(target)
-        if workload_filter is not None:
-            rows = [row for row in rows if row["workload"] in workload_filter]
+        database = database if database is not None else ms.database.MemoryDatabase()
+        rows = [row for row in self.rows(target) if row.get("latency_s") is not None]
         if not rows:
             return database
         needed = {row["workload"] for row in rows}
@@ -143,7 +144,7 @@ class RecordStore:
                 workloads[row["workload"]] = database.commit_workload(workload.mod)
         for row in rows:
             workload = workloads.get(row["workload"])
-            if workload is None or row.get("latency_s") is None:
+            if workload is None:
                 continue
             try:
                 database.commit_tuning_record(
