@@ -5,7 +5,7 @@ Only light standard-library modules load here; matplotlib and pandas load in the
 trace functions that draw or tabulate.
 """
 
-from scheduler.backends import Backend, InProcessBackend, ProcessBackend, get_backend
+from scheduler.backends import Backend, InProcessBackend, ProcessBackend, RayBackend, get_backend
 from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
 from scheduler.loop import Scheduler
 from scheduler.policies import POLICIES, Policy, Start, get_policy
@@ -24,6 +24,7 @@ __all__ = [
     "JobStatus",
     "Policy",
     "ProcessBackend",
+    "RayBackend",
     "Resource",
     "Scheduler",
     "Stage",

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
 
-from scheduler.backends import Backend, get_backend
+from scheduler.backends import Backend, WorkerDied, get_backend
 from scheduler.base import Job, JobFactory, Resource
 from scheduler.policies import Policy, Start, get_policy
 from scheduler.resources import ResourcePool
@@ -20,6 +20,8 @@ from scheduler.trace import JobOutcome, StageRecord, Trace
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BrokenProcessPool):
         return f"worker process died ({type(exc).__name__}: {exc})"
+    if isinstance(exc, WorkerDied):
+        return f"worker process died ({exc})"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -42,8 +44,13 @@ class Scheduler:
         max_consecutive_failures: int = 3,
     ) -> None:
         self.policy = get_policy(policy)
-        self.backend = get_backend(backend)
         self.state = State(ResourcePool(resources, max_consecutive_failures))
+        self.backend = get_backend(backend)
+        try:
+            self.backend.bind(list(self.state.pool.resources.values()))
+        except BaseException:
+            self.backend.close()
+            raise
         self._lock = threading.Lock()
         self._submitted: list[tuple[str, Job | JobFactory]] = []
         self._ids: set[str] = set()

@@ -190,19 +190,29 @@ class Trace:
         return pandas.DataFrame([asdict(r) for r in self.records], columns=_COLUMNS)
 
     def gantt_png(self, path: str | os.PathLike[str], title: str | None = None) -> None:
-        """Draw one row per resource, bars coloured by job and labelled by stage (thesis Fig. 8/10)."""
-        from matplotlib import colormaps
+        """Write the Gantt chart of ``draw_gantt`` as a PNG file."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+
+        names = [r.name for r in self.resources] or sorted({r.resource for r in self.records})
+        figure = Figure(figsize=(12, 1.0 + 0.6 * len(names)))
+        FigureCanvasAgg(figure)
+        self.draw_gantt(figure.add_subplot(), title)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=100)
+        _atomic_write(path, buffer.getvalue())
+
+    def draw_gantt(self, axes, title: str | None = None) -> None:
+        """Draw on matplotlib ``axes`` one row per resource, bars coloured by job and
+        labelled by stage (thesis Fig. 8/10); notebooks draw it next to other plots."""
+        from matplotlib import colormaps
         from matplotlib.patches import Patch
 
         names = [r.name for r in self.resources] or sorted({r.resource for r in self.records})
         jobs = list(dict.fromkeys(r.job for r in self.records))
         cmap = colormaps["tab20" if len(jobs) > 10 else "tab10"]
         colour = {job: cmap(i % cmap.N) for i, job in enumerate(jobs)}
-        figure = Figure(figsize=(12, 1.0 + 0.6 * len(names)))
-        FigureCanvasAgg(figure)
-        axes = figure.add_subplot()
         span = self.makespan or 1.0
         for row, name in enumerate(names):
             for record in (r for r in self.records if r.resource == name):
@@ -222,10 +232,6 @@ class Trace:
         if len(jobs) <= 20:
             axes.legend(handles=[Patch(color=colour[j], label=j) for j in jobs],
                         loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=100)
-        _atomic_write(path, buffer.getvalue())
 
 
 def _parse_record(row: dict[str, str]) -> StageRecord:

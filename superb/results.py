@@ -1,10 +1,12 @@
-"""An experiment's records: the append-only run log, runs.csv and aggregate.csv.
+"""An experiment's records: the append-only run log, runs.csv, aggregate.csv, and the
+per-execution stages.csv and curves.csv.
 
 The log (``log.jsonl``) is the truth: a ``started`` line when a run begins and a
 ``finished`` line with its row when it ends, appended under a lock. Replaying it after a
 restart tells which runs are complete (skip), which started but never finished (rerun),
-and the CSVs are rebuilt from it with one row per run key, so nothing is duplicated or
-lost whenever superb was killed.
+and the CSVs are rebuilt from it with one row per run key (stages.csv and curves.csv from
+the context.json its rows name), so nothing is duplicated or lost whenever superb was
+killed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ RESULT_COLUMNS = (
 # aggregate.csv: per parameter combination, means over the ok runs
 AGGREGATE_MEANS = (["tuning_s"] + [f"{stage}_mean_s" for stage in STAGES]
                    + ["trials", "eval_mean_ms", "eval_median_ms", "eval_p90_ms"])
+# stages.csv and curves.csv: the run's key, then one row per tuning stage execution of
+# the run (start, end: Unix time), or per point of its curve (simpletvm.tuning.curve)
+RUN_KEY_COLUMNS = ["run", "run_id"]
+STAGE_FIELDS = ["task", "task_name", "iteration", "stage", "resource", "start", "end",
+                "duration_s"]
 
 
 class ExperimentBusy(Exception):
@@ -66,9 +73,12 @@ class Experiment:
         self.log_path = self.dir / "log.jsonl"
         self.runs_csv = self.dir / "runs.csv"
         self.aggregate_csv = self.dir / "aggregate.csv"
+        self.stages_csv = self.dir / "stages.csv"
+        self.curves_csv = self.dir / "curves.csv"
         self.plan_path = self.dir / "plan.json"
         self.logs_dir = self.dir / "logs"
         self._lock = None
+        self._executions: dict[tuple, tuple[list, list]] = {}
 
     @classmethod
     def for_name(cls, name: str, store: str | Path | None = None) -> "Experiment":
@@ -138,12 +148,74 @@ class Experiment:
     # ---- the CSVs -------------------------------------------------------------------
     def write_csvs(self, order: list[str] | None = None, by: list[str] | None = None):
         """Rebuild runs.csv (one row per finished run, plan order first) and
-        aggregate.csv from the log; returns both frames."""
+        aggregate.csv from the log, and stages.csv and curves.csv from the contexts of
+        its runs; returns the runs and aggregate frames."""
         frame = runs_frame(self.state().rows.values(), order)
         atomic_write_text(self.runs_csv, frame.to_csv(index=False))
         aggregated = aggregate(frame, by)
         atomic_write_text(self.aggregate_csv, aggregated.to_csv(index=False))
+        stages, curves = self.execution_frames(frame)
+        atomic_write_text(self.stages_csv, stages.to_csv(index=False))
+        atomic_write_text(self.curves_csv, curves.to_csv(index=False))
         return frame, aggregated
+
+    def execution_frames(self, runs):
+        """The stages.csv and curves.csv frames of ``runs`` (a runs.csv frame), in its
+        order. A run whose context.json cannot be read (an experiment copied without its
+        run store) keeps the rows the CSVs have for it now."""
+        import pandas as pd
+        from simpletvm.tuning.curve import CURVE_COLUMNS
+
+        stage_rows: list[dict[str, Any]] = []
+        curve_rows: list[dict[str, Any]] = []
+        earlier = None
+        for run, run_id, path in runs[["run", "run_id", "context"]].itertuples(index=False):
+            executions = self._executions_of(path)
+            if executions is None:
+                earlier = earlier or self._rows_by_run()
+                executions = tuple(rows.get((run, run_id), []) for rows in earlier)
+            stages, curve = executions
+            key = {"run": run, "run_id": run_id}
+            stage_rows += [{**key, **stage} for stage in stages]
+            curve_rows += [{**key, **point} for point in curve]
+        return (pd.DataFrame(stage_rows, columns=RUN_KEY_COLUMNS + STAGE_FIELDS),
+                pd.DataFrame(curve_rows, columns=RUN_KEY_COLUMNS + CURVE_COLUMNS))
+
+    def _executions_of(self, context_path) -> tuple[list, list] | None:
+        """A run's stage executions and tuning curve points from its context.json (None
+        if unreadable), remembered while the file is unchanged: the CSVs are rebuilt
+        after every run."""
+        from simpletvm.tuning.curve import tuning_curve
+
+        if not isinstance(context_path, str):
+            return None
+        try:
+            stat = Path(context_path).stat()
+        except OSError:
+            return None
+        version = (context_path, stat.st_mtime_ns, stat.st_size)
+        if version not in self._executions:
+            context = read_context(context_path)
+            if context is None:
+                return None
+            stages = [{field: stage.get(field) for field in STAGE_FIELDS}
+                      for stage in context.get("stages", [])]
+            self._executions[version] = (stages, tuning_curve(context).to_dict("records"))
+        return self._executions[version]
+
+    def _rows_by_run(self) -> tuple[dict, dict]:
+        """The rows of stages.csv and curves.csv as they are, by (run, run_id)."""
+        import pandas as pd
+
+        tables = []
+        for path in (self.stages_csv, self.curves_csv):
+            rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            if path.exists():
+                frame = pd.read_csv(path, dtype={"run": str, "run_id": str})
+                for row in frame.to_dict("records"):
+                    rows.setdefault((row.pop("run"), row.pop("run_id")), []).append(row)
+            tables.append(rows)
+        return tables[0], tables[1]
 
     def read_runs(self):
         """runs.csv as a frame: rebuilt from the log when there is one."""
@@ -172,6 +244,16 @@ def make_row(run: Run, outcome, context: dict[str, Any] | None, *, attempt: int,
     if context:
         row.update(context_columns(context))
     return row
+
+
+def read_context(path: str | None) -> dict[str, Any] | None:
+    """A run's saved context.json; None when there is none or it cannot be read."""
+    if not path:
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def context_columns(context: dict[str, Any]) -> dict[str, Any]:

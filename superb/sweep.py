@@ -4,7 +4,6 @@ another, each isolated, each recorded as soon as it ends."""
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from typing import Any, Callable
 
 from .plan import Plan, Run, device_key
 from .progress import QuietProgress
-from .results import Experiment, make_row
+from .results import Experiment, make_row, read_context
 
 
 @dataclass
@@ -151,21 +150,12 @@ class _Sweep:
         outcome = self.runner.run(
             spec, on_event=self.progress.event, timeout=self.run_timeout,
             on_start=lambda pid: self.experiment.record_started(run, attempt, run_id, pid))
-        row = make_row(run, outcome, _read_context(outcome.context_path), attempt=attempt,
+        row = make_row(run, outcome, read_context(outcome.context_path), attempt=attempt,
                        started_at=started, commit=self.commit)
         self.experiment.record_finished(row)
         self.experiment.write_csvs([r.key for r in self.plan.runs])
         self.progress.finish_run(outcome.status, outcome.wall_s, _detail(row))
         return row
-
-
-def _read_context(path: str | None) -> dict[str, Any] | None:
-    if not path:
-        return None
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def _detail(row: dict[str, Any]) -> str:

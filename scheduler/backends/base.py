@@ -1,15 +1,13 @@
 """Where stages run: the backend interface.
 
 A backend keeps each job where its stages execute (a thread pool, one worker process
-per job, later a Ray actor per job) and hands back ``concurrent.futures.Future``
-objects, so the loop waits on all of them the same way. The loop only ever holds a
-job's id and its next :class:`~scheduler.base.Stage`; the backend reports that stage
-after construction and after every stage it runs.
+per job, one Ray actor per job) and hands back ``concurrent.futures.Future`` objects,
+so the loop waits on all of them the same way. The loop only ever holds a job's id and
+its next :class:`~scheduler.base.Stage`; the backend reports that stage after
+construction and after every stage it runs.
 
-A Ray backend fits the same seam: ``add_job`` creates one actor per job from the
-factory (``ray.remote(JobActor).remote(factory)``) and returns
-``actor.first_stage.remote().future()``; ``run_stage`` returns
-``actor.run_stage.remote(stage, resource.name).future()``; ``release`` kills the actor.
+Failures look the same whatever runs behind a backend: a stage's own exception, or
+:class:`WorkerDied` (or ``BrokenProcessPool``) when the process holding the job is gone.
 """
 
 from __future__ import annotations
@@ -17,12 +15,16 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import ClassVar
 
 from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
+
+
+class WorkerDied(Exception):
+    """The process that held a job is gone (killed, crashed, its node lost)."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,32 @@ def execute_stage(job: Job, stage: Stage, resource_name: str) -> StageOutcome:
     return StageOutcome(result, first_stage(job))
 
 
+@dataclass(frozen=True)
+class _Given:
+    """Factory for a job object that is itself picklable."""
+
+    job: Job
+
+    def __call__(self) -> Job:
+        return self.job
+
+
+def as_factory(job: Job | JobFactory) -> JobFactory:
+    """A factory to send to a worker: the factory as given, or one that returns ``job``."""
+    return _Given(job) if isinstance(job, Job) else job
+
+
 class Backend(ABC):
     """Executes stages of jobs it holds; every call returns at once with a future."""
 
     name: ClassVar[str]
+
+    def bind(self, resources: Sequence[Resource]) -> None:
+        """Learn the scheduler's resources before any job arrives.
+
+        Backends that decide where a job lives (the Ray backend pins jobs to nodes)
+        read the client resources here; the others need nothing.
+        """
 
     def now(self) -> float:
         """The clock the loop stamps the trace with (seconds)."""

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
 
-from scheduler.backends.base import Backend, StageOutcome, execute_stage, first_stage
+from scheduler.backends.base import Backend, StageOutcome, as_factory, execute_stage, first_stage
 from scheduler.base import Job, JobFactory, Resource, Stage
 
 _JOB: Job | None = None
@@ -22,16 +21,6 @@ def _construct(factory: JobFactory) -> Stage | None:
 def _run_stage(stage: Stage, resource_name: str) -> StageOutcome:
     assert _JOB is not None, "worker has no job"
     return execute_stage(_JOB, stage, resource_name)
-
-
-@dataclass(frozen=True)
-class _Given:
-    """Factory for a job object that is itself picklable."""
-
-    job: Job
-
-    def __call__(self) -> Job:
-        return self.job
 
 
 class ProcessBackend(Backend):
@@ -51,10 +40,9 @@ class ProcessBackend(Backend):
         self._workers: dict[str, ProcessPoolExecutor] = {}
 
     def add_job(self, job_id: str, job: Job | JobFactory) -> Future[Stage | None]:
-        factory = _Given(job) if isinstance(job, Job) else job
         worker = ProcessPoolExecutor(max_workers=1, mp_context=self._context)
         self._workers[job_id] = worker
-        return worker.submit(_construct, factory)
+        return worker.submit(_construct, as_factory(job))
 
     def run_stage(self, job_id: str, stage: Stage, resource: Resource) -> Future[StageOutcome]:
         return self._workers[job_id].submit(_run_stage, stage, resource.name)

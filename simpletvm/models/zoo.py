@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import ModelImportError
 from ..store import atomic_write_text
 from .base import ImportedModel, ONNX_OPSET
@@ -84,9 +86,26 @@ def build_keras_model(name: str, image_size: int = 224, classes: int = 1000, see
         raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
     keras.utils.set_random_seed(seed)
     try:
-        return BUILTIN_MODELS[key](keras, image_size, classes, **options)
+        model = BUILTIN_MODELS[key](keras, image_size, classes, **options)
     except TypeError as error:
         raise ModelImportError(f"bad option for built-in model {name!r}: {error}") from error
+    _randomize_batch_norm(keras, model, seed)
+    return model
+
+
+def _randomize_batch_norm(keras, model, seed: int) -> None:
+    """Give every batch normalization random statistics, like a trained network's.
+
+    With Keras' initial statistics (mean 0, variance 1) the activations of a deep random
+    network fade away and MobileNets answer the same uniform softmax to every input,
+    which would make comparing outputs across frameworks meaningless.
+    """
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            channels = layer.gamma.shape[0]
+            layer.set_weights([rng.uniform(0.5, 1.5, channels), rng.normal(0, 0.1, channels),
+                               rng.normal(0, 0.1, channels), rng.uniform(0.5, 1.5, channels)])
 
 
 def import_builtin(
@@ -97,7 +116,7 @@ def import_builtin(
     key = canonical_name(name)
     if key is None:
         raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
-    config = {"name": key, "image_size": image_size, "classes": classes, "seed": seed,
+    config = {"name": key, "batch_norm": "random", "image_size": image_size, "classes": classes, "seed": seed,
               "batch_size": batch_size, "opset": ONNX_OPSET, **options}
     details = {"builtin": config}
     import onnx

@@ -151,5 +151,5 @@ def test_resources_are_validated() -> None:
         Resource("gpu0", "device:gpu", capacity=2)
     with pytest.raises(ValueError, match="duplicate resource name 'gpu0'"):
         Scheduler([device("gpu0"), device("gpu0")], backend="threads")
-    with pytest.raises(ValueError, match="unknown backend 'ray'; valid names: processes, threads"):
-        Scheduler([client()], backend="ray")
+    with pytest.raises(ValueError, match="unknown backend 'dask'; valid names: processes, ray, threads"):
+        Scheduler([client()], backend="dask")

@@ -121,7 +121,9 @@ def test_builtin_models_match_keras(store, name, options):
     reference = build_keras_model(name, image_size=32, classes=10, seed=7, **options)
     stvm = untuned(store, name, image_size=32, classes=10, seed=7, **options)
     assert stvm.model.format == "builtin"
-    np.testing.assert_allclose(stvm.run(x), reference(x).numpy(), atol=ATOL)
+    expected = reference(x).numpy()
+    assert expected.std() > 1e-4 * expected.mean()  # outputs that depend on the input
+    np.testing.assert_allclose(stvm.run(x), expected, atol=ATOL)
     # the second import comes from the store's cache, without TensorFlow
     cached = untuned(store, name, image_size=32, classes=10, seed=7, **options)
     np.testing.assert_allclose(cached.run(x), stvm.run(x), atol=1e-6)

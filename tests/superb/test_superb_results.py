@@ -3,11 +3,14 @@ and superb report / compare on experiments written here (no SimpleTVM runs)."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from superb.plan import Run, run_key
-from superb.results import LEAD_COLUMNS, RESULT_COLUMNS, Experiment, aggregate, runs_frame
+from superb.results import (LEAD_COLUMNS, RESULT_COLUMNS, RUN_KEY_COLUMNS, STAGE_FIELDS,
+                            STAGES, Experiment, aggregate, runs_frame)
 from superb.runner import Outcome
 from superb.results import make_row
 
@@ -107,3 +110,37 @@ def test_compare_matches_runs_and_applies_the_noise_threshold(cli, tmp_path):
     assert "1 higher, 1 lower, 1 same" in out
     assert "unmatched: 1 only in A, 1 only in B" in out
     assert cli("compare", a.dir, b.dir, "--metric", "nope").exit_code == 2
+
+
+def test_stages_and_curves_csvs_come_from_the_contexts_once_per_run(tmp_path):
+    def stage(name, iteration, start):
+        record = {"task": 0, "task_name": "conv", "iteration": iteration, "stage": name,
+                  "resource": "device:cpu" if name == "profile" else "client",
+                  "start": start, "end": start + 1.0, "duration_s": 1.0}
+        if name == "update":  # two trials an iteration; the best gets 1 ms faster
+            record.update(trials=2 * (iteration + 1), best_latency_s=0.004 - 0.001 * iteration)
+        return record
+
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps({
+        "tuning": {"tasks": [{"task": "conv", "weight": 2}]},
+        "stages": [stage(name, iteration, 100.0 + 4 * iteration + i)
+                   for iteration in range(2) for i, name in enumerate(STAGES)]}))
+    tuned = fake_row(1, {"trials": 4}, 1.0)
+    tuned["context"] = str(context)
+    failed = fake_row(2, {"trials": 8}, 0.0, status="failed")
+    experiment = write_experiment(tmp_path / "exp", [tuned, failed])
+    experiment.write_csvs()  # rebuilt, not appended
+    stages = pd.read_csv(experiment.stages_csv)
+    assert list(stages.columns) == RUN_KEY_COLUMNS + STAGE_FIELDS
+    assert set(stages["run"]) == {tuned["run"]} and list(stages["stage"]) == list(STAGES) * 2
+    curves = pd.read_csv(experiment.curves_csv)
+    assert list(curves.columns) == RUN_KEY_COLUMNS + ["trials", "elapsed_s",
+                                                      "estimated_latency_ms"]
+    assert list(curves["trials"]) == [2, 4]
+    assert curves["estimated_latency_ms"].tolist() == pytest.approx([8.0, 6.0])
+
+    context.unlink()  # an experiment copied without its run store keeps its rows
+    Experiment(experiment.dir).write_csvs()
+    assert len(pd.read_csv(experiment.stages_csv)) == 8
+    assert len(pd.read_csv(experiment.curves_csv)) == 2

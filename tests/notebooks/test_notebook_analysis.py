@@ -1,0 +1,119 @@
+"""notebooks/superb_analysis.ipynb executed against a real, small superb sweep: it reads
+the CSVs superb writes today, so the notebook cannot drift from their format.
+
+One sweep of a tiny ONNX model (under a minute on 2 cores): two untuned runs, and two
+runs that the scheduler tunes together (--jobs 2), so a trace CSV exists too; three
+trials in all keep their tuning to two of the model's five tasks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from ipykernel.kernelspec import write_kernel_spec
+from nbclient import NotebookClient
+
+from superb.results import STAGES, Experiment
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "superb_analysis.ipynb"
+KERNEL = "superb-analysis-test"
+# latency, stages, tuning curves, and one Gantt chart per trace CSV
+PLOTS_WITHOUT_TRACES = 3
+
+
+def make_tiny_onnx(path: Path) -> Path:
+    spec = importlib.util.spec_from_file_location(
+        "notebook_tests_model_factories", REPO / "tests" / "simpletvm" / "model_factories.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_tiny_cnn_onnx(path)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """The sweep's environment (run store, experiment name) and its Experiment."""
+    from typer.testing import CliRunner
+
+    from superb.cli import app
+
+    root = tmp_path_factory.mktemp("analysis")
+    model = make_tiny_onnx(root / "tiny.onnx")
+    grid = root / "grid.yaml"
+    grid.write_text(textwrap.dedent(f"""
+        name: analysed
+        fixed: {{model: {model}, trials: 2, total_trials: 3, batch_size: 2,
+                 population: 16, genetic_iterations: 1, transfer_learning: false,
+                 evaluate_repeat: 5, evaluate_warmup: 1}}
+        grid:
+          autotune: [false, true]
+        repetitions: 2
+    """))
+    env = {"SIMPLETVM_HOME": str(root / "store"), "SUPERB_EXPERIMENT": "analysed",
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        result = CliRunner().invoke(app, ["run", str(grid), "--jobs", "2", "--plain"],
+                                    catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return env, Experiment(root / "store" / "superb" / "analysed")
+
+
+def test_stages_and_curves_csvs_agree_with_runs_csv(swept):
+    _, experiment = swept
+    runs = pd.read_csv(experiment.runs_csv)
+    assert list(runs["status"]) == ["ok"] * 4
+    tuned = runs[runs["tuned"] == True].set_index("run")  # noqa: E712 - pandas
+    assert len(tuned) == 2
+
+    stages = pd.read_csv(experiment.stages_csv)
+    assert set(stages["run"]) == set(tuned.index)
+    for (run, stage), durations in stages.groupby(["run", "stage"])["duration_s"]:
+        assert len(durations) == tuned.loc[run, f"{stage}_count"]
+        assert durations.mean() == pytest.approx(tuned.loc[run, f"{stage}_mean_s"])
+    assert set(stages["stage"]) == set(STAGES)
+    assert (stages["end"] >= stages["start"]).all()
+
+    curves = pd.read_csv(experiment.curves_csv)
+    assert set(curves["run"]) == set(tuned.index)
+    for run, curve in curves.groupby("run"):
+        assert curve["trials"].is_monotonic_increasing
+        assert curve["run_id"].eq(tuned.loc[run, "run_id"]).all()
+        assert curve["trials"].iloc[-1] == tuned.loc[run, "trials"]
+        assert curve["estimated_latency_ms"].iloc[-1] == pytest.approx(
+            tuned.loc[run, "estimated_latency_ms"])
+
+
+def test_notebook_plots_the_experiment(swept, tmp_path, monkeypatch):
+    env, experiment = swept
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    # a kernel pinned to this interpreter: a user's own "python3" kernelspec may not be
+    write_kernel_spec(tmp_path / "kernels" / KERNEL)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name=KERNEL,  # a cell's error raises
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code"
+               for output in cell.outputs]
+    images = [output for output in outputs if "image/png" in output.get("data", {})]
+    traces = list(experiment.dir.glob("trace-*.csv"))
+    assert len(traces) == 1
+    assert len(images) == PLOTS_WITHOUT_TRACES + len(traces)
+    printed = "".join(output.get("text", "") for output in outputs)
+    assert "analysed: 4 runs, 4 ok" in printed
+
+
+def test_committed_notebook_has_no_outputs():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(notebook)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
