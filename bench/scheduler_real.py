@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler import Resource, Scheduler, StageRecord, Trace, client, device  # noqa: E402
+from scheduler import Scheduler, StageRecord, Trace, client, device  # noqa: E402
 from scheduler.tuning import TuningJobSpec  # noqa: E402
 
 CLIENT_CORE, DEVICE_CORE = 0, 1
