@@ -15,8 +15,8 @@ and the ratio to the fastest of TensorFlow, TFLite and ONNX Runtime (below 1: fa
 every peer). The tuned model's tuning time, trial budget and tuning curve (MetaSchedule's
 whole-model estimate against trials) are written beside the table.
 
-    python bench/peers.py [--models mobilenetv2,resnet18] [--trials 16] [--threads 2]
-                          [--out bench/results/peers]
+    python bench/peers.py [--models mobilenetv2,resnet18] [--trials 16] [--total-trials N]
+                          [--threads 2] [--out bench/results/peers]
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ def bench_model(model: str, args, store: str, out: Path) -> dict:
     untuned = session().build(records=None)
     tuned = session()
     start = time.perf_counter()
-    tuned.autotune(trials=args.trials, batch_size=args.batch_size, population=args.population,
+    tuned.autotune(trials=args.trials, total_trials=args.total_trials,
+                   batch_size=args.batch_size, population=args.population,
                    transfer_learning=False, seed=0)
     tuning_s = time.perf_counter() - start
     tuned.build(records="run")
@@ -158,6 +159,7 @@ def bench_model(model: str, args, store: str, out: Path) -> dict:
         "max_abs_difference_to_tensorflow": agreement,
         "tuning": {"seconds": tuning_s, "trials": summary["trials"],
                    "tasks": summary["num_tasks"], "trials_per_task": args.trials,
+                   "total_trials": args.total_trials,
                    "batch_size": args.batch_size, "population": args.population},
         "curve": curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)]
                  .to_dict("records") if len(curve) else [],
@@ -175,7 +177,8 @@ def print_report(result: dict) -> None:
         print(f"  {name:<13} {medians[name]:>10.3f} {result['p90_ms'][name]:>9.3f} "
               f"{ratios[name]:>15.2f} {result['max_abs_difference_to_tensorflow'][name]:>17.2e}")
     print(f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
-          f"({tuning['trials_per_task']} per task, batch {tuning['batch_size']}) "
+          f"(at most {tuning['trials_per_task']} per task, {tuning['total_trials'] or 'no'} "
+          f"in all, batch {tuning['batch_size']}) "
           f"in {tuning['seconds']:.0f} s")
     if result["curve"]:
         print("  tuning curve (MetaSchedule's whole-model estimate):")
@@ -190,6 +193,9 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--trials", type=int, default=16, help="measured candidates per task")
+    parser.add_argument("--total-trials", type=int, default=None,
+                        help="cap over all tasks; the gradient task order spends it where "
+                             "the latency is")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--population", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)

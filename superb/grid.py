@@ -84,6 +84,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
        "start from the global database"),
     _p("early_stopping", "autotune", "early_stopping", "int",
        "stop a task after N trials without improvement", True),
+    _p("task_scheduler", "autotune", "task_scheduler", "str",
+       "gradient (where latency falls most) or sequential"),
     _p("search_strategy", "autotune", "search_strategy", "str",
        "evolutionary, replay-trace, replay-func"),
     _p("cost_model", "autotune", "cost_model", "str", "xgb or random"),

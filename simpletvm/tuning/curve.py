@@ -1,10 +1,10 @@
 """Tuning curves: how the model's estimated latency fell as trials were measured.
 
 The estimate is MetaSchedule's: the sum over tasks of weight x best measured latency.
-Tasks are tuned one after another, so early in a run most tasks have no measurement
-yet; until a task is measured it counts at the first latency it will be measured at,
-which makes every point of the curve a whole-model figure and the last point the
-run's final estimate.
+Early in a run some tasks have no measurement yet (the first round of the gradient
+order, or most of a sequential run); until a task is measured it counts at the first
+latency it will be measured at, which makes every point of the curve a whole-model
+figure and the last point the run's final estimate.
 """
 
 from __future__ import annotations

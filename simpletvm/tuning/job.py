@@ -5,6 +5,7 @@ cost model (client), build them (client), profile them on the target device, and
 update the cost model and the records (client). The job runs one stage when told to
 and says which stage and resource come next, so a single caller can run the stages in
 order (``SimpleTVM.autotune``) and a scheduler can interleave the stages of many jobs.
+After each iteration the job picks the task to measure next (:mod:`.tasks`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from ..targets import ResolvedTarget, load_tensor_intrinsics
 from .options import TuningOptions
 from .records import RecordStore
+from .tasks import TaskProgress, next_task
 
 STAGES = ("select", "build", "profile", "update")
 CLIENT = "client"
@@ -33,18 +35,6 @@ class StageSpec:
     task_name: str
     iteration: int
     resource: str
-
-
-@dataclass
-class TaskProgress:
-    name: str
-    weight: int
-    trials: int = 0
-    errors: int = 0
-    best_latency_s: float = math.inf
-    trials_since_improvement: int = 0
-    iterations: int = 0
-    done: bool = False
 
 
 class TuningJob:
@@ -109,15 +99,14 @@ class TuningJob:
         )
         self._builder = None
         self._runner = runner
-        self._task_index = 0
+        self._tune_contexts: dict[int, Any] = {}  # per started task: its search state
+        self._workloads: dict[int, Any] = {}
         self._phase = "select"
-        self._tune_context = None
-        self._workload = None
         self._candidates: list = []
         self._build_results: list = []
         self._run_results: list = []
         self._finalized = False
-        self._skip_done_tasks()
+        self._task_index = self._next_task()
 
     # ---- the load-awareness answers -------------------------------------------------
     def next_stage(self) -> StageSpec | None:
@@ -130,7 +119,7 @@ class TuningJob:
                          resource)
 
     def is_complete(self) -> bool:
-        return self._task_index >= len(self.tasks)
+        return self._task_index is None
 
     @property
     def trials(self) -> int:
@@ -167,6 +156,7 @@ class TuningJob:
         if self._finalized:
             return self.summary()
         self._finalized = True
+        self._close_tune_contexts()
         if self._builder is not None:
             self._builder.close()
         if self.global_records is not None:
@@ -191,16 +181,18 @@ class TuningJob:
 
     # ---- stages ---------------------------------------------------------------------
     def _select(self) -> dict[str, Any]:
-        if self._tune_context is None:
+        if self._task_index not in self._tune_contexts:
             self._start_task()
             if self._task_budget_spent(self.progress[self._task_index]):  # resumed, done
                 self._finish_task()
                 return {"batch_size": 0}
-        candidates = self._tune_context.search_strategy.generate_measure_candidates()
+        strategy = self._tune_contexts[self._task_index].search_strategy
+        candidates = strategy.generate_measure_candidates()
         if not candidates:  # None (budget spent) or [] (space exhausted)
             self._finish_task()
             return {"batch_size": 0}
-        self._candidates = list(candidates)
+        # tasks started early in a gradient-ordered job were promised more than is left
+        self._candidates = list(candidates)[:int(min(len(candidates), self._global_budget_left()))]
         self._phase = "build"
         return {"batch_size": len(self._candidates)}
 
@@ -247,18 +239,18 @@ class TuningJob:
         from tvm.s_tir import meta_schedule as ms
 
         progress = self.progress[self._task_index]
-        strategy = self._tune_context.search_strategy
-        strategy.notify_runner_results(self._candidates, self._run_results)
-        self._cost_model.update(self._tune_context, self._candidates, self._run_results)
+        context, workload = self._tune_contexts[self._task_index], self._workloads[self._task_index]
+        context.search_strategy.notify_runner_results(self._candidates, self._run_results)
+        self._cost_model.update(context, self._candidates, self._run_results)
         measured = []
-        args_info = ms.arg_info.ArgInfo.from_prim_func(self._tune_context.mod["main"])
+        args_info = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         for candidate, result in zip(self._candidates, self._run_results):
             progress.trials += 1
             latency = _mean_seconds(result.run_secs)
             if latency is None:
                 progress.trials_since_improvement += 1
                 continue
-            record = ms.database.TuningRecord(candidate.sch.trace, self._workload,
+            record = ms.database.TuningRecord(candidate.sch.trace, workload,
                                               result.run_secs, self._tvm_target, args_info)
             self._database.commit_tuning_record(record)
             measured.append(record)
@@ -267,13 +259,14 @@ class TuningJob:
                 progress.trials_since_improvement = 0
             else:
                 progress.trials_since_improvement += 1
-        self.run_records.append(self._workload, measured, run_id=self.run_id)
-        progress.iterations += 1
+        self.run_records.append(workload, measured, run_id=self.run_id)
+        progress.record_iteration()
         self._candidates, self._build_results, self._run_results = [], [], []
         if self._task_budget_spent(progress):
             self._finish_task()
         else:
             self._phase = "select"
+            self._task_index = self._next_task()
         return {"batch_size": len(measured)}
 
     # ---- helpers --------------------------------------------------------------------
@@ -287,10 +280,20 @@ class TuningJob:
             self.global_records.to_database(self._tvm_target, database)
         return database
 
-    def _skip_done_tasks(self) -> None:
-        while self._task_index < len(self.tasks) and self._global_budget_left() <= 0:
-            self.progress[self._task_index].done = True
-            self._task_index += 1
+    def _next_task(self) -> int | None:
+        """The task whose iteration comes next; None (and the search states closed)
+        once every task is done or the job's whole budget is spent."""
+        index = None
+        if self._global_budget_left() > 0:
+            index = next_task(self.progress, self.options.task_scheduler)
+        if index is None:
+            self._close_tune_contexts()
+        return index
+
+    def _close_tune_contexts(self) -> None:
+        for context in self._tune_contexts.values():
+            context.post_tuning()
+        self._tune_contexts.clear()
 
     def _global_budget_left(self) -> float:
         if self.options.total_trials is None:
@@ -306,7 +309,8 @@ class TuningJob:
     def _start_task(self) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        task = self.tasks[self._task_index]
+        index = self._task_index
+        task = self.tasks[index]
         options = self.options
         if options.search_strategy == "evolutionary":
             strategy = ms.search_strategy.EvolutionarySearch(
@@ -316,27 +320,27 @@ class TuningJob:
             )
         else:
             strategy = options.search_strategy
-        seed = -1 if options.seed is None else options.seed + self._task_index
+        seed = -1 if options.seed is None else options.seed + index
         context = ms.TuneContext(
             mod=task.dispatched[0], target=self._tvm_target,
             space_generator="post-order-apply", search_strategy=strategy,
             task_name=task.task_name, rand_state=seed, num_threads=self._num_threads,
         )
-        self._workload = self._database.commit_workload(context.mod)
-        progress = self.progress[self._task_index]
-        progress.trials = self._measured_before.get(str(self._workload.as_json()[0]), 0)
+        workload = self._workloads[index] = self._database.commit_workload(context.mod)
+        progress = self.progress[index]
+        progress.trials = self._measured_before.get(str(workload.as_json()[0]), 0)
         budget = int(min(options.trials - progress.trials, self._global_budget_left()))
         context.pre_tuning(max_trials=budget, num_trials_per_iter=options.resolved_batch_size(),
                            database=self._database, cost_model=self._cost_model)
         if options.transfer_learning:
-            self._warm_cost_model(context)
-        self._tune_context = context
+            self._warm_cost_model(context, workload)
+        self._tune_contexts[index] = context
 
-    def _warm_cost_model(self, context) -> None:
+    def _warm_cost_model(self, context, workload) -> None:
         """Train the cost model on what is known about this workload already."""
         from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-        records = self._database.get_top_k(self._workload, 1024)
+        records = self._database.get_top_k(workload, 1024)
         if records:
             self._cost_model.update(
                 context, [r.as_measure_candidate() for r in records],
@@ -346,9 +350,9 @@ class TuningJob:
             progress.best_latency_s = min(progress.best_latency_s, best)
 
     def _finish_task(self) -> None:
-        if self._tune_context is not None:
-            self._tune_context.post_tuning()
-        self._tune_context = None
+        context = self._tune_contexts.pop(self._task_index, None)
+        if context is not None:
+            context.post_tuning()
         progress = self.progress[self._task_index]
         progress.done = True
         if self.context is not None:
@@ -357,9 +361,8 @@ class TuningJob:
             self.context.logger.info(
                 "task %d/%d %s tuned: %d trials, %d errors, best %s", self._task_index + 1,
                 len(self.tasks), progress.name, progress.trials, progress.errors, best)
-        self._task_index += 1
         self._phase = "select"
-        self._skip_done_tasks()
+        self._task_index = self._next_task()
 
     def _ensure_runner(self):
         if self._runner is None:

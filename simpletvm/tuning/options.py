@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .tasks import TASK_SCHEDULERS
+
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 COST_MODELS = ("xgb", "random")
 
@@ -20,6 +22,9 @@ class TuningOptions:
     batch_size: candidates selected, built and profiled per iteration (None: CPU cores).
     transfer_learning: seed each task's search and cost model from the global database.
     early_stopping: stop a task after this many trials without improvement (None: off).
+    task_scheduler: which task each iteration goes to: "gradient" measures every task
+    once, then the one whose weighted latency is expected to fall most; "sequential"
+    tunes the tasks one after another.
     search_strategy / cost_model: MetaSchedule's; population, genetic_iterations and
     eps_greedy set how much the select stage costs.
     """
@@ -30,6 +35,7 @@ class TuningOptions:
     batch_size: int | None = None
     transfer_learning: bool = True
     early_stopping: int | None = None
+    task_scheduler: str = "gradient"
     search_strategy: str = "evolutionary"
     cost_model: str = "xgb"
     seed: int | None = None
@@ -50,6 +56,9 @@ class TuningOptions:
         if self.search_strategy not in SEARCH_STRATEGIES:
             raise ValueError(f"unknown search_strategy {self.search_strategy!r}: "
                              f"choose one of {list(SEARCH_STRATEGIES)}")
+        if self.task_scheduler not in TASK_SCHEDULERS:
+            raise ValueError(f"unknown task_scheduler {self.task_scheduler!r}: "
+                             f"choose one of {list(TASK_SCHEDULERS)}")
         if self.cost_model not in COST_MODELS:
             raise ValueError(f"unknown cost_model {self.cost_model!r}: "
                              f"choose one of {list(COST_MODELS)}")

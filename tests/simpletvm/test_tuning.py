@@ -135,3 +135,25 @@ def test_candidates_that_fail_to_build_are_recorded_and_the_job_goes_on(tuned, t
     assert len(RecordStore(tmp_path / "r")) == 0
     builds = [s for s in stvm.context.stages[-4 * len(job.tasks):] if s["stage"] == "build"]
     assert builds and all(s["errors"] == s["batch_size"] for s in builds)
+
+
+def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
+    stvm = tuned["stvm"]
+    options = TuningOptions(trials=16, total_trials=32, batch_size=4, transfer_learning=False,
+                            seed=5, **FAST_SEARCH)
+    context = BenchmarkingContext("cpu", store=tmp_path / "store")
+    job = TuningJob(stvm._fused, stvm.target, options, run_records=RecordStore(tmp_path / "r"),
+                    context=context)
+    job.run()
+    updates = [s for s in context.stages if s["stage"] == "update"]
+    tasks = len(job.tasks)
+    assert [s["task"] for s in updates[:tasks]] == list(range(tasks))  # the first round
+    weights = [p.weight for p in job.progress]
+    after_first_round = {s["task"]: s["best_latency_s"] for s in updates[:tasks]}
+    heaviest = max(range(tasks), key=lambda t: weights[t] * after_first_round[t])
+    assert updates[tasks]["task"] == heaviest
+    assert job.trials == 32 and job.is_complete()
+    # the budget beyond the first round went to the tasks that weigh most
+    extra = [p.trials - 4 for p in job.progress]
+    assert extra[heaviest] == max(extra) > 0
+    assert sum(1 for s in updates if s["task"] == heaviest) >= 2
