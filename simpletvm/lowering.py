@@ -12,10 +12,16 @@ from .targets import ResolvedTarget
 
 
 def fuse(mod, target: ResolvedTarget):
-    """Legalize and fuse a Relax module into the PrimFuncs that tuning works on."""
+    """Legalize and fuse a Relax module into the PrimFuncs that tuning works on.
+
+    On CPUs the weights (constants of the module) are marked layout-free, so a schedule
+    may store them in the order its loops read them (MetaSchedule's RewriteLayout);
+    :func:`compile_fused` then repacks them once, at build time.
+    """
     import tvm
     from tvm import relax
 
+    weight_prepack = [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
     with target.tvm_target():
         return tvm.transform.Sequential(
             [
@@ -26,6 +32,7 @@ def fuse(mod, target: ResolvedTarget):
                 relax.transform.FoldConstant(),
                 relax.transform.FuseOps(),
                 relax.transform.FuseTIR(),
+                *weight_prepack,
             ]
         )(mod)
 
@@ -52,6 +59,9 @@ def compile_fused(fused_mod, target: ResolvedTarget, database=None):
     if database is not None:
         with tvm_target, database:
             mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+            # weights a tuned schedule reads in its own layout: repacked here, once
+            mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+            mod = relax.transform.FoldConstant()(mod)
     if target.device_type == "cuda":
         with tvm_target:
             mod = dlight.ApplyDefaultSchedule(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -106,6 +107,12 @@ class TuningJob:
         self._build_results: list = []
         self._run_results: list = []
         self._finalized = False
+        if options.total_trials is not None and options.total_trials < len(self.tasks):
+            warnings.warn(
+                f"total_trials={options.total_trials} cannot measure all {len(self.tasks)} "
+                "tasks of this model; the unmeasured ones keep naive default schedules. "
+                f"Give total_trials at least {len(self.tasks)} (several times more to tune "
+                "well).", stacklevel=3)
         self._task_index = self._next_task()
 
     # ---- the load-awareness answers -------------------------------------------------
@@ -191,8 +198,7 @@ class TuningJob:
         if not candidates:  # None (budget spent) or [] (space exhausted)
             self._finish_task()
             return {"batch_size": 0}
-        # tasks started early in a gradient-ordered job were promised more than is left
-        self._candidates = list(candidates)[:int(min(len(candidates), self._global_budget_left()))]
+        self._candidates = list(candidates)[:self._batch_limit()]
         self._phase = "build"
         return {"batch_size": len(self._candidates)}
 
@@ -279,6 +285,19 @@ class TuningJob:
         if self.options.transfer_learning and self.global_records is not None:
             self.global_records.to_database(self._tvm_target, database)
         return database
+
+    def _batch_limit(self) -> int:
+        """How many of the selected candidates this iteration may measure: what is left
+        of the job's budget, and in the first round no more than a fair share of it, so
+        that a tight ``total_trials`` still measures every task (an unmeasured task runs
+        its naive default schedule). Candidates come best-predicted first."""
+        left = self._global_budget_left()
+        if math.isinf(left):
+            return self.options.resolved_batch_size()
+        unmeasured = sum(1 for p in self.progress if not p.done and not p.history)
+        if unmeasured and self.options.task_scheduler == "gradient":
+            left = left // unmeasured
+        return max(1, int(left))
 
     def _next_task(self) -> int | None:
         """The task whose iteration comes next; None (and the search states closed)

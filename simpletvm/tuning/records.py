@@ -72,7 +72,7 @@ class RecordStore:
         self._workloads_written.add(key)
         lines = []
         for record in records:
-            record_json = record.as_json()
+            record_json = record_as_json(record)
             lines.append(json.dumps({
                 "workload": key,
                 "record": record_json,
@@ -152,6 +152,27 @@ class RecordStore:
             except Exception:  # noqa: BLE001
                 continue
         return database
+
+
+def record_as_json(record) -> list:
+    """A TuningRecord as plain JSON, the way MetaSchedule's own JSON database writes it:
+    IR objects inside the trace (the index maps of weight-layout rewrites) become their
+    ``tvm.ir.save_json`` text, which ``TuningRecord.from_json`` reads back."""
+    import tvm
+    from tvm.s_tir.meta_schedule.database import database as ms_database
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return value.value
+        if isinstance(value, tvm.ir.Array):
+            return [plain(item) for item in value]
+        if isinstance(value, tvm.ir.Map):
+            return {plain(key): plain(item) for key, item in value.items()}
+        return tvm.ir.save_json(value)
+
+    return plain(ms_database._ffi_api.TuningRecordAsJSON(record))
 
 
 def _record_identity(row: dict) -> str:

@@ -108,6 +108,15 @@ def test_global_trial_budget_caps_the_job(tuned, tmp_path):
     assert job.next_stage().kind == "select" and job.next_stage().resource == "client"
     job.run()
     assert job.trials <= 10
+    # a budget below tasks x batch size is shared out: no task is left untuned
+    assert all(p.trials >= 1 for p in job.progress), [p.trials for p in job.progress]
+
+
+def test_a_budget_too_small_for_every_task_is_named(tuned, tmp_path):
+    stvm = tuned["stvm"]
+    options = TuningOptions(trials=8, total_trials=3, transfer_learning=False, **FAST_SEARCH)
+    with pytest.warns(UserWarning, match="total_trials=3 cannot measure all 5 tasks"):
+        TuningJob(stvm._fused, stvm.target, options, run_records=RecordStore(tmp_path / "r"))
 
 
 @pytest.mark.parametrize("kwargs,message", [
