@@ -10,6 +10,7 @@ imported when a command needs them, so ``superb --help`` is instant.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import signal
 import sys
 from pathlib import Path
@@ -135,7 +136,12 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
         jobs: int = typer.Option(1, min=1, help="tune this many runs at once through the "
                                  "scheduler (builds and evaluations stay one at a time)"),
         policy: str = typer.Option("interleaved", help="scheduling policy with --jobs: "
-                                   "interleaved, sequential or predictive")):
+                                   "interleaved, sequential or predictive"),
+        backend: str = typer.Option("processes", help="where --jobs runs its tuning jobs: "
+                                    "processes (on this machine) or ray"),
+        ray_address: Optional[str] = typer.Option(
+            None, metavar="ADDRESS", help="with --backend ray: join this Ray cluster "
+            "('auto', 'ray://head:10001') instead of starting a local Ray instance")):
     """Run every combination of GRID, one after another, each in its own process.
 
     Runs already recorded in the experiment are skipped, so the same command resumes a
@@ -146,6 +152,7 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
     if policy not in POLICY_NAMES:
         raise _bad_input([f"--policy {policy!r} is unknown: choose one of "
                           f"{', '.join(POLICY_NAMES)}"])
+    _check_backend(backend, ray_address, jobs)
     runner = IsolatedRunner().warm_up()  # TVM loads in the fork server during the checks
     the_plan = _load_plan(grid, param, check=True, tracker=address)
     from .progress import make_progress
@@ -158,7 +165,8 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
             summary = run_sweep(
                 the_plan, store=store, tracker=address, fail_fast=fail_fast,
                 retry_failed=retry_failed, run_timeout=run_timeout, runner=runner,
-                jobs=jobs, policy=POLICY_NAMES[policy],
+                jobs=jobs, policy=POLICY_NAMES[policy], backend=backend,
+                ray_address=ray_address,
                 progress_factory=lambda total, done, kinds: _announce(
                     make_progress(console, total, done, kinds, plain), the_plan, done))
     except ExperimentBusy as error:
@@ -170,6 +178,20 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_summary(console, summary, the_plan)
     raise typer.Exit(EXIT_OK if summary.ok else EXIT_FAILED)
+
+
+def _check_backend(backend: str, ray_address: str | None, jobs: int) -> None:
+    if backend not in ("processes", "ray"):
+        raise _bad_input([f"--backend {backend!r} is unknown: choose processes or ray"])
+    if backend != "ray":
+        if ray_address is not None:
+            raise _bad_input(["--ray-address needs --backend ray"])
+        return
+    if jobs < 2:
+        raise _bad_input(["--backend ray runs the jobs that --jobs tunes together: "
+                          "give --jobs 2 or more"])
+    if importlib.util.find_spec("ray") is None:
+        raise _bad_input(["--backend ray needs Ray: pip install 'simpletvm[ray]'"])
 
 
 def _announce(progress, the_plan, done: int):

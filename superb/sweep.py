@@ -33,13 +33,16 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
               tracker: tuple[str, int] | None = None, fail_fast: bool = False,
               retry_failed: bool = False, run_timeout: float | None = None,
               progress_factory: Callable | None = None, runner=None, jobs: int = 1,
-              policy: str = "round-robin") -> SweepSummary:
+              policy: str = "round-robin", backend: str = "processes",
+              ray_address: str | None = None) -> SweepSummary:
     """Run what is left of ``plan``; KeyboardInterrupt stops the current run and
     propagates (the same command resumes). Failures are in the summary, never raised.
 
     With ``jobs`` > 1, the tuning of up to ``jobs`` runs at a time goes through the
     scheduler (``policy``), which interleaves their stages and never lets two profile on
-    one device; each run's build and evaluation then run one after another as usual."""
+    one device; each run's build and evaluation then run one after another as usual.
+    ``backend="ray"`` runs those jobs as Ray actors: on a local Ray instance started for
+    the sweep, or on the cluster at ``ray_address``."""
     from simpletvm.store import RunStore
 
     from .infra import LocalInfrastructure
@@ -65,13 +68,18 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
             infrastructure = stack.enter_context(
                 LocalInfrastructure(keys, log=experiment.dir / "rpc.log"))
             tracker = infrastructure.address
+        if backend == "ray" and jobs > 1:
+            from scheduler import RayBackend
+
+            # one Ray instance (or cluster connection) for the sweep; every batch reuses it
+            stack.callback(RayBackend(ray_address).close)
         runner = runner or IsolatedRunner()
         runner.wait_ready()
         kinds = ["tuned" if run.tuned else "untuned" for run in pending]
         progress = stack.enter_context(
             (progress_factory or QuietProgress)(len(plan.runs), summary.skipped, kinds))
         sweep = _Sweep(plan, experiment, runner, progress, state, tracker, run_store.root,
-                       project_commit(), run_timeout)
+                       project_commit(), run_timeout, backend)
         pretuned: dict[str, str] = {}
         for number, run in enumerate(pending):
             if jobs > 1 and run.tuned and run.key not in pretuned:
@@ -100,11 +108,12 @@ class _Sweep:
     store_root: Path
     commit: str | None
     run_timeout: float | None
+    backend: str = "processes"
 
     def tune_together(self, runs: list[Run], policy: str) -> dict[str, str]:
         """Tune ``runs`` through the scheduler; returns {run key: run id} of the runs
         whose tuning finished (the others tune again in their own run)."""
-        from scheduler import Scheduler, client, device
+        from scheduler import RayBackend, Scheduler, client, device
         from scheduler.tuning import TuningJobSpec
         from simpletvm.context import new_run_id
 
@@ -120,10 +129,15 @@ class _Sweep:
                 target=context.pop("target"), store=str(self.store_root), run_id=new_run_id(),
                 context_options=context, model_options=model, tuning=calls["autotune"])
         keys = sorted({spec.device_key for spec in specs.values()})
-        self.progress.message(f"tuning {len(runs)} runs together ({policy}): "
+        self.progress.message(f"tuning {len(runs)} runs together ({policy}, {self.backend}): "
                               + ", ".join(specs))
-        with Scheduler([client(), *(device(key, key) for key in keys)], policy=policy,
-                       backend="processes") as scheduler:
+        if self.backend == "ray":
+            backend = RayBackend()  # the sweep's Ray connection; one client slot per node
+            clients = backend.clients()
+        else:
+            backend, clients = "processes", [client()]
+        with Scheduler([*clients, *(device(key, key) for key in keys)], policy=policy,
+                       backend=backend) as scheduler:
             for spec in specs.values():
                 scheduler.submit(spec)
             trace = scheduler.run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from scheduler import Trace
 from superb.results import Experiment
@@ -19,7 +20,7 @@ def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, s
     """)
     result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "interleaved")
     assert result.exit_code == 0, result.output
-    assert "tuning 2 runs together (round-robin)" in result.stdout
+    assert "tuning 2 runs together (round-robin, processes)" in result.stdout
     experiment = Experiment(store / "superb" / "together")
     runs = pd.read_csv(experiment.runs_csv)
     assert list(runs["status"]) == ["ok", "ok"]
@@ -40,3 +41,40 @@ def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
     result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "fastest")
     assert result.exit_code == 2
     assert "--policy 'fastest' is unknown" in result.stderr
+
+
+def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_onnx):
+    grid = write_grid(f"""
+        name: on-ray
+        fixed: {{model: {tiny_onnx}, trials: 4, batch_size: 4, population: 32,
+                 genetic_iterations: 1, transfer_learning: false, evaluate_repeat: 5}}
+        grid:
+          seed: [0, 1]
+    """)
+    result = cli("run", grid, "--store", store, "--jobs", "2", "--backend", "ray")
+    assert result.exit_code == 0, result.output
+    assert "tuning 2 runs together (round-robin, ray)" in result.stdout
+    experiment = Experiment(store / "superb" / "on-ray")
+    runs = pd.read_csv(experiment.runs_csv)
+    assert list(runs["status"]) == ["ok", "ok"] and (runs["trials"] >= 5).all()
+    trace = Trace.from_csv(next(experiment.dir.glob("trace-*.csv")))
+    assert trace.overlaps() == []
+    # client stages ran on the Ray node's own client slot, one job's at a time
+    client_resources = {r.resource for r in trace.records if r.stage != "profile"}
+    assert len(client_resources) == 1 and client_resources.pop().startswith("client@")
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--backend", "dask"], "--backend 'dask' is unknown: choose processes or ray"),
+    (["--ray-address", "auto"], "--ray-address needs --backend ray"),
+    (["--backend", "ray"], "give --jobs 2 or more"),
+])
+def test_bad_backend_options_are_bad_input(cli, write_grid, store, tiny_onnx, options, message):
+    grid = write_grid(f"""
+        fixed: {{model: {tiny_onnx}}}
+        grid: {{trials: [4]}}
+    """)
+    result = cli("run", grid, "--store", store, *options)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not (store / "superb").exists()
