@@ -10,10 +10,11 @@ weights), the same input and the same thread count for every framework:
 
 Every framework's output is checked against TensorFlow's before timing. Timing is
 wall-clock per call from Python, what a user's inference loop sees, in alternating rounds
-so that drift on a shared machine hits every framework alike; the table gives medians
-and the ratio to the fastest of TensorFlow, TFLite and ONNX Runtime (below 1: faster than
-every peer). The tuned model's tuning time, trial budget and tuning curve (MetaSchedule's
-whole-model estimate against trials) are written beside the table.
+so that drift on a shared machine hits every framework alike, each turn opening with
+untimed warm-up calls; the table gives medians and the ratio to the fastest of
+TensorFlow, TFLite and ONNX Runtime (below 1: faster than every peer). The tuned
+model's tuning time, trial budget and tuning curve (MetaSchedule's whole-model estimate
+against trials) are written beside the table.
 
     python bench/peers.py [--models mobilenetv2,resnet18] [--trials 16] [--total-trials N]
                           [--threads 2] [--out bench/results/peers]
@@ -82,13 +83,16 @@ def tvm_runner(stvm, example: np.ndarray) -> Callable[[], np.ndarray]:
 
 def time_side_by_side(runners: dict[str, Callable], rounds: int, calls: int,
                       warmup: int) -> dict[str, list[float]]:
-    """Per-call seconds of every runner, the runners taking turns round by round."""
-    for infer in runners.values():
-        for _ in range(warmup):
-            infer()
+    """Per-call seconds of every runner, the runners taking turns round by round.
+
+    Each turn starts with ``warmup`` untimed calls: the runner before it leaves the
+    caches holding its own data (a 160 ms untuned TVM call slowed the tuned one after it
+    by a quarter), and a framework is timed in its steady state, not in its neighbour's."""
     samples: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, infer in runners.items():
+            for _ in range(warmup):
+                infer()
             for _ in range(calls):
                 start = time.perf_counter()
                 infer()
@@ -200,7 +204,8 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=5,
+                        help="untimed calls at the start of each turn")
     parser.add_argument("--out", type=Path, default=Path("bench/results/peers"))
     args = parser.parse_args()
 
