@@ -9,15 +9,20 @@ from scheduler import Trace
 from superb.results import Experiment
 
 
-def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store,
-                                                              tiny_onnx):
-    grid = write_grid(f"""
-        name: together
+def _two_tuned_runs(write_grid, tiny_onnx, name: str):
+    """A grid of two small tuned runs that differ only in their search seed."""
+    return write_grid(f"""
+        name: {name}
         fixed: {{model: {tiny_onnx}, trials: 4, batch_size: 4, population: 32,
                  genetic_iterations: 1, transfer_learning: false, evaluate_repeat: 5}}
         grid:
           seed: [0, 1]
     """)
+
+
+def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store,
+                                                              tiny_onnx):
+    grid = _two_tuned_runs(write_grid, tiny_onnx, "together")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "interleaved")
     assert result.exit_code == 0, result.output
     assert "tuning 2 runs together (round-robin, processes)" in result.stdout
@@ -44,13 +49,7 @@ def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
 
 
 def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_onnx):
-    grid = write_grid(f"""
-        name: on-ray
-        fixed: {{model: {tiny_onnx}, trials: 4, batch_size: 4, population: 32,
-                 genetic_iterations: 1, transfer_learning: false, evaluate_repeat: 5}}
-        grid:
-          seed: [0, 1]
-    """)
+    grid = _two_tuned_runs(write_grid, tiny_onnx, "on-ray")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--backend", "ray")
     assert result.exit_code == 0, result.output
     assert "tuning 2 runs together (round-robin, ray)" in result.stdout
