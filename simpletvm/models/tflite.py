@@ -1,4 +1,9 @@
-"""TensorFlow Lite flatbuffers into Relax, through TVM's TFLite frontend."""
+"""TensorFlow Lite flatbuffers into Relax, through TVM's TFLite frontend.
+
+TFLite graphs are NHWC, the layout whose tuned convolutions run fastest on CPUs (the
+vector axis is the channels, not a 7- or 14-wide image row), so Keras models and the
+built-in models come this way too (:func:`keras_to_tflite`).
+"""
 
 from __future__ import annotations
 
@@ -24,32 +29,58 @@ def _tensors(subgraph, indices) -> list[tuple[str, list[int | None], str]]:
     return found
 
 
-def import_tflite_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:
+def keras_to_tflite(keras_model) -> bytes:
+    """A Keras model as a float32 TFLite flatbuffer; raises what the converter raises.
+
+    (Converting a concrete function of fixed shapes instead leaves READ_VARIABLE ops
+    that TVM's frontend rejects.)"""
+    import tensorflow as tf
+
+    return tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+
+
+def relax_from_tflite(
+    flatbuffer: bytes, source: str, fmt: str = "tflite", input_shapes: Any = None,
+    batch_size: int = 1, details: dict | None = None, input_names: list[str] | None = None,
+) -> ImportedModel:
+    """Convert a TFLite flatbuffer; weights become Relax constants.
+
+    ``input_names`` renames the model's inputs, in order (TFLite calls a Keras input
+    ``serving_default_<name>:0``; users call it by its Keras name); ``input_shapes``
+    then uses those names.
+    """
     import tflite
     from tvm.relax.frontend.tflite import from_tflite
 
     try:
-        model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+        model = tflite.Model.GetRootAsModel(flatbuffer, 0)
         subgraph = model.Subgraphs(0)
     except Exception as error:  # noqa: BLE001
-        raise ModelImportError(f"{path} is not a readable TFLite flatbuffer: {error}") from error
+        raise ModelImportError(f"{source} is not a readable TFLite flatbuffer: {error}") from error
     given = normalize_shapes(input_shapes)
-    inputs = [
-        TensorSpec(name, pick_shape(name, shape, given, batch_size), dtype)
-        for name, shape, dtype in _tensors(subgraph, subgraph.InputsAsNumpy())
-    ]
+    found = _tensors(subgraph, subgraph.InputsAsNumpy())
+    names = input_names if input_names and len(input_names) == len(found) else [
+        name for name, _, _ in found]
+    shapes = {tensor: pick_shape(name, shape, given, batch_size)
+              for name, (tensor, shape, _) in zip(names, found)}
+    try:
+        mod = from_tflite(
+            model,
+            shape_dict=shapes,
+            dtype_dict={name: dtype for name, _, dtype in found},
+        )
+    except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
+        raise ModelImportError(f"TVM cannot import {source}: {error}") from error
+    if isinstance(mod, tuple):  # some frontend versions also return params
+        mod = mod[0]
+    inputs = [TensorSpec(name, shapes[tensor], dtype)
+              for name, (tensor, _, dtype) in zip(names, found)]
     outputs = [
         TensorSpec(name, tuple(d or batch_size for d in shape), dtype)
         for name, shape, dtype in _tensors(subgraph, subgraph.OutputsAsNumpy())
     ]
-    try:
-        mod = from_tflite(
-            model,
-            shape_dict={spec.name: spec.shape for spec in inputs},
-            dtype_dict={spec.name: spec.dtype for spec in inputs},
-        )
-    except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
-        raise ModelImportError(f"TVM cannot import {path}: {error}") from error
-    if isinstance(mod, tuple):  # some frontend versions also return params
-        mod = mod[0]
-    return ImportedModel(mod, inputs, outputs, str(path), "tflite")
+    return ImportedModel(mod, inputs, outputs, source, fmt, {"layout": "NHWC", **(details or {})})
+
+
+def import_tflite_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:
+    return relax_from_tflite(path.read_bytes(), str(path), "tflite", input_shapes, batch_size)
