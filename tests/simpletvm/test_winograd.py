@@ -1,0 +1,191 @@
+"""Winograd rewrite: same numbers as the direct convolution, only eligible convolutions
+rewritten, the epilogue fused into the Winograd task, and the task tunable.
+
+Models are built with Relax's BlockBuilder (no TensorFlow); weights from seeded rngs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simpletvm.lowering import compile_fused, extract_tasks, fuse
+from simpletvm.targets import resolve_target
+from simpletvm.winograd import apply_winograd, transform_weight, winograd_eligible
+
+KERNEL_SHAPES = {  # (input channels per group, output channels, kernel size) -> shape
+    "HWIO": lambda ci, co, k: (k, k, ci, co), "OHWI": lambda ci, co, k: (co, k, k, ci),
+    "OIHW": lambda ci, co, k: (co, ci, k, k), "HWOI": lambda ci, co, k: (k, k, co, ci),
+}
+
+
+def conv_model(h, w, ci, co, padding=(1, 1, 1, 1), *, kernel=3, strides=1, groups=1,
+               data_layout="NHWC", kernel_layout="HWIO", residual=False, seed=0,
+               weight_as_input=False):
+    """conv2d -> bias add -> ReLU (-> + input when ``residual``), one Relax function."""
+    from tvm import relax
+
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal(KERNEL_SHAPES[kernel_layout](ci // groups, co, kernel))
+              .astype("float32") / np.sqrt(kernel * kernel * ci / groups))
+    bias = rng.standard_normal(co).astype("float32")
+    in_shape = (1, h, w, ci) if data_layout == "NHWC" else (1, ci, h, w)
+    x = relax.Var("x", relax.TensorType(in_shape, "float32"))
+    params = [x]
+    if weight_as_input:
+        weight_expr = relax.Var("w", relax.TensorType(weight.shape, "float32"))
+        params.append(weight_expr)
+    else:
+        weight_expr = relax.const(weight)
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(
+                x, weight_expr, strides=strides, padding=padding, groups=groups,
+                data_layout=data_layout, kernel_layout=kernel_layout))
+            bias_shape = (co,) if data_layout == "NHWC" else (co, 1, 1)
+            y = bb.emit(relax.op.add(y, relax.const(bias.reshape(bias_shape))))
+            y = bb.emit(relax.op.nn.relu(y))
+            if residual:
+                y = bb.emit(relax.op.add(y, x))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def run(mod_or_executable, x):
+    import tvm
+    from tvm import relax
+
+    executable = (tvm.compile(mod_or_executable, target="llvm")
+                  if isinstance(mod_or_executable, tvm.IRModule) else mod_or_executable)
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def relative_error(actual, expected):
+    return float(np.abs(actual - expected).max() / np.abs(expected).max())
+
+
+def call_tir_count(mod):
+    return mod["main"].script().count("R.call_tir(")
+
+
+def block_names(prim_mod) -> set[str]:
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_mod)
+    names, stack = set(), [sch.get_sblock("root")]
+    while stack:
+        block = stack.pop()
+        names.add(sch.get(block).name_hint)
+        stack.extend(sch.get_child_blocks(block))
+    return names
+
+
+@pytest.mark.parametrize("h,w,ci,co,padding,kernel_layout", [
+    (7, 7, 16, 16, (1, 1, 1, 1), "HWIO"),     # 'same', one tile short of 8
+    (14, 14, 16, 32, (0, 0, 0, 0), "HWIO"),   # 'valid': 12x12 out, whole tiles
+    (13, 9, 24, 16, (1, 1, 1, 1), "OHWI"),    # odd, not square, ConvertLayout's kernel
+    (13, 9, 16, 16, (0, 0, 0, 0), "HWIO"),    # 'valid', odd: 11x7 out
+    (6, 10, 16, 16, (0, 1, 2, 1), "HWIO"),    # asymmetric padding
+])
+def test_winograd_matches_direct_convolution(h, w, ci, co, padding, kernel_layout):
+    same = ci == co and padding == (1, 1, 1, 1)
+    mod = conv_model(h, w, ci, co, padding, kernel_layout=kernel_layout, residual=same)
+    rewritten, count = apply_winograd(mod)
+    assert count == 1
+    assert "relax.nn.conv2d" not in rewritten["main"].script()
+    assert "R.nn.conv2d" in mod["main"].script()  # the input module is left as it was
+    x = np.random.default_rng(1).standard_normal((1, h, w, ci)).astype("float32")
+    assert relative_error(run(rewritten, x), run(mod, x)) < 1e-4
+
+
+def test_weight_transform_is_g_g_gt():
+    from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+
+    g = _cook_toom_convolution(_interpolation_points(4 + 3 - 2), 4, 3)[2]
+    weight = np.random.default_rng(2).standard_normal((3, 3, 5, 7))
+    u = transform_weight(weight)
+    assert u.shape == (6, 6, 7, 5) and u.dtype == np.float32
+    np.testing.assert_allclose(u[:, :, 3, 2], g @ weight[:, :, 2, 3] @ g.T, rtol=1e-5, atol=1e-6)
+
+
+def test_convert_layout_weight_permutation_is_folded():
+    """NCHW -> ConvertLayout(NHWC, OHWI) puts permute_dims in front of the weight."""
+    from tvm import relax
+
+    mod = conv_model(9, 9, 16, 16, data_layout="NCHW", kernel_layout="OIHW")
+    converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod)
+    rewritten, count = apply_winograd(converted)
+    assert count == 1
+    assert "R.permute_dims(metadata" not in rewritten["main"].script()  # folded into U
+    x = np.random.default_rng(3).standard_normal((1, 16, 9, 9)).astype("float32")
+    assert relative_error(run(rewritten, x), run(mod, x)) < 1e-4
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"strides": 2},
+    {"kernel": 1, "padding": (0, 0, 0, 0)},
+    {"groups": 16, "kernel_layout": "HWOI"},
+    {"data_layout": "NCHW", "kernel_layout": "OIHW"},
+    {"weight_as_input": True},
+], ids=["stride2", "1x1", "depthwise", "nchw", "weight-not-constant"])
+def test_ineligible_convolutions_are_left_alone(kwargs):
+    import tvm
+
+    mod = conv_model(8, 8, 16, 16, **kwargs)
+    rewritten, count = apply_winograd(mod)
+    assert count == 0
+    tvm.ir.assert_structural_equal(rewritten, mod)
+
+
+def test_channel_threshold():
+    mod = conv_model(8, 8, 8, 32)
+    assert apply_winograd(mod)[1] == 0
+    assert apply_winograd(mod, min_channels=8)[1] == 1
+    binding = mod["main"].body.blocks[0].bindings[0]
+    assert winograd_eligible(binding.value, min_channels=8)
+    assert not winograd_eligible(binding.value)
+
+
+def test_fuse_puts_bias_relu_and_residual_into_the_winograd_task():
+    target = resolve_target("cpu")
+    mod = conv_model(14, 14, 16, 16, residual=True)
+    fused = fuse(mod, target)
+    assert call_tir_count(fused) == 1  # conv, bias, ReLU and residual add: one kernel
+    tasks = extract_tasks(fused, target)
+    assert len(tasks) == 1
+    assert "winograd_nhwc_add_relu_add" in tasks[0].task_name
+    names = block_names(tasks[0].dispatched[0])
+    assert {"data_pack", "bgemm", "inverse", "compute"} <= names  # compute: the ReLU
+    assert sum(name.startswith("T_add") for name in names) == 2  # bias, residual
+    assert "bgemm" not in block_names(extract_tasks(fuse(mod, target, winograd=False),
+                                                    target)[0].dispatched[0])
+
+
+def test_tuned_winograd_task_builds_and_matches(tmp_path):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.tuning.job import TuningJob
+    from simpletvm.tuning.options import TuningOptions
+    from simpletvm.tuning.records import RecordStore
+
+    target = resolve_target("cpu")
+    mod = conv_model(14, 14, 16, 16, residual=True)
+    fused = fuse(mod, target)
+    records = RecordStore(tmp_path / "run")
+    job = TuningJob(fused, target, TuningOptions(
+        trials=4, batch_size=4, population=16, genetic_iterations=1,
+        transfer_learning=False, seed=0), run_records=records)
+    job.run()
+    assert len(job.tasks) == 1 and "winograd" in job.tasks[0].task_name
+    assert len(records) >= 1  # at least one candidate built and ran
+    database = records.to_database(target.tvm_target(), ms.database.MemoryDatabase())
+    with target.tvm_target(), database:  # the record is found for the fused function
+        applied = relax.transform.MetaScheduleApplyDatabase()(fused)
+    assert any(func.attrs.get("tirx.is_scheduled", False)
+               for gvar, func in applied.functions_items() if "winograd" in gvar.name_hint)
+    x = np.random.default_rng(4).standard_normal((1, 14, 14, 16)).astype("float32")
+    tuned = run(compile_fused(fused, target, database), x)
+    assert relative_error(tuned, run(mod, x)) < 1e-4
