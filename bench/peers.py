@@ -5,19 +5,27 @@ weights), the same input and the same thread count for every framework:
 
 - TensorFlow, graph mode (a concrete ``tf.function``)
 - TensorFlow Lite with its default XNNPACK delegate (float32, converted from Keras)
-- ONNX Runtime (all graph optimizations) on the ONNX model TVM imports
+- ONNX Runtime (all graph optimizations) and OpenVINO (CPU, latency hint, one stream,
+  float32 inference precision) on one ONNX model the bench exports itself from the same
+  Keras model (tf2onnx, opset 17, the example's input shape)
 - TVM untuned, and TVM tuned by SimpleTVM with the trial budget given here
 
-Every framework's output is checked against TensorFlow's before timing. Timing is
-wall-clock per call from Python, what a user's inference loop sees, in alternating rounds
-so that drift on a shared machine hits every framework alike, each turn opening with
-untimed warm-up calls; the table gives medians and the ratio to the fastest of
-TensorFlow, TFLite and ONNX Runtime (below 1: faster than every peer). The tuned
-model's tuning time, trial budget and tuning curve (MetaSchedule's whole-model estimate
-against trials) are written beside the table.
+A peer whose package is not installed (ONNX Runtime, OpenVINO) is left out and the
+report says so. Every framework's output is checked against TensorFlow's before timing.
+Timing is wall-clock per call from Python, what a user's inference loop sees, in
+alternating rounds so that drift on a shared machine hits every framework alike, each
+turn opening with untimed warm-up calls; the table gives medians and the ratio to the
+fastest peer (TensorFlow, TFLite, ONNX Runtime, OpenVINO; below 1: faster than every
+peer). It also gives each framework's achieved GFLOP/s (the model's FLOPs, 2 per
+multiply-add of its Conv2D, DepthwiseConv2D and Dense layers, over the median time)
+and that rate as a fraction of this machine's sgemm rate, measured in the same run:
+``numpy.matmul`` of float32 square matrices on the same thread count, best of several.
+The host (CPU model, LLVM's name for the CPU) heads the report. The tuned model's tuning
+time, trial budget and tuning curve (MetaSchedule's whole-model estimate against trials)
+are written beside the table.
 
     python bench/peers.py [--models mobilenetv2,resnet18] [--trials 16] [--total-trials N]
-                          [--threads 2] [--out bench/results/peers]
+                          [--threads 2] [--sgemm-size 2048] [--out bench/results/peers]
 """
 
 from __future__ import annotations
@@ -25,14 +33,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-PEERS = ("tensorflow", "tflite", "onnxruntime")
+PEERS = ("tensorflow", "tflite", "onnxruntime", "openvino")
+ONNX_OPSET = 17
 
 
 def tensorflow_runner(keras_model, example: np.ndarray) -> Callable[[], np.ndarray]:
@@ -72,6 +84,39 @@ def onnxruntime_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Ca
     return lambda: session.run(None, {name: example})[0]
 
 
+def openvino_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
+    """OpenVINO's CPU plugin for one caller: latency hint, one stream, one infer request.
+
+    The precision is pinned to float32: on a CPU with AVX512_BF16 the plugin otherwise
+    computes in bfloat16 (it does on the znver5 host), not the float32 every other
+    framework here runs, and the cross-check against TensorFlow does not catch that
+    (MobileNetV2's softmax came within 4e-6 of TensorFlow's in bfloat16)."""
+    import openvino
+
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", {
+        "INFERENCE_NUM_THREADS": threads,
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": 1,
+        "INFERENCE_PRECISION_HINT": "f32",
+    })
+    request = compiled.create_infer_request()
+    # the input is read in place; the output is copied out, as the other runners do
+    return lambda: request.infer({0: example}, share_inputs=True, share_outputs=False)[0]
+
+
+def keras_to_onnx(keras_model, shape: tuple[int, ...], path: Path) -> Path:
+    """The Keras model as ONNX (tf2onnx, opset 17) for ONNX Runtime and OpenVINO."""
+    import tensorflow as tf
+    import tf2onnx
+
+    signature = [tf.TensorSpec(shape, tf.float32, name="input")]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tf2onnx.convert.from_keras(keras_model, input_signature=signature, opset=ONNX_OPSET,
+                               output_path=str(path))
+    return path
+
+
 def tvm_runner(stvm, example: np.ndarray) -> Callable[[], np.ndarray]:
     """The built module's entry function, fed like ONNX Runtime: NumPy in, NumPy out."""
     import tvm
@@ -100,16 +145,96 @@ def time_side_by_side(runners: dict[str, Callable], rounds: int, calls: int,
     return samples
 
 
-def onnx_file(store: str, model: str, image_size: int) -> Path:
-    """The ONNX model SimpleTVM imported (cached in the store by the built-in importer)."""
-    matches = [path for path in sorted(Path(store).rglob("*.onnx"))
-               if f"name={model}-" in path.name and f"image_size={image_size}-" in path.name]
-    if not matches:
-        raise FileNotFoundError(f"no cached ONNX for {model} at {image_size} under {store}")
-    return matches[0]
+def model_flops(keras_model) -> int:
+    """FLOPs of one batch-1 call: 2 per multiply-add of the Conv2D, DepthwiseConv2D and
+    Dense layers (nested models included), from their output shapes and kernels."""
+    import keras
+
+    macs = 0
+    for layer in keras_model.layers:
+        if isinstance(layer, keras.Model):
+            macs += model_flops(layer) // 2
+            continue
+        if not isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D,
+                                  keras.layers.Dense)):
+            continue
+        out = [d or 1 for d in layer.output.shape]  # batch None -> 1
+        in_channels = layer.input.shape[-1]
+        if isinstance(layer, keras.layers.DepthwiseConv2D):
+            # every output value: one kh x kw window of its own input channel
+            kh, kw = layer.kernel_size
+            macs += int(np.prod(out)) * kh * kw
+        elif isinstance(layer, keras.layers.Conv2D):
+            kh, kw = layer.kernel_size
+            macs += int(np.prod(out)) * kh * kw * in_channels // layer.groups
+        else:
+            macs += int(np.prod(out)) * in_channels
+    return 2 * macs
 
 
-def bench_model(model: str, args, store: str, out: Path) -> dict:
+_SGEMM = """
+import json, sys, time
+import numpy as np
+n, repeats = int(sys.argv[1]), int(sys.argv[2])
+rng = np.random.default_rng(0)
+a = rng.standard_normal((n, n), dtype=np.float32)
+b = rng.standard_normal((n, n), dtype=np.float32)
+c = np.empty((n, n), dtype=np.float32)
+np.matmul(a, b, out=c)
+times = []
+for _ in range(repeats):
+    start = time.perf_counter()
+    np.matmul(a, b, out=c)
+    times.append(time.perf_counter() - start)
+try:
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    blas = f"{blas['name']} {blas.get('version', '')}".strip()
+except Exception:
+    blas = "unknown"
+print(json.dumps({"seconds": times, "blas": blas, "numpy": np.__version__}))
+"""
+
+
+def sgemm_rate(threads: int, n: int = 2048, repeats: int = 10) -> dict:
+    """This machine's float32 matrix-multiply rate: ``numpy.matmul`` of two n x n
+    matrices on ``threads`` BLAS threads, best of ``repeats`` after one warm-up call.
+
+    BLAS libraries read their thread count when numpy is first imported, which happened
+    in this process at the top of the script, so the multiply runs in a fresh
+    interpreter whose environment carries the thread count."""
+    env = dict(os.environ)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "BLIS_NUM_THREADS"):
+        env[name] = str(threads)
+    done = subprocess.run([sys.executable, "-c", _SGEMM, str(n), str(repeats)], env=env,
+                          capture_output=True, text=True, check=True)
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    best = min(measured["seconds"])
+    return {"n": n, "threads": threads, "repeats": repeats, "best_s": best,
+            "gflops": 2 * n ** 3 / best / 1e9,
+            "median_gflops": 2 * n ** 3 / float(np.median(measured["seconds"])) / 1e9,
+            "blas": measured["blas"], "numpy": measured["numpy"]}
+
+
+def host_description() -> dict:
+    """The CPU as ``lscpu`` names it and as LLVM (so TVM's ``-mcpu``) detects it."""
+    cpu = None
+    try:
+        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        cpu = next((line.split(":", 1)[1].strip() for line in listing.splitlines()
+                    if line.startswith("Model name:")), None)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    if cpu is None:
+        from simpletvm.hostinfo import host_facts
+        cpu = host_facts()["cpu_model"]
+    from tvm.target import codegen
+
+    return {"cpu": cpu, "llvm_cpu": str(codegen.llvm_get_system_cpu()),
+            "logical_cores": os.cpu_count()}
+
+
+def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: dict) -> dict:
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.models.zoo import build_keras_model
     from simpletvm.tuning import tuning_curve
@@ -134,14 +259,27 @@ def bench_model(model: str, args, store: str, out: Path) -> dict:
     curve.to_csv(out / f"{model}-curve.csv", index=False)
 
     keras_model = build_keras_model(model, args.image_size)
-    runners = {
-        "tensorflow": tensorflow_runner(keras_model, example),
-        "tflite": tflite_runner(keras_model, example, args.threads),
-        "onnxruntime": onnxruntime_runner(onnx_file(store, model, args.image_size), example,
-                                          args.threads),
-        "tvm untuned": tvm_runner(untuned, example),
-        "tvm tuned": tvm_runner(tuned, example),
+    flops = model_flops(keras_model)
+
+    @cache
+    def onnx_model() -> Path:
+        return keras_to_onnx(keras_model, example.shape,
+                             scratch / f"{model}-{args.image_size}.onnx")
+
+    makers = {
+        "tensorflow": lambda: tensorflow_runner(keras_model, example),
+        "tflite": lambda: tflite_runner(keras_model, example, args.threads),
+        "onnxruntime": lambda: onnxruntime_runner(onnx_model(), example, args.threads),
+        "openvino": lambda: openvino_runner(onnx_model(), example, args.threads),
     }
+    runners, missing = {}, {}
+    for name, make in makers.items():
+        try:
+            runners[name] = make()
+        except ImportError as error:  # an optional peer not installed: go on without it
+            missing[name] = str(error)
+    runners["tvm untuned"] = tvm_runner(untuned, example)
+    runners["tvm tuned"] = tvm_runner(tuned, example)
     reference = runners["tensorflow"]()
     agreement = {}
     for name, infer in runners.items():
@@ -152,14 +290,20 @@ def bench_model(model: str, args, store: str, out: Path) -> dict:
                              f"(max abs difference {agreement[name]:.3g})")
     samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
-    fastest_peer = min(PEERS, key=medians.__getitem__)
+    fastest_peer = min((peer for peer in PEERS if peer in medians), key=medians.__getitem__)
+    sgemm = sgemm_rate(args.threads, args.sgemm_size)  # right after the timing, same load
+    gflops = {name: flops / (m * 1e-3) / 1e9 for name, m in medians.items()}
     summary = tuned.context.tuning
     return {
         "model": model, "image_size": args.image_size, "threads": args.threads,
+        "host": host, "model_gflop": flops / 1e9, "missing_peers": missing,
         "median_ms": medians,
         "p90_ms": {name: float(np.percentile(s, 90)) * 1e3 for name, s in samples.items()},
         "ratio_to_fastest_peer": {name: m / medians[fastest_peer] for name, m in medians.items()},
         "fastest_peer": fastest_peer,
+        "gflops": gflops,
+        "fraction_of_sgemm": {name: rate / sgemm["gflops"] for name, rate in gflops.items()},
+        "sgemm": sgemm,
         "max_abs_difference_to_tensorflow": agreement,
         "tuning": {"seconds": tuning_s, "trials": summary["trials"],
                    "tasks": summary["num_tasks"], "trials_per_task": args.trials,
@@ -173,13 +317,25 @@ def bench_model(model: str, args, store: str, out: Path) -> dict:
 def print_report(result: dict) -> None:
     medians, ratios = result["median_ms"], result["ratio_to_fastest_peer"]
     tuning = result["tuning"]
+    sgemm = result["sgemm"]
     print(f"\n{result['model']} {result['image_size']}x{result['image_size']}, batch 1, "
-          f"{result['threads']} threads (fastest peer: {result['fastest_peer']})")
+          f"{result['threads']} threads, {result['model_gflop']:.3f} GFLOP per call "
+          f"(fastest peer: {result['fastest_peer']})")
+    host = result["host"]
+    print(f"  host: {host['cpu']} (LLVM cpu {host['llvm_cpu']}), {host['logical_cores']} "
+          f"logical cores")
     print(f"  {'framework':<13} {'median ms':>10} {'p90 ms':>9} {'x fastest peer':>15} "
-          f"{'max |diff| to TF':>17}")
+          f"{'GFLOP/s':>8} {'of sgemm':>9} {'max |diff| to TF':>17}")
     for name in medians:
         print(f"  {name:<13} {medians[name]:>10.3f} {result['p90_ms'][name]:>9.3f} "
-              f"{ratios[name]:>15.2f} {result['max_abs_difference_to_tensorflow'][name]:>17.2e}")
+              f"{ratios[name]:>15.2f} {result['gflops'][name]:>8.1f} "
+              f"{result['fraction_of_sgemm'][name]:>9.1%} "
+              f"{result['max_abs_difference_to_tensorflow'][name]:>17.2e}")
+    for name, reason in result["missing_peers"].items():
+        print(f"  {name:<13} not run: {reason}")
+    print(f"  sgemm (numpy.matmul, float32 {sgemm['n']}x{sgemm['n']}, {sgemm['blas']}, "
+          f"{sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s, best of "
+          f"{sgemm['repeats']} (median {sgemm['median_gflops']:.1f})")
     print(f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
           f"(at most {tuning['trials_per_task']} per task, {tuning['total_trials'] or 'no'} "
           f"in all, batch {tuning['batch_size']}) "
@@ -206,6 +362,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
     parser.add_argument("--warmup", type=int, default=5,
                         help="untimed calls at the start of each turn")
+    parser.add_argument("--sgemm-size", type=int, default=2048,
+                        help="n of the n x n float32 matmul that gives the machine's rate")
     parser.add_argument("--out", type=Path, default=Path("bench/results/peers"))
     args = parser.parse_args()
 
@@ -217,10 +375,12 @@ def main() -> None:
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    store = tempfile.mkdtemp(prefix="simpletvm-peers-")
+    scratch = Path(tempfile.mkdtemp(prefix="simpletvm-peers-"))
+    store = str(scratch / "store")
+    host = host_description()
     results = []
     for model in args.models.split(","):
-        result = bench_model(model, args, store, args.out)
+        result = bench_model(model, args, store, args.out, scratch, host)
         print_report(result)
         results.append(result)
     (args.out / "peers.json").write_text(json.dumps(results, indent=2))
