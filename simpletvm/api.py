@@ -33,8 +33,8 @@ class SimpleTVM:
         context: where this execution is recorded (default: a CPU context).
         rpc_tracker: ``(host, port)`` of a TVM RPC tracker whose servers, registered
             under ``context.device_key``, profile candidates. Without one, autotune()
-            starts a local tracker and one server for this machine's device and stops
-            them when it ends.
+            profiles on this machine in a local runner process (no RPC session per
+            candidate: a third of the profiling cost).
     """
 
     def __init__(self, context: BenchmarkingContext | None = None,
@@ -94,45 +94,52 @@ class SimpleTVM:
         return self
 
     def autotune(self, trials: int = 64, *, total_trials: int | None = None,
+                 minutes: float | None = None,
                  timeout: float | None = None, batch_size: int | None = None,
                  transfer_learning: bool = True, early_stopping: int | None = None,
                  search_strategy: str = "evolutionary", cost_model: str = "xgb",
                  seed: int | None = None, **search: Any) -> "SimpleTVM":
         """Tune every task of the model with MetaSchedule (optional before build()).
 
-        ``trials`` is per task; see :class:`TuningOptions` for every parameter.
+        ``trials`` is per task, ``total_trials`` and ``minutes`` (wall clock) cap the
+        whole job; see :class:`TuningOptions` for every parameter.
         """
         if self.model is None:
             raise FlowError("autotune() needs a model: call from_model() first")
         options = TuningOptions(
-            trials=trials, total_trials=total_trials, timeout=timeout, batch_size=batch_size,
+            trials=trials, total_trials=total_trials, minutes=minutes, timeout=timeout,
+            batch_size=batch_size,
             transfer_learning=transfer_learning, early_stopping=early_stopping,
             search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search)
         with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
             self.context.record_parameters("autotune", **options.to_dict())
-            device_key = self.context.device_key or tracker.key
-            job = self.tuning_job(options, tracker.address, device_key)
+            address = tracker.address if tracker is not None else None
+            device_key = self.context.device_key or (tracker.key if tracker else "local")
+            job = self.tuning_job(options, address, device_key)
             job.run()
-            self.record_tuning(job, tracker.address, device_key)
+            self.record_tuning(job, address, device_key)
             step["trials"] = job.trials
         return self
 
-    def tuning_job(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
+    def tuning_job(self, options: TuningOptions, tracker: tuple[str, int] | None = None,
+                   device_key: str = "local"):
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
-        ``tracker``; a scheduler drives the same job stage by stage instead."""
+        ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
+        same job stage by stage instead."""
         if self.model is None:
             raise FlowError("tuning_job() needs a model: call from_model() first")
         from .rpc import require_servers
         from .tuning.job import TuningJob
 
+        remote = tracker is not None
         job = TuningJob(
             self._fused, self.target, options,
             run_records=RecordStore(self.store.run_database_dir(self.context.run_id)),
             global_records=RecordStore(self.store.global_database_dir),
             best_records=RecordStore(self.store.best_database_dir),
-            runner=self._rpc_runner(options, tracker, device_key),
+            runner=self._rpc_runner(options, tracker, device_key) if remote else None,
             device_resource=f"device:{device_key}",
-            device_check=partial(require_servers, *tracker, device_key),
+            device_check=partial(require_servers, *tracker, device_key) if remote else None,
             context=self.context,
             num_threads=self.context.num_threads,
             run_id=self.context.run_id,
@@ -140,11 +147,13 @@ class SimpleTVM:
         self.context.model["num_tasks"] = len(job.tasks)
         return job
 
-    def record_tuning(self, job, tracker: tuple[str, int], device_key: str) -> None:
+    def record_tuning(self, job, tracker: tuple[str, int] | None, device_key: str) -> None:
         """Keep a finished job's summary here and in the context."""
         self.tuning_summary = job.summary()
-        self.context.tuning = {**self.tuning_summary, "rpc_tracker": list(tracker),
-                               "device_key": device_key}
+        self.context.tuning = {**self.tuning_summary,
+                               "rpc_tracker": list(tracker) if tracker else None,
+                               "device_key": device_key,
+                               "runner": "rpc" if tracker else "local"}
 
     def build(self, records: str | None = "global") -> "SimpleTVM":
         """Compile the model, applying tuning records.
@@ -250,24 +259,26 @@ class SimpleTVM:
         return relax.VirtualMachine(executable, self.target.device())
 
     def _profiling_tracker(self):
-        """The user's tracker, or a local tracker and one server for this autotune."""
-        from .rpc import LocalRPC, RemoteTracker
+        """The user's tracker, or none: profiling then happens on this machine."""
+        from contextlib import nullcontext
+
+        from .rpc import RemoteTracker
 
         if self.rpc_tracker is not None:
             return RemoteTracker(*self.rpc_tracker, key=self.context.device_key)
-        return LocalRPC([f"local-{self.target.device_type}"], servers=1)
+        return nullcontext()
 
     def _rpc_runner(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
         from tvm.s_tir import meta_schedule as ms
+
+        from .tuning.job import evaluator_config
 
         timeout = options.resolved_timeout(self.target.device_type)
         return ms.runner.RPCRunner(
             rpc_config=ms.runner.RPCConfig(
                 tracker_host=tracker[0], tracker_port=int(tracker[1]), tracker_key=device_key,
                 session_timeout_sec=max(1, int(timeout))),
-            evaluator_config=ms.runner.EvaluatorConfig(
-                number=options.number, repeat=options.repeat,
-                min_repeat_ms=options.min_repeat_ms, enable_cpu_cache_flush=False),
+            evaluator_config=evaluator_config(options, self.target.device_type),
             max_workers=1,
         )
 

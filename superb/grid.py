@@ -77,6 +77,7 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
     _p("autotune", "autotune", None, "bool", "tune before building (default true)"),
     _p("trials", "autotune", "trials", "int", "measured candidates per task"),
     _p("total_trials", "autotune", "total_trials", "int", "cap over all tasks", True),
+    _p("minutes", "autotune", "minutes", "float", "wall-clock tuning budget", True),
     _p("timeout", "autotune", "timeout", "float", "profiling timeout per candidate (s)", True),
     _p("batch_size", "autotune", "batch_size", "int",
        "candidates selected, built and profiled per iteration", True),
@@ -98,6 +99,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
     _p("profile_repeat", "autotune", "repeat", "int", "profiling: measurements"),
     _p("profile_min_repeat_ms", "autotune", "min_repeat_ms", "int",
        "profiling: minimum time per measurement"),
+    _p("cache_flush", "autotune", "cache_flush", "bool",
+       "profiling: flush CPU caches before each measurement"),
     # build(...), save(), evaluate(...)
     _p("records", "build", "records", "str",
        "global, best, run or a run id (default: run when tuned, none otherwise)", True),

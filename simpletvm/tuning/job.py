@@ -90,6 +90,9 @@ class TuningJob:
         self._num_threads = num_threads or "physical"
         self.tasks = extract_tasks(fused_mod, target)
         self.progress = [TaskProgress(t.task_name, int(t.weight)) for t in self.tasks]
+        self.first_round = first_round_trials(
+            [task_flops(t) * int(t.weight) for t in self.tasks], options)
+        self._deadline: float | None = None  # set when the first stage starts
         # records this run measured before it was stopped: counted, never re-measured
         self._measured_before = Counter(row["workload"] for row in run_records.rows())
         self._database = self._initial_database()
@@ -139,6 +142,8 @@ class TuningJob:
         if spec is None:
             raise RuntimeError("the tuning job is complete: no stage left to run")
         start = time.time()
+        if self._deadline is None and self.options.minutes is not None:
+            self._deadline = start + self.options.minutes * 60
         extra = getattr(self, f"_{spec.kind}")()
         end = time.time()
         if self.context is not None:
@@ -287,17 +292,23 @@ class TuningJob:
         return database
 
     def _batch_limit(self) -> int:
-        """How many of the selected candidates this iteration may measure: what is left
-        of the job's budget, and in the first round no more than a fair share of it, so
-        that a tight ``total_trials`` still measures every task (an unmeasured task runs
-        its naive default schedule). Candidates come best-predicted first."""
+        """How many of the selected candidates this iteration may measure.
+
+        A task's first iteration measures its FLOPs-sized share (:func:`first_round_trials`);
+        no iteration measures more than what is left of the job's budget, and in the
+        first round no more than a fair share of it, so that a tight ``total_trials``
+        still measures every task (an unmeasured task runs its naive default schedule).
+        Candidates come best-predicted first."""
+        limit = self.options.resolved_batch_size()
+        if not self.progress[self._task_index].history:
+            limit = min(limit, self.first_round[self._task_index])
         left = self._global_budget_left()
         if math.isinf(left):
-            return self.options.resolved_batch_size()
+            return limit
         unmeasured = sum(1 for p in self.progress if not p.done and not p.history)
         if unmeasured and self.options.task_scheduler == "gradient":
             left = left // unmeasured
-        return max(1, int(left))
+        return max(1, min(limit, int(left)))
 
     def _next_task(self) -> int | None:
         """The task whose iteration comes next; None (and the search states closed)
@@ -315,6 +326,9 @@ class TuningJob:
         self._tune_contexts.clear()
 
     def _global_budget_left(self) -> float:
+        """Trials the job may still measure; 0 once its wall-clock budget is over."""
+        if self._deadline is not None and time.time() >= self._deadline:
+            return 0
         if self.options.total_trials is None:
             return math.inf
         return self.options.total_trials - max(self.trials, sum(self._measured_before.values()))
@@ -389,13 +403,46 @@ class TuningJob:
 
             self._runner = ms.runner.LocalRunner(
                 timeout_sec=self.options.resolved_timeout(self.target.device_type),
-                evaluator_config=ms.runner.EvaluatorConfig(
-                    number=self.options.number, repeat=self.options.repeat,
-                    min_repeat_ms=self.options.min_repeat_ms,
-                    enable_cpu_cache_flush=False,
-                ),
+                evaluator_config=evaluator_config(self.options, self.target.device_type),
             )
         return self._runner
+
+
+def evaluator_config(options: TuningOptions, device_type: str):
+    """How the profile stage times a candidate (see :class:`TuningOptions`)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.EvaluatorConfig(
+        number=options.number, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms,
+        enable_cpu_cache_flush=options.cache_flush and device_type == "cpu")
+
+
+MIN_FIRST_ROUND = 2  # trials a task's first iteration measures, however small the task
+FIRST_ROUND_SHARE = 0.3  # part of the budget the first round shares out by FLOPs
+
+
+def task_flops(task) -> float:
+    """FLOPs of one call of a task's PrimFunc (TVM's static estimate)."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(task.dispatched[0]))
+    except Exception:  # noqa: BLE001 - an unestimable task counts as small
+        return 0.0
+
+
+def first_round_trials(flops: list[float], options: TuningOptions) -> list[int]:
+    """How many candidates each task's first iteration measures: its share of the
+    model's FLOPs of about a third of the budget, at least MIN_FIRST_ROUND and at most a
+    batch. A first round of one batch per task spent 608 of 800 trials on MobileNetV2,
+    144 of them on 9 tasks holding under 0.5% of its FLOPs."""
+    batch = options.resolved_batch_size()
+    budget = options.total_trials or options.trials * len(flops)
+    pool = FIRST_ROUND_SHARE * budget
+    total = sum(flops)
+    if total <= 0:
+        return [min(batch, max(MIN_FIRST_ROUND, int(pool / max(1, len(flops)))))] * len(flops)
+    return [min(batch, max(MIN_FIRST_ROUND, round(pool * f / total))) for f in flops]
 
 
 def _mean_seconds(run_secs) -> float | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,25 +26,31 @@ class TuningOptions:
     tunes the tasks one after another.
     search_strategy / cost_model: MetaSchedule's; population, genetic_iterations and
     eps_greedy set how much the select stage costs.
+    number / repeat / min_repeat_ms / cache_flush: how a candidate is timed. On CPUs
+    the caches are flushed of everything but the first argument before each run
+    (MetaSchedule's ``enable_cpu_cache_flush``, one run per measurement), as a layer
+    inside a model finds them: its weights cold, its input just written.
     """
 
     trials: int = 64
     total_trials: int | None = None
+    minutes: float | None = None
     timeout: float | None = None
-    batch_size: int | None = None
+    batch_size: int = 16
     transfer_learning: bool = True
     early_stopping: int | None = None
     task_scheduler: str = "gradient"
     search_strategy: str = "evolutionary"
     cost_model: str = "xgb"
     seed: int | None = None
-    population: int = 256
-    genetic_iterations: int = 3
+    population: int = 128
+    genetic_iterations: int = 2
     eps_greedy: float = 0.05
     build_timeout: float = 60.0
-    number: int = 3
-    repeat: int = 1
-    min_repeat_ms: int = 40
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 0
+    cache_flush: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,11 +69,18 @@ class TuningOptions:
                              f"choose one of {list(COST_MODELS)}")
         if self.early_stopping is not None and self.early_stopping < 1:
             raise ValueError("early_stopping must be a positive number of trials or None")
-        if self.batch_size is not None and self.batch_size < 1:
+        if self.batch_size is None:  # what older contexts and grids say for "default"
+            self.batch_size = TuningOptions.batch_size
+        if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.minutes is not None and self.minutes <= 0:
+            raise ValueError(f"minutes must be positive, got {self.minutes}")
+        if self.cache_flush and self.number != 1:
+            raise ValueError("cache_flush flushes before every run, so it needs number=1 "
+                             f"(got number={self.number}); use repeat for more samples")
 
     def resolved_batch_size(self) -> int:
-        return self.batch_size or os.cpu_count() or 1
+        return self.batch_size
 
     def resolved_timeout(self, device_type: str) -> float:
         return self.timeout if self.timeout is not None else (5.0 if device_type == "cuda" else 20.0)

@@ -4,6 +4,8 @@ import math
 
 import pytest
 
+from simpletvm.tuning.job import MIN_FIRST_ROUND, first_round_trials
+from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.tasks import TaskProgress, expected_gain, next_task
 
 
@@ -58,3 +60,14 @@ def test_sequential_order_keeps_to_the_first_task_not_done():
     tasks = [_task("a", done=True), _task("b", history=[0.001] * 3), _task("c", weight=9)]
     assert next_task(tasks, "sequential") == 1
     assert next_task(tasks, "gradient") == 2
+
+
+def test_the_first_round_is_sized_by_each_tasks_share_of_the_flops():
+    # one heavy task, a middling one and three that hold almost nothing
+    flops = [8e8, 1e8, 1e5, 1e5, 0.0]
+    first = first_round_trials(flops, TuningOptions(total_trials=200, batch_size=16))
+    assert first[0] == 16  # capped at a batch
+    assert MIN_FIRST_ROUND < first[1] < 16  # its share of 0.3 x 200 trials
+    assert first[2:] == [MIN_FIRST_ROUND] * 3  # tiny tasks: a couple of trials each
+    # without a total, the budget is trials per task times tasks
+    assert first_round_trials([1.0, 1.0], TuningOptions(trials=10, batch_size=16)) == [3, 3]
