@@ -1,0 +1,231 @@
+"""Per-layer latency of tuned convolutions: NCHW, NHWC and NHWC Winograd F(4,3).
+
+Four layers, batch 1, float32, each a one-op Relax module (conv2d only, no epilogue):
+a 1x1 96->576 conv at 14x14, a 3x3 depthwise 144-channel conv at 56x56, and 3x3
+128->128 at 28x28 and 64->64 at 56x56 (stride 1, 'same' padding). Every layer is built
+in NCHW (OIHW kernel), NHWC (HWIO kernel, HWOI for the depthwise one, as the TFLite
+frontend emits) and, for the 3x3 stride-1 ones, NHWC Winograd (simpletvm.winograd).
+Each variant is tuned alone with SimpleTVM's TuningJob (local runner) and the same trial
+budget and search options, then built with its records; all built modules are timed at
+the end, in alternating rounds so background load hits them alike, with TVM's time
+evaluator. Reported per variant: median latency, effective GFLOP/s (the direct
+convolution's FLOPs for every variant, Winograd included) and speedup over the NHWC
+direct variant of the same layer (NHWC ms / variant ms: above 1 is faster). Every
+variant's output is checked against the NHWC direct one.
+
+    python bench/layers.py [--trials 64] [--batch-size 16] [--population 256]
+                           [--layers a,b,c,d] [--rounds 3] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Layer:
+    key: str
+    name: str
+    size: int  # H = W
+    in_channels: int
+    out_channels: int
+    kernel: int
+    groups: int = 1
+
+    @property
+    def padding(self) -> int:
+        return self.kernel // 2
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the direct convolution (stride 1, 'same')."""
+        per_output = 2 * (self.in_channels // self.groups) * self.kernel * self.kernel
+        return per_output * self.size * self.size * self.out_channels
+
+
+LAYERS = [
+    Layer("a", "1x1 96->576 14x14", 14, 96, 576, 1),
+    Layer("b", "dw3x3 144 56x56", 56, 144, 144, 3, groups=144),
+    Layer("c", "3x3 128->128 28x28", 28, 128, 128, 3),
+    Layer("d", "3x3 64->64 56x56", 56, 64, 64, 3),
+]
+
+
+def variants_of(layer: Layer) -> list[str]:
+    eligible = layer.kernel == 3 and layer.groups == 1  # every layer here is stride 1
+    return ["NCHW", "NHWC"] + (["NHWC winograd"] if eligible else [])
+
+
+def weight_hwio(layer: Layer, seed: int = 0) -> np.ndarray:
+    """(kh, kw, in channels per group, out channels), seeded."""
+    rng = np.random.default_rng(seed)
+    fan_in = layer.kernel * layer.kernel * layer.in_channels // layer.groups
+    shape = (layer.kernel, layer.kernel, layer.in_channels // layer.groups, layer.out_channels)
+    return (rng.standard_normal(shape) / math.sqrt(fan_in)).astype("float32")
+
+
+def conv_module(layer: Layer, layout: str, weight: np.ndarray):
+    """One conv2d in ``layout`` ("NCHW" or "NHWC") with ``weight`` (HWIO) as a constant."""
+    from tvm import relax
+
+    s, c = layer.size, layer.in_channels
+    if layout == "NCHW":
+        data_shape, kernel_layout = (1, c, s, s), "OIHW"
+        kernel = weight.transpose(3, 2, 0, 1)
+    elif layer.groups > 1:  # depthwise NHWC: TFLite's HWOI (H, W, C, 1)
+        data_shape, kernel_layout = (1, s, s, c), "HWOI"
+        kernel = weight.transpose(0, 1, 3, 2)
+    else:
+        data_shape, kernel_layout = (1, s, s, c), "HWIO"
+        kernel = weight
+    x = relax.Var("x", relax.TensorType(data_shape, "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(
+                x, relax.const(np.ascontiguousarray(kernel)), padding=layer.padding,
+                groups=layer.groups, data_layout=layout, kernel_layout=kernel_layout))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def tune_and_build(fused, target, options, records_dir: str) -> tuple:
+    """Tune every task of ``fused`` (here: one), build with the records.
+
+    Returns (VirtualMachine, job summary, whether every tuned PrimFunc got a record)."""
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.lowering import compile_fused
+    from simpletvm.tuning.job import TuningJob
+    from simpletvm.tuning.records import RecordStore
+
+    records = RecordStore(records_dir)
+    job = TuningJob(fused, target, options, run_records=records)
+    job.run()
+    database = records.to_database(target.tvm_target(), ms.database.MemoryDatabase())
+    with target.tvm_target(), database:  # check, so an untuned kernel is never timed unnoticed
+        applied = relax.transform.MetaScheduleApplyDatabase()(fused)
+    scheduled = [bool(func.attrs.get("tirx.is_scheduled", False))
+                 for _, func in applied.functions_items()
+                 if not isinstance(func, relax.Function)]
+    executable = compile_fused(fused, target, database)
+    return relax.VirtualMachine(executable, target.device()), job.summary(), all(scheduled)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64, help="per variant (one task each)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--population", type=int, default=256)
+    parser.add_argument("--genetic-iterations", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-d")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds, alternating")
+    parser.add_argument("--repeat", type=int, default=20, help="samples per round")
+    parser.add_argument("--min-repeat-ms", type=int, default=20, help="per sample")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+
+    import tvm
+
+    from simpletvm.hostinfo import host_facts
+    from simpletvm.lowering import fuse
+    from simpletvm.targets import resolve_target
+    from simpletvm.tuning.options import TuningOptions
+
+    target = resolve_target("cpu")
+    device = target.device()
+    options = TuningOptions(
+        trials=args.trials, batch_size=args.batch_size, population=args.population,
+        genetic_iterations=args.genetic_iterations, seed=args.seed, transfer_learning=False)
+    work = tempfile.mkdtemp(prefix="simpletvm-layers-")
+    layers = [layer for layer in LAYERS if layer.key in args.layers.split(",")]
+
+    built: dict[tuple[str, str], dict] = {}
+    for layer in layers:
+        weight = weight_hwio(layer)
+        x_nhwc = np.random.default_rng(1).standard_normal(
+            (1, layer.size, layer.size, layer.in_channels)).astype("float32")
+        for variant in variants_of(layer):
+            layout = variant.split()[0]
+            fused = fuse(conv_module(layer, layout, weight), target,
+                         winograd=variant.endswith("winograd"))
+            start = time.perf_counter()
+            vm, summary, applied = tune_and_build(
+                fused, target, options, os.path.join(work, f"{layer.key}-{variant}"))
+            tuning_s = time.perf_counter() - start
+            x = x_nhwc if layout == "NHWC" else x_nhwc.transpose(0, 3, 1, 2)
+            inputs = [tvm.runtime.tensor(np.ascontiguousarray(x), device)]
+            output = vm["main"](*inputs).numpy()
+            built[(layer.key, variant)] = {
+                "vm": vm, "inputs": inputs, "samples": [], "tuning_s": tuning_s,
+                "summary": summary, "records_applied": applied,
+                "output_nhwc": output if layout == "NHWC" else output.transpose(0, 2, 3, 1),
+            }
+            best = summary["estimated_latency_s"]
+            print(f"tuned {layer.name} {variant}: {summary['trials']} trials, "
+                  f"{summary['errors']} errors, tuner's best "
+                  f"{best * 1e3:.3f} ms, {tuning_s:.0f} s", flush=True)
+
+    for _ in range(args.rounds):
+        for entry in built.values():
+            vm = entry["vm"]
+            vm.set_input("main", *entry["inputs"])
+            vm.invoke_stateful("main")  # warm-up: caches, thread pool
+            timer = vm.time_evaluator("invoke_stateful", device, number=1, repeat=args.repeat,
+                                      min_repeat_ms=args.min_repeat_ms)
+            entry["samples"].extend(float(s) for s in timer("main").results)
+
+    rows = []
+    for layer in layers:
+        reference = built[(layer.key, "NHWC")]
+        reference_ms = float(np.median(reference["samples"])) * 1e3
+        for variant in variants_of(layer):
+            entry = built[(layer.key, variant)]
+            median_ms = float(np.median(entry["samples"])) * 1e3
+            error = float(np.abs(entry["output_nhwc"] - reference["output_nhwc"]).max()
+                          / np.abs(reference["output_nhwc"]).max())
+            rows.append({
+                "layer": layer.name, "layer_key": layer.key, "variant": variant,
+                "trials": entry["summary"]["trials"], "errors": entry["summary"]["errors"],
+                "records_applied": entry["records_applied"],
+                "tuned_ms": median_ms,
+                "tuner_best_ms": entry["summary"]["estimated_latency_s"] * 1e3,
+                "gflops": layer.flops / (median_ms * 1e-3) / 1e9,
+                "speedup_vs_nhwc": reference_ms / median_ms,
+                "relative_error_vs_nhwc": error,
+                "tuning_s": entry["tuning_s"],
+                "samples_ms": [s * 1e3 for s in entry["samples"]],
+            })
+
+    print(f"\n{args.trials} trials per variant, batch {args.batch_size}, population "
+          f"{args.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
+          f"; median of {args.rounds}x{args.repeat} samples")
+    print("\n| layer | variant | trials | tuned ms | GFLOP/s | vs NHWC | rel. error |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        flag = "" if row["records_applied"] else " (no record applied!)"
+        print(f"| {row['layer']} | {row['variant']}{flag} | {row['trials']} | "
+              f"{row['tuned_ms']:.3f} | {row['gflops']:.1f} | {row['speedup_vs_nhwc']:.2f}x | "
+              f"{row['relative_error_vs_nhwc']:.1e} |")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump({"options": vars(args), "tuning_options": options.to_dict(),
+                       "target": target.spec, "host": host_facts(),
+                       "layers": [asdict(layer) | {"flops": layer.flops} for layer in layers],
+                       "rows": rows}, handle, indent=1)
+        print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
