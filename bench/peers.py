@@ -24,8 +24,11 @@ The host (CPU model, LLVM's name for the CPU) heads the report. The tuned model'
 time, trial budget and tuning curve (MetaSchedule's whole-model estimate against trials)
 are written beside the table.
 
-    python bench/peers.py [--models mobilenetv2,resnet18] [--trials 16] [--total-trials N]
-                          [--threads 2] [--sgemm-size 2048] [--out bench/results/peers]
+    python bench/peers.py [--models mobilenetv2,resnet18] [--minutes 30] [--trials N]
+                          [--total-trials N] [--threads 2] [--sgemm-size 2048]
+                          [--out bench/results/peers]
+
+Tuning options not given keep SimpleTVM's defaults.
 """
 
 from __future__ import annotations
@@ -250,8 +253,11 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
     untuned = session().build(records=None)
     tuned = session()
     start = time.perf_counter()
-    tuned.autotune(trials=args.trials, total_trials=args.total_trials,
-                   batch_size=args.batch_size, population=args.population,
+    budget = {"trials": args.trials, "total_trials": args.total_trials,
+              "minutes": args.minutes, "batch_size": args.batch_size,
+              "population": args.population}
+    # what is not given keeps SimpleTVM's defaults: the bench measures what users get
+    tuned.autotune(**{k: v for k, v in budget.items() if v is not None},
                    transfer_learning=False, seed=0)
     tuning_s = time.perf_counter() - start
     tuned.build(records="run")
@@ -306,9 +312,11 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
         "sgemm": sgemm,
         "max_abs_difference_to_tensorflow": agreement,
         "tuning": {"seconds": tuning_s, "trials": summary["trials"],
-                   "tasks": summary["num_tasks"], "trials_per_task": args.trials,
-                   "total_trials": args.total_trials,
-                   "batch_size": args.batch_size, "population": args.population},
+                   "tasks": summary["num_tasks"],
+                   "estimated_ms": summary["estimated_latency_s"] * 1e3,
+                   "measured_to_estimate": medians["tvm tuned"]
+                   / (summary["estimated_latency_s"] * 1e3),
+                   "options": tuned.context.parameters.get("autotune", {})},
         "curve": curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)]
                  .to_dict("records") if len(curve) else [],
     }
@@ -336,10 +344,14 @@ def print_report(result: dict) -> None:
     print(f"  sgemm (numpy.matmul, float32 {sgemm['n']}x{sgemm['n']}, {sgemm['blas']}, "
           f"{sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s, best of "
           f"{sgemm['repeats']} (median {sgemm['median_gflops']:.1f})")
+    options = tuning["options"]
     print(f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
-          f"(at most {tuning['trials_per_task']} per task, {tuning['total_trials'] or 'no'} "
-          f"in all, batch {tuning['batch_size']}) "
+          f"(at most {options.get('trials')} per task, {options.get('total_trials') or 'no'} "
+          f"in all, {options.get('minutes') or 'no'} minutes budget, batch "
+          f"{options.get('batch_size')}, population {options.get('population')}) "
           f"in {tuning['seconds']:.0f} s")
+    print(f"  MetaSchedule's estimate {tuning['estimated_ms']:.3f} ms; measured / estimate "
+          f"{tuning['measured_to_estimate']:.2f}")
     if result["curve"]:
         print("  tuning curve (MetaSchedule's whole-model estimate):")
         for point in result["curve"]:
@@ -352,12 +364,15 @@ def main() -> None:
     parser.add_argument("--models", default="mobilenetv2,resnet18")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--trials", type=int, default=16, help="measured candidates per task")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="wall-clock tuning budget per model")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="measured candidates per task (default: SimpleTVM's)")
     parser.add_argument("--total-trials", type=int, default=None,
                         help="cap over all tasks; the gradient task order spends it where "
                              "the latency is")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--population", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--population", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
     parser.add_argument("--warmup", type=int, default=5,

@@ -7,6 +7,9 @@ built-in models come this way too (:func:`keras_to_tflite`).
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +36,33 @@ def keras_to_tflite(keras_model) -> bytes:
     """A Keras model as a float32 TFLite flatbuffer; raises what the converter raises.
 
     (Converting a concrete function of fixed shapes instead leaves READ_VARIABLE ops
-    that TVM's frontend rejects.)"""
+    that TVM's frontend rejects.) The converter prints every variable of the model and
+    its MLIR passes' log lines; they are kept out of the user's terminal."""
     import tensorflow as tf
 
-    return tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+    with _output_silenced():
+        return tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+
+
+@contextmanager
+def _output_silenced():
+    """Send this process' stdout and stderr (file descriptors, so C++ logs too) to
+    /dev/null for the duration."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def relax_from_tflite(
