@@ -8,13 +8,15 @@ frontend emits) and, for the 3x3 stride-1 ones, NHWC Winograd (simpletvm.winogra
 Each variant is tuned alone with SimpleTVM's TuningJob (local runner) and the same trial
 budget and search options, then built with its records; all built modules are timed at
 the end, in alternating rounds so background load hits them alike, with TVM's time
-evaluator. Reported per variant: median latency, effective GFLOP/s (the direct
+evaluator (warm: the layer's weights stay in cache between runs). Reported per variant: median latency, effective GFLOP/s (the direct
 convolution's FLOPs for every variant, Winograd included) and speedup over the NHWC
 direct variant of the same layer (NHWC ms / variant ms: above 1 is faster). Every
 variant's output is checked against the NHWC direct one.
 
-    python bench/layers.py [--trials 64] [--batch-size 16] [--population 256]
+    python bench/layers.py [--trials 64] [--batch-size N] [--population N]
                            [--layers a,b,c,d] [--rounds 3] [--out results.json]
+
+Search options not given are TuningOptions' defaults, the same for every variant.
 """
 
 from __future__ import annotations
@@ -125,9 +127,9 @@ def tune_and_build(fused, target, options, records_dir: str) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=64, help="per variant (one task each)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--population", type=int, default=256)
-    parser.add_argument("--genetic-iterations", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, help="default: TuningOptions'")
+    parser.add_argument("--population", type=int, help="default: TuningOptions'")
+    parser.add_argument("--genetic-iterations", type=int, help="default: TuningOptions'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-d")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, alternating")
@@ -145,9 +147,11 @@ def main() -> None:
 
     target = resolve_target("cpu")
     device = target.device()
-    options = TuningOptions(
-        trials=args.trials, batch_size=args.batch_size, population=args.population,
-        genetic_iterations=args.genetic_iterations, seed=args.seed, transfer_learning=False)
+    search = {name: getattr(args, name) for name in ("batch_size", "population",
+                                                     "genetic_iterations")
+              if getattr(args, name) is not None}
+    options = TuningOptions(trials=args.trials, seed=args.seed, transfer_learning=False,
+                            **search)
     work = tempfile.mkdtemp(prefix="simpletvm-layers-")
     layers = [layer for layer in LAYERS if layer.key in args.layers.split(",")]
 
@@ -208,8 +212,8 @@ def main() -> None:
                 "samples_ms": [s * 1e3 for s in entry["samples"]],
             })
 
-    print(f"\n{args.trials} trials per variant, batch {args.batch_size}, population "
-          f"{args.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
+    print(f"\n{args.trials} trials per variant, batch {options.batch_size}, population "
+          f"{options.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
           f"; median of {args.rounds}x{args.repeat} samples")
     print("\n| layer | variant | trials | tuned ms | GFLOP/s | vs NHWC | rel. error |")
     print("|---|---|---:|---:|---:|---:|---:|")
