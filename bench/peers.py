@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simpletvm.comparison import simpletvm_runner, time_side_by_side, tflite_runner
+
 PEERS = ("tensorflow", "tflite", "onnxruntime", "openvino")
 ONNX_OPSET = 17
 
@@ -59,20 +61,10 @@ def tensorflow_runner(keras_model, example: np.ndarray) -> Callable[[], np.ndarr
     return lambda: concrete(tensor).numpy()
 
 
-def tflite_runner(keras_model, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
-    import tensorflow as tf
+def tflite_keras_runner(keras_model, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
+    from simpletvm.models.tflite import keras_to_tflite
 
-    flatbuffer = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
-    interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads)
-    interpreter.allocate_tensors()
-    source = interpreter.get_input_details()[0]["index"]
-    result = interpreter.get_output_details()[0]["index"]
-
-    def infer() -> np.ndarray:
-        interpreter.set_tensor(source, example)
-        interpreter.invoke()
-        return interpreter.get_tensor(result)
-    return infer
+    return tflite_runner(keras_to_tflite(keras_model), example, threads)
 
 
 def onnxruntime_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
@@ -118,34 +110,6 @@ def keras_to_onnx(keras_model, shape: tuple[int, ...], path: Path) -> Path:
     tf2onnx.convert.from_keras(keras_model, input_signature=signature, opset=ONNX_OPSET,
                                output_path=str(path))
     return path
-
-
-def tvm_runner(stvm, example: np.ndarray) -> Callable[[], np.ndarray]:
-    """The built module's entry function, fed like ONNX Runtime: NumPy in, NumPy out."""
-    import tvm
-
-    device = stvm.target.device()
-    main = stvm._vm["main"]
-    return lambda: main(tvm.runtime.tensor(example, device)).numpy()
-
-
-def time_side_by_side(runners: dict[str, Callable], rounds: int, calls: int,
-                      warmup: int) -> dict[str, list[float]]:
-    """Per-call seconds of every runner, the runners taking turns round by round.
-
-    Each turn starts with ``warmup`` untimed calls: the runner before it leaves the
-    caches holding its own data (a 160 ms untuned TVM call slowed the tuned one after it
-    by a quarter), and a framework is timed in its steady state, not in its neighbour's."""
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, infer in runners.items():
-            for _ in range(warmup):
-                infer()
-            for _ in range(calls):
-                start = time.perf_counter()
-                infer()
-                samples[name].append(time.perf_counter() - start)
-    return samples
 
 
 def model_flops(keras_model) -> int:
@@ -274,7 +238,7 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
 
     makers = {
         "tensorflow": lambda: tensorflow_runner(keras_model, example),
-        "tflite": lambda: tflite_runner(keras_model, example, args.threads),
+        "tflite": lambda: tflite_keras_runner(keras_model, example, args.threads),
         "onnxruntime": lambda: onnxruntime_runner(onnx_model(), example, args.threads),
         "openvino": lambda: openvino_runner(onnx_model(), example, args.threads),
     }
@@ -284,8 +248,8 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
             runners[name] = make()
         except ImportError as error:  # an optional peer not installed: go on without it
             missing[name] = str(error)
-    runners["tvm untuned"] = tvm_runner(untuned, example)
-    runners["tvm tuned"] = tvm_runner(tuned, example)
+    runners["tvm untuned"] = simpletvm_runner(untuned, example)
+    runners["tvm tuned"] = simpletvm_runner(tuned, example)
     reference = runners["tensorflow"]()
     agreement = {}
     for name, infer in runners.items():

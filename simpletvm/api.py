@@ -63,6 +63,14 @@ class SimpleTVM:
     def store(self):
         return self.context.store
 
+    @property
+    def vm(self):
+        """The Relax VirtualMachine of the built or loaded module (to call its
+        functions directly, e.g. ``stvm.vm["main"](tensor)``)."""
+        if self._vm is None:
+            raise FlowError("vm needs a module: call build() or load() first")
+        return self._vm
+
     # ---- steps ----------------------------------------------------------------------
     def from_model(self, source: Any, *, output_name: str | list[str] | None = None,
                    output_size: int | None = None, input_shapes: Any = None,

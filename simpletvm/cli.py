@@ -18,16 +18,17 @@ def quickstart(
                               "resnet18, resnet50"),
     image_size: int = typer.Option(96, help="input height and width"),
     alpha: Optional[float] = typer.Option(0.35, help="width multiplier (MobileNets only)"),
-    trials: int = typer.Option(16, min=1, help="measured candidates per task"),
-    batch_size: int = typer.Option(16, min=1, help="candidates per iteration: larger "
-                                   "batches spend less time in the select stage"),
-    population: int = typer.Option(128, min=8, help="evolutionary search population"),
+    minutes: float = typer.Option(5.0, min=0.1, help="wall-clock tuning budget"),
+    trials: int = typer.Option(64, min=1, help="at most this many measured candidates "
+                               "per task"),
     store: Optional[Path] = typer.Option(None, help="run store root "
                                          "(default: $SIMPLETVM_HOME or ~/tvm-benchmark)"),
     seed: int = typer.Option(0, help="seed for weights and search"),
 ) -> None:
-    """Import a built-in model, measure it untuned, autotune it, build, save and measure
-    it again, on this machine's CPU. Prints where the run's results are."""
+    """Import a built-in model, measure it untuned, autotune it for a few minutes, build,
+    save and measure it again, on this machine's CPU; then time it side by side with
+    TFLite (XNNPACK) on the same input when TensorFlow is installed. Prints where the
+    run's results are."""
     from rich.console import Console
     from rich.logging import RichHandler
     from rich.table import Table
@@ -47,7 +48,7 @@ def quickstart(
     try:
         stvm.from_model(model, **options)
         untuned = stvm.build(records=None).evaluate().last_evaluation
-        stvm.autotune(trials=trials, batch_size=batch_size, population=population, seed=seed)
+        stvm.autotune(trials=trials, minutes=minutes, seed=seed)
         tuned = stvm.build(records="run").save().evaluate().last_evaluation
     except (SimpleTVMError, ValueError) as error:
         ctx.save()
@@ -67,10 +68,40 @@ def quickstart(
     console.print(
         f"speedup {untuned['median_ms'] / tuned['median_ms']:.2f}x after "
         f"{summary['trials']} trials over {summary['num_tasks']} tasks in {tuning_s:.0f} s")
+    _compare_with_tflite(console, stvm, model, options)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"context  {context_path}")
     console.print(f"module   {ctx.artifacts.get('module')}")
     console.print(f"log      {ctx.store.log_path(ctx.run_id)}")
+
+
+def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
+    """Time the tuned module and TFLite (XNNPACK) on one input, in turns, from Python:
+    what a user's inference loop sees of either."""
+    import numpy as np
+
+    from .comparison import simpletvm_runner, time_side_by_side, tflite_runner
+    from .models.tflite import keras_to_tflite
+    from .models.zoo import build_keras_model
+
+    try:
+        keras_model = build_keras_model(model, **options)
+        flatbuffer = keras_to_tflite(keras_model)
+    except ImportError:
+        console.print("TFLite is not installed here: no comparison")
+        return
+    size = options["image_size"]
+    example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
+    threads = stvm.target.spec.get("num-cores", 1)
+    runners = {"SimpleTVM tuned": simpletvm_runner(stvm, example),
+               "TFLite (XNNPACK)": tflite_runner(flatbuffer, example, threads)}
+    samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
+    medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+    ours, theirs = medians["SimpleTVM tuned"], medians["TFLite (XNNPACK)"]
+    verdict = "faster" if ours < theirs else "slower"
+    console.print(f"side by side on one input ({threads} threads, median per call from "
+                  f"Python): SimpleTVM {ours:.3f} ms, TFLite {theirs:.3f} ms: "
+                  f"{theirs / ours:.2f}x, SimpleTVM is {verdict}")
 
 
 @app.command()

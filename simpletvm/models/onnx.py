@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import ModelImportError
 from .base import ImportedModel, TensorSpec, normalize_shapes, pick_shape
+from .onnx_rewrite import rewrite_for_import
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
                 10: "float16", 11: "float64"}
@@ -25,7 +26,11 @@ def relax_from_onnx(
     model, source: str, fmt: str, input_shapes: Any = None, batch_size: int = 1,
     details: dict | None = None,
 ) -> ImportedModel:
-    """Convert an in-memory ``onnx.ModelProto``; weights become Relax constants."""
+    """Convert an in-memory ``onnx.ModelProto``; weights become Relax constants.
+
+    The model is first rewritten (a copy; :func:`~.onnx_rewrite.rewrite_for_import`) so
+    Clip and Pad import as Relax ops a layout conversion can see through.
+    """
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -43,6 +48,7 @@ def relax_from_onnx(
             f"input_shapes names {unknown}, which {source} does not have; "
             f"its inputs are {[spec.name for spec in inputs]}"
         )
+    model, rewrites = rewrite_for_import(model)
     try:
         model = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001 - inference is only a convenience for output shapes
@@ -56,6 +62,7 @@ def relax_from_onnx(
         )
     except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
         raise ModelImportError(f"TVM cannot import {source}: {error}") from error
+    mod = binary_min_max(mod)
     outputs = [
         TensorSpec(vi.name, tuple(d or 0 for d in _value_info_shape(vi)), _dtype(vi))
         for vi in model.graph.output
@@ -71,3 +78,71 @@ def import_onnx_file(path: Path, input_shapes: Any = None, batch_size: int = 1) 
     except Exception as error:  # noqa: BLE001
         raise ModelImportError(f"{path} is not a readable ONNX model: {error}") from error
     return relax_from_onnx(model, str(path), "onnx", input_shapes, batch_size)
+
+
+def binary_min_max(mod):
+    """TVM's frontend imports a two-input ``Max``/``Min`` as ``max``/``min`` over the
+    ``stack`` of both inputs broadcast to the output shape; this gives the equal
+    elementwise ``maximum``/``minimum`` instead (no stacked copy, fusable into the
+    producer's epilogue, and an op ``ConvertLayout`` converts: its rule for a 5-D stack
+    fails on NCHW->NHWC). Returns ``mod`` itself when nothing matched."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, is_tuple, wildcard
+
+    changed = False
+    for reduce_name, binary in (("relax.max", relax.op.maximum), ("relax.min", relax.op.minimum)):
+        lhs, rhs = wildcard(), wildcard()
+        stacked = is_op("relax.stack")(is_tuple([is_op("relax.broadcast_to")(lhs, wildcard()),
+                                                 is_op("relax.broadcast_to")(rhs, wildcard())]))
+        pattern = is_op(reduce_name)(stacked)
+
+        def rewriter(call, matches, lhs=lhs, rhs=rhs, stacked=stacked, binary=binary):
+            nonlocal changed
+            stack = matches[stacked]
+            if (int(stack.attrs.axis) != 0 or call.attrs.keepdims
+                    or [int(a) for a in call.attrs.axis or []] != [0]):
+                return call
+            if _broadcast_shape(matches[lhs], matches[rhs]) != _static_shape(call):
+                return call  # only where the stacked form had the broadcast shape
+            result = binary(matches[lhs], matches[rhs])
+            changed = True
+            return result
+
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function):
+                new = relax.dpl.rewrite_call(pattern, rewriter, func)
+                if not new.same_as(func):
+                    mod = _with_function(mod, gvar, new)
+    return relax.transform.DeadCodeElimination()(mod) if changed else mod
+
+
+def _static_shape(expr) -> tuple[int, ...] | None:
+    from tvm import relax
+
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    try:
+        return tuple(int(dim) for dim in ty.shape.values)
+    except (TypeError, ValueError):
+        return None
+
+
+def _broadcast_shape(a, b) -> tuple[int, ...] | None:
+    import numpy as np
+
+    shapes = _static_shape(a), _static_shape(b)
+    if None in shapes or str(a.ty.dtype) != str(b.ty.dtype):
+        return None
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
+def _with_function(mod, gvar, func):
+    import tvm
+
+    new = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    new[gvar] = func
+    return new

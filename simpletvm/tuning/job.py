@@ -326,8 +326,11 @@ class TuningJob:
         self._tune_contexts.clear()
 
     def _global_budget_left(self) -> float:
-        """Trials the job may still measure; 0 once its wall-clock budget is over."""
-        if self._deadline is not None and time.time() >= self._deadline:
+        """Trials the job may still measure; 0 once its wall-clock budget is over and
+        every task has been measured (a task never measured keeps TVM's naive schedule,
+        which can cost more than all the others together)."""
+        if self._deadline is not None and time.time() >= self._deadline and all(
+                p.history or p.done for p in self.progress):
             return 0
         if self.options.total_trials is None:
             return math.inf
@@ -418,7 +421,8 @@ def evaluator_config(options: TuningOptions, device_type: str):
 
 
 MIN_FIRST_ROUND = 2  # trials a task's first iteration measures, however small the task
-FIRST_ROUND_SHARE = 0.3  # part of the budget the first round shares out by FLOPs
+FIRST_ROUND_SHARE = 0.3  # part of a total_trials budget the first round shares out by FLOPs
+FIRST_ROUND_PER_TASK = 8  # ... and at most this many trials per task on average
 
 
 def task_flops(task) -> float:
@@ -433,12 +437,14 @@ def task_flops(task) -> float:
 
 def first_round_trials(flops: list[float], options: TuningOptions) -> list[int]:
     """How many candidates each task's first iteration measures: its share of the
-    model's FLOPs of about a third of the budget, at least MIN_FIRST_ROUND and at most a
-    batch. A first round of one batch per task spent 608 of 800 trials on MobileNetV2,
-    144 of them on 9 tasks holding under 0.5% of its FLOPs."""
+    model's FLOPs of about a third of the budget (of FIRST_ROUND_PER_TASK per task on
+    average when the budget is open-ended or in minutes), at least MIN_FIRST_ROUND and at
+    most a batch. A first round of one batch per task spent 608 of 800 trials on
+    MobileNetV2, 144 of them on 9 tasks holding under 0.5% of its FLOPs."""
     batch = options.resolved_batch_size()
-    budget = options.total_trials or options.trials * len(flops)
-    pool = FIRST_ROUND_SHARE * budget
+    pool = FIRST_ROUND_PER_TASK * len(flops)
+    if options.total_trials is not None:
+        pool = min(pool, FIRST_ROUND_SHARE * options.total_trials)
     total = sum(flops)
     if total <= 0:
         return [min(batch, max(MIN_FIRST_ROUND, int(pool / max(1, len(flops)))))] * len(flops)

@@ -69,5 +69,6 @@ def test_the_first_round_is_sized_by_each_tasks_share_of_the_flops():
     assert first[0] == 16  # capped at a batch
     assert MIN_FIRST_ROUND < first[1] < 16  # its share of 0.3 x 200 trials
     assert first[2:] == [MIN_FIRST_ROUND] * 3  # tiny tasks: a couple of trials each
-    # without a total, the budget is trials per task times tasks
-    assert first_round_trials([1.0, 1.0], TuningOptions(trials=10, batch_size=16)) == [3, 3]
+    # without a total, a few trials per task on average, shared out alike
+    even = first_round_trials([1.0, 1.0], TuningOptions(batch_size=16))
+    assert even[0] == even[1] and MIN_FIRST_ROUND < even[0] < 16

@@ -1,0 +1,60 @@
+"""A tuned model side by side with what users already run: timed alike, in turns.
+
+The quickstart and the peer benchmark both compare SimpleTVM's module with TFLite
+(XNNPACK) and others on one input. Every runner is a call that returns NumPy from
+NumPy, so each pays the same Python and copy costs a user's inference loop pays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+Runner = Callable[[], np.ndarray]
+
+
+def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runner:
+    """TFLite's interpreter with its default XNNPACK delegate on ``threads`` threads."""
+    import tensorflow as tf
+
+    interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads)
+    interpreter.allocate_tensors()
+    source = interpreter.get_input_details()[0]["index"]
+    result = interpreter.get_output_details()[0]["index"]
+
+    def infer() -> np.ndarray:
+        interpreter.set_tensor(source, example)
+        interpreter.invoke()
+        return interpreter.get_tensor(result)
+    return infer
+
+
+def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
+    """A built SimpleTVM module's entry function, NumPy in, NumPy out."""
+    import tvm
+
+    device = stvm.target.device()
+    main = stvm.vm["main"]
+    return lambda: main(tvm.runtime.tensor(example, device)).numpy()
+
+
+def time_side_by_side(runners: dict[str, Runner], rounds: int, calls: int,
+                      warmup: int) -> dict[str, list[float]]:
+    """Per-call seconds of every runner, the runners taking turns round by round, so
+    drift on a shared machine hits all alike.
+
+    Each turn starts with ``warmup`` untimed calls: the runner before it leaves the
+    caches holding its own data (a 160 ms untuned TVM call slowed the tuned one after it
+    by a quarter), and a runner is timed in its steady state, not in its neighbour's."""
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, infer in runners.items():
+            for _ in range(warmup):
+                infer()
+            for _ in range(calls):
+                start = time.perf_counter()
+                infer()
+                samples[name].append(time.perf_counter() - start)
+    return samples
