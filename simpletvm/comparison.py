@@ -8,6 +8,7 @@ NumPy, so each pays the same Python and copy costs a user's inference loop pays.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -19,7 +20,9 @@ def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runne
     """TFLite's interpreter with its default XNNPACK delegate on ``threads`` threads."""
     import tensorflow as tf
 
-    interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads)
+    with warnings.catch_warnings():  # its deprecation notice names a package we don't use
+        warnings.simplefilter("ignore", UserWarning)
+        interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads)
     interpreter.allocate_tensors()
     source = interpreter.get_input_details()[0]["index"]
     result = interpreter.get_output_details()[0]["index"]

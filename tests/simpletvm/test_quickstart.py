@@ -1,0 +1,41 @@
+"""The README's first command, `simpletvm quickstart`, end to end on a small input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from simpletvm.cli import app
+from simpletvm.comparison import time_side_by_side
+
+
+def test_runners_take_turns_and_each_turn_opens_with_untimed_calls():
+    calls: list[str] = []
+    runners = {name: (lambda name=name: calls.append(name) or np.zeros(1)) for name in "ab"}
+    samples = time_side_by_side(runners, rounds=3, calls=2, warmup=1)
+    assert {name: len(s) for name, s in samples.items()} == {"a": 6, "b": 6}
+    assert calls == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+    assert all(s >= 0 for s in samples["a"] + samples["b"])
+
+
+@pytest.mark.slow
+def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
+    result = CliRunner().invoke(app, ["quickstart", "--image-size", "32", "--minutes", "0.1",
+                                      "--store", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    speedup = float(re.search(r"speedup ([\d.]+)x", output).group(1))
+    assert speedup > 1  # tuned beats untuned even on the shortest budget
+    assert re.search(r"SimpleTVM [\d.]+ ms, TFLite [\d.]+ ms: [\d.]+x, SimpleTVM is "
+                     r"(faster|slower)", output)
+    run_id = re.search(r"run id (\w{32})", output).group(1)
+    context = json.loads((tmp_path / "runs" / run_id / "context.json").read_text())
+    assert context["model"]["route"] == "tflite" and context["model"]["layout"] == "NHWC"
+    assert context["tuning"]["runner"] == "local"
+    # the budget ran out in the first round, yet every task was measured
+    assert all(task["trials"] >= 1 for task in context["tuning"]["tasks"])
+    assert context["evaluation"]["tuned"] is True
