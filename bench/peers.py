@@ -224,7 +224,7 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
     tuned.autotune(**{k: v for k, v in budget.items() if v is not None},
                    transfer_learning=False, seed=0)
     tuning_s = time.perf_counter() - start
-    tuned.build(records="run")
+    tuned.build(records="run").save()  # kept for bench/runtime_threads.py
     curve = tuning_curve(tuned.context)
     curve.to_csv(out / f"{model}-curve.csv", index=False)
 
@@ -276,6 +276,7 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
         "sgemm": sgemm,
         "max_abs_difference_to_tensorflow": agreement,
         "tuning": {"seconds": tuning_s, "trials": summary["trials"],
+                   "run_id": tuned.context.run_id, "store": store,
                    "tasks": summary["num_tasks"],
                    "estimated_ms": summary["estimated_latency_s"] * 1e3,
                    "measured_to_estimate": medians["tvm tuned"]
@@ -316,6 +317,7 @@ def print_report(result: dict) -> None:
           f"in {tuning['seconds']:.0f} s")
     print(f"  MetaSchedule's estimate {tuning['estimated_ms']:.3f} ms; measured / estimate "
           f"{tuning['measured_to_estimate']:.2f}")
+    print(f"  tuned module: run {tuning['run_id']} in store {tuning['store']}")
     if result["curve"]:
         print("  tuning curve (MetaSchedule's whole-model estimate):")
         for point in result["curve"]:

@@ -1,0 +1,113 @@
+"""Which TVM thread-pool settings hold latency, quiet and beside another busy process.
+
+TVM's runtime pins its worker threads to cores (``TVM_BIND_THREADS``) and lets idle
+workers spin before they sleep (``TVM_THREAD_POOL_SPIN_COUNT``). On a machine whose cores
+are shared, a pinned, spinning worker waits for a core that another process holds. Each
+setting runs in its own process (the runtime reads them once), loading one saved module
+and calling it from Python, in alternating rounds, first on a quiet machine, then with
+a busy-looping process beside it; the table gives median and p90 per call.
+
+    python bench/runtime_threads.py --run-id RUN_ID [--store DIR] [--rounds 5]
+                                    [--calls 50] [--out bench/results/runtime_threads.json]
+
+RUN_ID is a run whose module was saved (``simpletvm quickstart`` saves one; so does
+``bench/peers.py``, which prints the run ids and the store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SETTINGS = {
+    "bind, spin (TVM's default)": {},
+    "no bind, spin": {"TVM_BIND_THREADS": "0"},
+    "bind, no spin": {"TVM_THREAD_POOL_SPIN_COUNT": "0"},
+    "no bind, no spin": {"TVM_BIND_THREADS": "0", "TVM_THREAD_POOL_SPIN_COUNT": "0"},
+}
+
+
+def child(run_id: str, store: str | None, calls: int, warmup: int) -> None:
+    """Load the module, call it, print per-call seconds as JSON (one setting)."""
+    import time
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.comparison import simpletvm_runner
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+    spec = stvm.model.inputs[0]
+    example = np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
+    infer = simpletvm_runner(stvm, example)
+    for _ in range(warmup):
+        infer()
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        infer()
+        samples.append(time.perf_counter() - start)
+    print(json.dumps(samples))
+
+
+def busy_loop() -> None:
+    while True:
+        pass
+
+
+def measure(args, environment: dict[str, str]) -> list[float]:
+    command = [sys.executable, __file__, "--child", "--run-id", args.run_id,
+               "--calls", str(args.calls), "--warmup", str(args.warmup)]
+    if args.store:
+        command += ["--store", args.store]
+    done = subprocess.run(command, env={**os.environ, **environment}, check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--store", default=None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/runtime_threads.json"))
+    args = parser.parse_args()
+    if args.child:
+        child(args.run_id, args.store, args.calls, args.warmup)
+        return
+    results = {}
+    for load in ("quiet", "one busy process beside"):
+        spinner = None
+        if load != "quiet":
+            spinner = multiprocessing.Process(target=busy_loop, daemon=True)
+            spinner.start()
+        samples: dict[str, list[float]] = {name: [] for name in SETTINGS}
+        try:
+            for _ in range(args.rounds):
+                for name, environment in SETTINGS.items():
+                    samples[name] += measure(args, environment)
+        finally:
+            if spinner is not None:
+                spinner.terminate()
+        results[load] = {name: {"median_ms": float(np.median(s)) * 1e3,
+                                "p90_ms": float(np.percentile(s, 90)) * 1e3}
+                         for name, s in samples.items()}
+        print(f"\n{load}: run {args.run_id}, {args.rounds} rounds of {args.calls} calls")
+        print(f"  {'setting':<28} {'median ms':>10} {'p90 ms':>9}")
+        for name, stats in results[load].items():
+            print(f"  {name:<28} {stats['median_ms']:>10.3f} {stats['p90_ms']:>9.3f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"\nresults: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
