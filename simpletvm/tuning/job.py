@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..targets import ResolvedTarget, load_tensor_intrinsics
 from .options import TuningOptions
-from .records import RecordStore
+from .records import RecordStore, new_database
 from .tasks import TaskProgress, next_task
 
 STAGES = ("select", "build", "profile", "update")
@@ -284,9 +284,7 @@ class TuningJob:
     def _initial_database(self):
         """What the search starts from: this run's records (resume) and, with transfer
         learning, the global database's records for the same target."""
-        from tvm.s_tir import meta_schedule as ms
-
-        database = self.run_records.to_database(self._tvm_target, ms.database.MemoryDatabase())
+        database = self.run_records.to_database(self._tvm_target, new_database())
         if self.options.transfer_learning and self.global_records is not None:
             self.global_records.to_database(self._tvm_target, database)
         return database
