@@ -67,7 +67,9 @@ def relax_from_onnx(
         TensorSpec(vi.name, tuple(d or 0 for d in _value_info_shape(vi)), _dtype(vi))
         for vi in model.graph.output
     ]
-    return ImportedModel(mod, inputs, outputs, source, fmt, dict(details or {}))
+    rewritten = {name: count for name, count in rewrites.items() if count}
+    return ImportedModel(mod, inputs, outputs, source, fmt,
+                         {**(details or {}), **({"onnx_rewrites": rewritten} if rewritten else {})})
 
 
 def import_onnx_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:
@@ -141,8 +143,7 @@ def _broadcast_shape(a, b) -> tuple[int, ...] | None:
 
 
 def _with_function(mod, gvar, func):
-    import tvm
-
-    new = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-    new[gvar] = func
+    """A copy of ``mod`` with ``gvar`` bound to ``func`` (``mod`` is left as it was)."""
+    new = mod.clone()
+    new.update_func(gvar, func)
     return new

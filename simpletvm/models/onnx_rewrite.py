@@ -11,7 +11,8 @@ ONNX ops the frontend imports as Relax ops, computing exactly the same values:
   otherwise (TVM imports Clip as ``call_tir(topi.maximum)``/``call_tir(topi.minimum)``).
 - ``Pad`` (mode constant, value 0, constant non-negative pads on spatial axes only)
   whose every consumer is a ``Conv`` -> folded into the Convs' ``pads`` (TVM imports Pad
-  as ``call_tir(topi.nn.pad)``).
+  as ``call_tir(topi.nn.pad)``); also into a ``MaxPool`` whose input is provably never
+  negative (a ReLU's output), where padding with 0 or with -inf gives the same maximum.
 - ``Conv`` with ``auto_pad`` SAME_UPPER/SAME_LOWER and a known input shape -> explicit
   ``pads`` (TVM imports the implicit padding as ``call_tir(topi.nn.pad)`` too).
 - ``Reshape`` at the end of a chain of shape-only ops that leaves the shape as it was ->
@@ -125,15 +126,16 @@ class _Rewriter:
                     "Min", [last, self._scalar(high, dtype)], [y], name=f"{name}/min"))
         else:
             new.append(onnx.helper.make_node("Identity", [x], [y], name=f"{name}/identity"))
-        self.orphans.update(name for name in node.input[1:] if name)
+        self.orphans.update(bound for bound in node.input[1:] if bound)
         self.stats["clip"] += 1
         return new
 
-    def _clip_bounds(self, node) -> tuple[float | None, float | None, int] | None:
-        """(low, high, element type) when the bounds are constants, else None."""
+    def _clip_bounds(self, node) -> tuple[float | None, float | None, int | None] | None:
+        """(low, high, element type) when the bounds are constants, else None; the type
+        is None when neither a bound nor shape inference tells it."""
         if self.opset < 11:
             attrs = _attributes(node)
-            return attrs.get("min"), attrs.get("max"), self._elem_type(node.input[0]) or 1
+            return attrs.get("min"), attrs.get("max"), self._elem_type(node.input[0])
         values: list[float | None] = []
         dtype = None
         for name in (list(node.input[1:]) + ["", ""])[:2]:
@@ -145,7 +147,7 @@ class _Rewriter:
                 return None
             values.append(float(array.reshape(())))
             dtype = _onnx_type(array.dtype)
-        return values[0], values[1], dtype or self._elem_type(node.input[0]) or 1
+        return values[0], values[1], dtype or self._elem_type(node.input[0])
 
     def _scalar(self, value: float, elem_type: int) -> str:
         """The name of a scalar initializer holding ``value`` (shared by equal bounds)."""
@@ -162,24 +164,26 @@ class _Rewriter:
     # -- Pad folded into Conv ---------------------------------------------------------
     def _fold_pads(self, nodes: list) -> list:
         consumers: dict[str, list] = {}
+        producers: dict = {}
         for node in nodes:
             for name in node.input:
                 consumers.setdefault(name, []).append(node)
+            producers.update((name, node) for name in node.output)
         kept = []
         for node in nodes:
             if node.op_type == "Pad" and node.domain in ("", "ai.onnx"):
-                spatial = self._foldable_pad(node, consumers.get(node.output[0], []))
+                spatial = self._foldable_pad(node, consumers.get(node.output[0], []), producers)
                 if spatial is not None:
-                    for conv in consumers[node.output[0]]:
-                        _add_conv_pads(conv, spatial)
-                        conv.input[0] = node.input[0]
+                    for user in consumers[node.output[0]]:
+                        _add_pads(user, spatial)
+                        user.input[0] = node.input[0]
                     self.orphans.update(name for name in node.input[1:] if name)
                     self.stats["pad"] += 1
                     continue
             kept.append(node)
         return kept
 
-    def _foldable_pad(self, node, users: list) -> tuple[list[int], list[int]] | None:
+    def _foldable_pad(self, node, users: list, producers) -> tuple[list[int], list[int]] | None:
         """(begin, end) spatial pads when ``node`` may be folded into ``users``, else None."""
         y = node.output[0]
         if not users or y in self.graph_outputs or y in self.subgraph_uses:
@@ -225,15 +229,53 @@ class _Rewriter:
         begin, end = list(pads[:rank]), list(pads[rank:])
         if rank < 3 or any(p < 0 for p in pads) or any(begin[:2]) or any(end[:2]):
             return None
-        for conv in users:
-            if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+        for user in users:
+            if user.op_type not in ("Conv", "MaxPool") or user.domain not in ("", "ai.onnx"):
                 return None
-            if list(conv.input).count(y) != 1 or conv.input[0] != y:
+            if list(user.input).count(y) != 1 or user.input[0] != y:
                 return None
-            auto_pad = _attributes(conv).get("auto_pad", b"NOTSET")
+            attrs = _attributes(user)
+            auto_pad = attrs.get("auto_pad", b"NOTSET")
             if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET":
                 return None
+            if user.op_type == "MaxPool" and not self._pool_takes_zero_pads(
+                    user, attrs, begin[2:], end[2:], node.input[0], producers):
+                return None
         return begin[2:], end[2:]
+
+    def _pool_takes_zero_pads(self, pool, attrs, begin, end, x: str, producers) -> bool:
+        """Whether ``MaxPool(Pad(x, 0))`` equals MaxPool with those pads (which it fills
+        with -inf): when ``x`` is never negative and no window lies wholly in the padding
+        (Keras' ResNet50 pads its stem's ReLU output so before the max pool)."""
+        kernel = attrs.get("kernel_shape")
+        if len(pool.output) != 1 or attrs.get("ceil_mode", 0) or kernel is None:
+            return False
+        pads = [p + q for p, q in zip(attrs.get("pads", [0] * 2 * len(kernel)), begin + end)]
+        dilations = attrs.get("dilations", [1] * len(kernel))
+        extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+        if any(p >= e for p, e in zip(pads, extent + extent)):
+            return False
+        return self._non_negative(x, producers)
+
+    def _non_negative(self, name: str, producers, depth: int = 0) -> bool:
+        """Whether tensor ``name`` is provably >= 0 everywhere (a conservative answer)."""
+        array = self._constant(name)
+        if array is not None:
+            return bool(np.all(array >= 0))
+        node = producers.get(name)
+        if node is None or depth > 16 or node.domain not in ("", "ai.onnx"):
+            return False
+        if node.op_type in ("Relu", "Sigmoid", "Abs", "Exp", "Softplus"):
+            return True
+        inputs = [i for i in node.input if i]
+        if node.op_type == "Min":
+            return all(self._non_negative(i, producers, depth + 1) for i in inputs)
+        if node.op_type == "Max":
+            return any(self._non_negative(i, producers, depth + 1) for i in inputs)
+        if node.op_type in ("Identity", "MaxPool", "Reshape", "Flatten", "Squeeze",
+                            "Unsqueeze", "Transpose"):
+            return self._non_negative(node.input[0], producers, depth + 1)
+        return False
 
     # -- Conv auto_pad SAME -> explicit pads --------------------------------------------
     def _explicit_same_pads(self, conv) -> None:
@@ -377,7 +419,7 @@ class _Rewriter:
         """Remove the constants (initializers, Constant nodes) that rewritten nodes used
         and nothing uses any more."""
         used = {name for node in self.graph.node for name in node.input} | self.subgraph_uses
-        used |= self.graph_outputs
+        used |= self.graph_outputs | {vi.name for vi in self.graph.input}
         dead = {name for name in self.orphans if name not in used}
         keep = [init for init in self.graph.initializer if init.name not in dead]
         del self.graph.initializer[:]
@@ -415,11 +457,12 @@ def _set_attribute(node, name: str, value) -> None:
     node.attribute.append(helper.make_attribute(name, value))
 
 
-def _add_conv_pads(conv, spatial: tuple[list[int], list[int]]) -> None:
+def _add_pads(node, spatial: tuple[list[int], list[int]]) -> None:
+    """Add (begin, end) spatial padding to a Conv's or pool's ``pads``."""
     begin, end = spatial
     n = len(begin)
-    pads = list(_attributes(conv).get("pads", [0] * (2 * n)))
-    _set_attribute(conv, "pads", [p + q for p, q in zip(pads, begin + end)])
+    pads = list(_attributes(node).get("pads", [0] * (2 * n)))
+    _set_attribute(node, "pads", [p + q for p, q in zip(pads, begin + end)])
 
 
 def _onnx_type(dtype) -> int:

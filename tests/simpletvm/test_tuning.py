@@ -36,7 +36,7 @@ def test_tuned_build_is_faster_and_still_correct(tuned):
 def test_every_stage_is_recorded_in_order(tuned):
     ctx = tuned["stvm"].context
     summary = tuned["stvm"].tuning_summary
-    assert ctx.model["num_tasks"] == summary["num_tasks"] == 5
+    assert ctx.model["num_tasks"] == summary["num_tasks"] == 6  # with the NHWC input transpose
     by_task: dict[int, list[str]] = {}
     for stage in ctx.stages:
         by_task.setdefault(stage["task"], []).append(stage["stage"])
@@ -64,7 +64,7 @@ def test_records_reach_the_run_global_and_best_databases(tuned):
     best_records = RecordStore(stvm.store.best_database_dir)
     assert len(run_records) == stvm.tuning_summary["trials"]
     assert len(global_records) == len(run_records)
-    assert len(best_records) == len(best_records.workload_keys()) == 5
+    assert len(best_records) == len(best_records.workload_keys()) == 6
     database = global_records.to_database(stvm.target.tvm_target())
     assert len(database) == len(run_records)
     # another run applies this run's records by id
