@@ -23,6 +23,8 @@ from functools import cache
 
 import numpy as np
 
+from .relax_ir import static_shape
+
 # Only the convolutions are named: pools, reductions, elementwise ops, concat, squeeze
 # and the rest with a layout rule follow their input's layout (TVM 0.27's pool rules fail
 # a check when a desired layout is given for them).
@@ -127,18 +129,6 @@ def _calls(mod, op_name: str) -> list:
     return found
 
 
-def _static_shape(expr) -> tuple[int, ...] | None:
-    from tvm import relax
-
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    try:
-        return tuple(int(dim) for dim in ty.shape.values)
-    except (TypeError, ValueError):
-        return None
-
-
 def _axes(call, ndim: int) -> list[int]:
     axes = call.attrs.axes
     return list(range(ndim))[::-1] if axes is None else [int(a) for a in axes]
@@ -190,7 +180,7 @@ def _make_canceller():
             if not (isinstance(inner, relax.Call) and isinstance(inner.op, tvm.ir.Op)
                     and inner.op.name == "relax.permute_dims"):
                 return call
-            shape = _static_shape(inner.args[0])
+            shape = static_shape(inner.args[0])
             if shape is None:
                 return call
             moved = [axis for axis in _axes(inner, len(shape)) if shape[axis] != 1]
@@ -211,7 +201,7 @@ def _make_canceller():
                 return None
             if expr.op.name == "relax.reshape":
                 value = self._constant_array(expr.args[0], depth + 1)
-                shape = _static_shape(expr)
+                shape = static_shape(expr)
                 return None if value is None or shape is None else value.reshape(shape)
             if expr.op.name == "relax.permute_dims":
                 value = self._constant_array(expr.args[0], depth + 1)

@@ -19,6 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .relax_ir import static_shape
+
 KERNEL_SIZE = 3
 OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable
 
@@ -50,7 +52,7 @@ def winograd_eligible(call, min_channels: int = 16) -> bool:
         return False
     if attrs.out_dtype not in (None, "float32"):
         return False
-    data_shape = _static_shape(data)
+    data_shape = static_shape(data)
     if data_shape is None or len(data_shape) != 4 or str(data.ty.dtype) != "float32":
         return False  # static shapes only: the tile count is fixed at build time
     value = weight.value
@@ -158,19 +160,6 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
 
 
 # ---- internals ------------------------------------------------------------------------
-def _static_shape(expr) -> tuple[int, ...] | None:
-    """The shape of a tensor-typed expression when every dimension is a constant."""
-    from tvm import relax
-
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    try:
-        return tuple(int(dim) for dim in ty.shape.values)
-    except (TypeError, ValueError):
-        return None
-
-
 @lru_cache(maxsize=None)
 def _matrices_f64(tile_size: int):
     """TVM's A, B, G (the ones ``winograd_transform_matrices`` wraps) in float64."""

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelImportError
+from ..relax_ir import static_shape
 from .base import ImportedModel, TensorSpec, normalize_shapes, pick_shape
 from .onnx_rewrite import rewrite_for_import
 
@@ -104,7 +105,7 @@ def binary_min_max(mod):
             if (int(stack.attrs.axis) != 0 or call.attrs.keepdims
                     or [int(a) for a in call.attrs.axis or []] != [0]):
                 return call
-            if _broadcast_shape(matches[lhs], matches[rhs]) != _static_shape(call):
+            if _broadcast_shape(matches[lhs], matches[rhs]) != static_shape(call):
                 return call  # only where the stacked form had the broadcast shape
             result = binary(matches[lhs], matches[rhs])
             changed = True
@@ -118,22 +119,10 @@ def binary_min_max(mod):
     return relax.transform.DeadCodeElimination()(mod) if changed else mod
 
 
-def _static_shape(expr) -> tuple[int, ...] | None:
-    from tvm import relax
-
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    try:
-        return tuple(int(dim) for dim in ty.shape.values)
-    except (TypeError, ValueError):
-        return None
-
-
 def _broadcast_shape(a, b) -> tuple[int, ...] | None:
     import numpy as np
 
-    shapes = _static_shape(a), _static_shape(b)
+    shapes = static_shape(a), static_shape(b)
     if None in shapes or str(a.ty.dtype) != str(b.ty.dtype):
         return None
     try:
