@@ -49,6 +49,7 @@ class SimpleTVM:
             self.context.target, self.context.cpu_arch, self.context.num_threads)
         self.context.target_spec = self.target.spec
         self.model: ImportedModel | None = None
+        self.state = "new"  # then "imported" (from_model), "built" (build) or "loaded"
         self._fused = None
         self._executable = None
         self._vm = None
@@ -67,8 +68,7 @@ class SimpleTVM:
     def vm(self):
         """The Relax VirtualMachine of the built or loaded module (to call its
         functions directly, e.g. ``stvm.vm["main"](tensor)``)."""
-        if self._vm is None:
-            raise FlowError("vm needs a module: call build() or load() first")
+        self._require("vm", "built", "loaded")
         return self._vm
 
     # ---- steps ----------------------------------------------------------------------
@@ -97,6 +97,8 @@ class SimpleTVM:
             self.model = model
             self._fused = fuse(model.mod, self.target)
             self._executable = self._vm = None
+            self._built_from = None
+            self.state = "imported"
             self.context.model = model.describe()
             step["format"] = model.format
         return self
@@ -112,8 +114,7 @@ class SimpleTVM:
         ``trials`` is per task, ``total_trials`` and ``minutes`` (wall clock) cap the
         whole job; see :class:`TuningOptions` for every parameter.
         """
-        if self.model is None:
-            raise FlowError("autotune() needs a model: call from_model() first")
+        self._require("autotune()", "imported", "built")
         options = TuningOptions(
             trials=trials, total_trials=total_trials, minutes=minutes, timeout=timeout,
             batch_size=batch_size,
@@ -134,8 +135,7 @@ class SimpleTVM:
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
         ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
         same job stage by stage instead."""
-        if self.model is None:
-            raise FlowError("tuning_job() needs a model: call from_model() first")
+        self._require("tuning_job()", "imported", "built")
         from .rpc import require_servers
         from .tuning.job import TuningJob
 
@@ -170,8 +170,7 @@ class SimpleTVM:
         records only), ``"run"`` (this run's records), another run's id, or None
         (untuned: TVM's default code).
         """
-        if self.model is None:
-            raise FlowError("build() needs a model: call from_model() first")
+        self._require("build()", "imported", "built")
         from .lowering import compile_fused
 
         with self.context.step("build", records=records) as step:
@@ -181,12 +180,12 @@ class SimpleTVM:
             self._executable = compile_fused(self._fused, self.target, database)
             self._vm = self._new_vm(self._executable)
             self._built_from = records
+            self.state = "built"
         return self
 
     def save(self, directory: str | Path | None = None) -> "SimpleTVM":
         """Store the built module (weights included) and its metadata under the run id."""
-        if self._executable is None:
-            raise FlowError("save() needs a built module: call build() first")
+        self._require("save()", "built")
         target_dir = Path(directory) if directory else self.store.module_dir(self.context.run_id)
         with self.context.step("save", path=str(target_dir)):
             target_dir.mkdir(parents=True, exist_ok=True)
@@ -218,6 +217,9 @@ class SimpleTVM:
                 [TensorSpec.from_dict(d) for d in metadata["outputs"]],
                 metadata["model"].get("source", run_id), "saved", {"loaded_from": run_id})
             self.context.model = {**metadata["model"], "loaded_from": run_id}
+            self._fused = None
+            self._built_from = metadata.get("records")  # what the saved build applied
+            self.state = "loaded"
         return self
 
     def run(self, data: Any) -> np.ndarray | list[np.ndarray]:
@@ -225,8 +227,7 @@ class SimpleTVM:
 
         Returns an array, or a list of arrays for models with several outputs.
         """
-        if self._vm is None:
-            raise FlowError("run() needs a module: call build() or load() first")
+        self._require("run()", "built", "loaded")
         import tvm
 
         arrays = self._match_inputs(data)
@@ -238,8 +239,7 @@ class SimpleTVM:
     def evaluate(self, repeat: int = 50, warmup: int = 5, number: int = 1,
                  seed: int = 0) -> "SimpleTVM":
         """Time whole-model inference on random inputs; statistics go to the context."""
-        if self._vm is None:
-            raise FlowError("evaluate() needs a module: call build() or load() first")
+        self._require("evaluate()", "built", "loaded")
         if repeat < 1 or number < 1 or warmup < 0:
             raise ValueError("evaluate() needs repeat >= 1, number >= 1 and warmup >= 0")
         import tvm
@@ -261,6 +261,24 @@ class SimpleTVM:
         return self
 
     # ---- helpers --------------------------------------------------------------------
+    def _require(self, step: str, *states: str) -> None:
+        """Refuse ``step`` unless the flow is in one of ``states``, naming the fix."""
+        if self.state in states:
+            return
+        if "imported" in states:  # steps that work on the imported model
+            if self.state == "loaded":
+                raise FlowError(
+                    f"{step} needs an imported model, but this SimpleTVM holds a module "
+                    "loaded with load(), which is already compiled: call from_model() to "
+                    "import the model again")
+            raise FlowError(f"{step} needs a model: call from_model() first")
+        if states == ("built",):
+            if self.state == "loaded":
+                raise FlowError(f"{step} needs a module built here; a loaded module is "
+                                "saved already (under the run id it was loaded from)")
+            raise FlowError(f"{step} needs a built module: call build() first")
+        raise FlowError(f"{step} needs a module: call build() or load() first")
+
     def _new_vm(self, executable):
         from tvm import relax
 

@@ -141,9 +141,9 @@ class _Sweep:
             for spec in specs.values():
                 scheduler.submit(spec)
             trace = scheduler.run()
-        name = f"trace-{min(specs)}"
-        trace.to_csv(self.experiment.dir / f"{name}.csv")
-        trace.gantt_png(self.experiment.dir / f"{name}.png")
+        note = save_trace(trace, self.experiment.dir, f"trace-{min(specs)}")
+        if note:
+            self.progress.message(note)
         return {key: specs[key].run_id for key in specs if key not in trace.failed}
 
     def run(self, run: Run, pretuned_run_id: str | None = None) -> dict[str, Any]:
@@ -196,3 +196,16 @@ def project_commit() -> str | None:
     if result.returncode != 0:
         return None
     return result.stdout.strip() or None
+
+
+def save_trace(trace, directory: Path, name: str) -> str | None:
+    """Write ``<name>.csv`` and, when matplotlib is installed, the Gantt chart
+    ``<name>.png``; returns a note for the user when the chart was skipped (a plain
+    ``pip install .`` has no matplotlib, and a finished tuning must not die of a plot)."""
+    trace.to_csv(directory / f"{name}.csv")
+    try:
+        trace.gantt_png(directory / f"{name}.png")
+    except ImportError:
+        return (f"{name}.png skipped: the Gantt chart needs matplotlib "
+                f"(pip install matplotlib); {name}.csv holds the same trace")
+    return None

@@ -22,7 +22,9 @@ from tvm.support.popen_pool import PopenPoolExecutor
 
 def _worker_init(target_kind: str) -> None:
     from simpletvm.targets import load_tensor_intrinsics
+    from simpletvm.tuning.orphans import exit_with_parent
 
+    exit_with_parent()
     load_tensor_intrinsics(target_kind)
 
 

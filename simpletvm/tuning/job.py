@@ -402,8 +402,11 @@ class TuningJob:
         if self._runner is None:
             from tvm.s_tir import meta_schedule as ms
 
+            from .orphans import exit_with_parent
+
             self._runner = ms.runner.LocalRunner(
                 timeout_sec=self.options.resolved_timeout(self.target.device_type),
+                initializer=exit_with_parent,
                 evaluator_config=evaluator_config(self.options, self.target.device_type),
             )
         return self._runner

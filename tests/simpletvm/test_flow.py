@@ -41,6 +41,27 @@ def test_steps_before_their_prerequisites_say_which_call_is_missing(store, call,
         call(fresh(store))
 
 
+def test_a_loaded_module_cannot_be_rebuilt_or_retuned_and_keeps_its_provenance(built, store,
+                                                                             tiny_onnx):
+    built.save()
+    # from_model(A).load(B): B is what this SimpleTVM holds now, and B is compiled
+    loaded = fresh(store).from_model(tiny_onnx).load(built.context.run_id)
+    assert loaded.state == "loaded"
+    for step in (loaded.build, loaded.autotune):
+        with pytest.raises(FlowError, match="loaded with load\(\).*call from_model\(\)"):
+            step()
+    with pytest.raises(FlowError, match="a loaded module is saved already"):
+        loaded.save()
+    assert loaded.evaluate(repeat=3).last_evaluation["tuned"] is False  # built untuned
+    metadata_path = store / "modules" / built.context.run_id / METADATA_FILE
+    metadata = json.loads(metadata_path.read_text())
+    metadata_path.write_text(json.dumps({**metadata, "records": "run"}))
+    retuned = fresh(store).load(built.context.run_id).evaluate(repeat=3).last_evaluation
+    assert retuned["tuned"] is True and retuned["records"] == "run"
+    # importing again starts the flow over
+    assert loaded.from_model(tiny_onnx).state == "imported" and loaded.build().state == "built"
+
+
 def test_save_after_import_without_build_is_refused(store, tiny_onnx):
     with pytest.raises(FlowError, match="call build\\(\\) first"):
         fresh(store).from_model(tiny_onnx).save()

@@ -77,3 +77,24 @@ def test_bad_backend_options_are_bad_input(cli, write_grid, store, tiny_onnx, op
     assert result.exit_code == 2
     assert message in result.stderr
     assert not (store / "superb").exists()
+
+
+def test_a_trace_without_matplotlib_keeps_its_csv_and_says_how_to_get_the_chart(
+        tmp_path, monkeypatch):
+    import sys
+
+    from scheduler import client, devices
+    from scheduler.simulate import simulate
+    from scheduler.testing import MockJob
+    from superb.sweep import save_trace
+
+    trace = simulate([MockJob("job", iterations=1, durations={"select": 1, "build": 1,
+                                                              "profile": 1, "update": 1})],
+                     [client(), *devices("default", 1)], "round-robin")
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)  # not installed
+    note = save_trace(trace, tmp_path, "trace-x")
+    assert "needs matplotlib (pip install matplotlib)" in note
+    assert [p.name for p in tmp_path.iterdir()] == ["trace-x.csv"]
+    monkeypatch.delitem(sys.modules, "matplotlib.backends.backend_agg")
+    assert save_trace(trace, tmp_path, "trace-y") is None
+    assert (tmp_path / "trace-y.png").stat().st_size > 0
