@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -108,11 +108,14 @@ class SimpleTVM:
                  timeout: float | None = None, batch_size: int | None = None,
                  transfer_learning: bool = True, early_stopping: int | None = None,
                  search_strategy: str = "evolutionary", cost_model: str = "xgb",
-                 seed: int | None = None, **search: Any) -> "SimpleTVM":
+                 seed: int | None = None, on_stage: Callable | None = None,
+                 **search: Any) -> "SimpleTVM":
         """Tune every task of the model with MetaSchedule (optional before build()).
 
         ``trials`` is per task, ``total_trials`` and ``minutes`` (wall clock) cap the
-        whole job; see :class:`TuningOptions` for every parameter.
+        whole job; see :class:`TuningOptions` for every parameter. ``on_stage(job)`` is
+        called after every stage with the :class:`~simpletvm.tuning.job.TuningJob`
+        (``trials``, ``progress``, ``summary()``), for progress displays.
         """
         self._require("autotune()", "imported", "built")
         options = TuningOptions(
@@ -125,7 +128,7 @@ class SimpleTVM:
             address = tracker.address if tracker is not None else None
             device_key = self.context.device_key or (tracker.key if tracker else "local")
             job = self.tuning_job(options, address, device_key)
-            job.run()
+            job.run(on_stage)
             self.record_tuning(job, address, device_key)
             step["trials"] = job.trials
         return self

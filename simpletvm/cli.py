@@ -1,4 +1,5 @@
-"""The ``simpletvm`` command: a quickstart that tunes a built-in model end to end."""
+"""The ``simpletvm`` command: a quickstart, and one model at a time (tune, compile, run,
+benchmark), in the manner of TVM's former ``tvmc``. Bad input exits 2 with the fix."""
 
 from __future__ import annotations
 
@@ -130,6 +131,267 @@ def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> N
                       str(data.get("tuning", {}).get("trials", "")),
                       f"{evaluation['median_ms']:.3f}" if "median_ms" in evaluation else "")
     Console().print(table)
+
+
+# ---- one model at a time -----------------------------------------------------------------
+BAD_INPUT = 2
+MODEL_HELP = ("a model file (.onnx, .tflite, .pb, .keras, .h5), a SavedModel directory, a "
+              "TF Hub handle or a built-in name (mobilenet, mobilenetv2, resnet18, resnet50)")
+INPUT_SHAPE_HELP = ("fix an input's shape: NAME:1,224,224,3 or, for one input, 1,224,224,3 "
+                    "(repeatable)")
+
+
+def _input_shapes(values: list[str]) -> dict[str, list[int]] | None:
+    """``["x:1,3,32,32"]`` -> ``{"x": [1, 3, 32, 32]}``; ``["1,3,32,32"]`` -> ``{"": ...}``."""
+    shapes = {}
+    for value in values:
+        name, _, dims = value.rpartition(":")
+        try:
+            shapes[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not NAME:1,224,224,3 or 1,224,224,3",
+                                     param_hint="--input-shape") from None
+    if "" in shapes and len(shapes) > 1:
+        raise typer.BadParameter("give every shape a NAME: when there are several",
+                                 param_hint="--input-shape")
+    return shapes or None
+
+
+def _model_options(input_shape: list[str], image_size: Optional[int]) -> dict:
+    options: dict = {}
+    shapes = _input_shapes(input_shape)
+    if shapes:
+        options["input_shapes"] = shapes.get("") if list(shapes) == [""] else shapes
+    if image_size is not None:
+        options["image_size"] = image_size
+    return options
+
+
+def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False):
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    from . import BenchmarkingContext, SimpleTVM
+
+    console = Console()
+    ctx = BenchmarkingContext(target, store=store)
+    if verbose:
+        handler = RichHandler(console=console, show_path=False, show_time=False)
+        handler.setLevel(logging.INFO)
+        ctx.logger.addHandler(handler)
+    return console, ctx, SimpleTVM(ctx)
+
+
+def _refuse(console, error: Exception) -> typer.Exit:
+    """Print a SimpleTVM error (it names the fix) and give the bad-input exit code."""
+    console.print(f"[red]error:[/red] {error}", highlight=False)
+    return typer.Exit(BAD_INPUT)
+
+
+def _tuning_progress(console, model: str, minutes: Optional[float]):
+    """A live line per tuning job: trials, tasks measured, the model's estimate, time."""
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("tuning {task.description}"), TextColumn("{task.fields[state]}"),
+               TimeElapsedColumn()]
+    progress = Progress(*columns, console=console, transient=False)
+    handle = progress.add_task(model, total=None, state="starting")
+
+    def on_stage(job) -> None:
+        summary = job.summary()
+        measured = sum(1 for p in job.progress if p.history)
+        estimate = summary["estimated_latency_s"] * 1e3
+        budget = f" of {minutes:g} min" if minutes else ""
+        progress.update(handle, state=f"{job.trials} trials, {measured}/{len(job.tasks)} "
+                        f"tasks measured, estimate {estimate:.3f} ms{budget}")
+    return progress, on_stage
+
+
+@app.command()
+def tune(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    minutes: Optional[float] = typer.Option(None, min=0.01, help="wall-clock budget"),
+    trials: int = typer.Option(64, min=1, help="at most this many candidates per task"),
+    total_trials: Optional[int] = typer.Option(None, min=1, help="cap over all tasks"),
+    input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
+    image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
+    target: str = typer.Option("cpu", help="cpu or cuda"),
+    store: Optional[Path] = typer.Option(None, help="run store root"),
+    seed: Optional[int] = typer.Option(None, help="search seed"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="log every finished task"),
+) -> None:
+    """Autotune a model; its records go to the run store under a new run id (and to the
+    global database), for `simpletvm compile MODEL --records RUN_ID`."""
+    from .errors import SimpleTVMError
+
+    console, ctx, stvm = _session(store, target, verbose)
+    try:
+        stvm.from_model(model, **_model_options(input_shape, image_size))
+        progress, on_stage = _tuning_progress(console, model, minutes)
+        with progress:
+            stvm.autotune(trials=trials, total_trials=total_trials, minutes=minutes,
+                          seed=seed, on_stage=on_stage)
+    except (SimpleTVMError, ValueError) as error:
+        ctx.save()
+        raise _refuse(console, error) from error
+    ctx.save()
+    summary = stvm.tuning_summary
+    console.print(f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
+                  f"{ctx.step_durations().get('autotune', 0):.0f} s; MetaSchedule's estimate "
+                  f"{summary['estimated_latency_s'] * 1e3:.3f} ms")
+    console.print(f"run id   {ctx.run_id}")
+    console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR")
+
+
+@app.command(name="compile")
+def compile_model(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    output: Path = typer.Option(..., "--output", "-o", help="directory for the module"),
+    records: str = typer.Option("global", help="global, best, none, or a run id"),
+    input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
+    image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
+    target: str = typer.Option("cpu", help="cpu or cuda"),
+    store: Optional[Path] = typer.Option(None, help="run store root"),
+) -> None:
+    """Build a model with tuning records and save it (model.so + metadata.json)."""
+    from .errors import SimpleTVMError
+
+    console, ctx, stvm = _session(store, target)
+    try:
+        stvm.from_model(model, **_model_options(input_shape, image_size))
+        stvm.build(records=None if records.lower() == "none" else records).save(output)
+    except (SimpleTVMError, ValueError) as error:
+        raise _refuse(console, error) from error
+    applied = next(s for s in ctx.steps if s["step"] == "build").get("records_applied", 0)
+    console.print(f"compiled {model} with {records} records ({applied} applied) -> {output}")
+
+
+@app.command(name="run")
+def run_module(
+    module: Path = typer.Argument(..., help="a directory written by `simpletvm compile`"),
+    input: list[str] = typer.Option(..., "--input", "-i",  # noqa: A002 - tvmc's name
+                                    help="x.npy for one input, NAME=x.npy for several"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the output "
+                                          "here (.npy; .npz for several outputs)"),
+    store: Optional[Path] = typer.Option(None, help="run store root"),
+) -> None:
+    """Run a compiled module on inputs saved with numpy.save."""
+    import json
+
+    import numpy as np
+
+    from .api import METADATA_FILE
+    from .errors import SimpleTVMError
+
+    console, ctx, stvm = _session(store)
+    metadata_path = module / METADATA_FILE
+    if not metadata_path.exists():
+        raise _refuse(console, FileNotFoundError(
+            f"{module} holds no compiled module ({METADATA_FILE} is missing): make one with "
+            "simpletvm compile MODEL -o DIR"))
+    try:
+        metadata = json.loads(metadata_path.read_text())
+        stvm.load(metadata["run_id"], directory=module)
+        named = dict(item.split("=", 1) if "=" in item else ("", item) for item in input)
+        arrays = {name: np.load(path) for name, path in named.items()}
+        result = stvm.run(arrays.get("") if list(arrays) == [""] else arrays)
+    except (SimpleTVMError, ValueError, OSError) as error:
+        raise _refuse(console, error) from error
+    results = result if isinstance(result, list) else [result]
+    if output is None:
+        for index, array in enumerate(results):
+            console.print(f"output {index}: shape {array.shape}, dtype {array.dtype}, "
+                          f"argmax {int(array.argmax())}, first values "
+                          f"{np.array2string(array.ravel()[:5], precision=4)}")
+    elif len(results) == 1:
+        np.save(output, results[0])
+        console.print(f"wrote {output}")
+    else:
+        np.savez(output, *results)
+        console.print(f"wrote {output} ({len(results)} outputs)")
+
+
+@app.command()
+def benchmark(
+    model: str = typer.Argument(..., help=MODEL_HELP + ", or the run id of a `tune`"),
+    records: str = typer.Option("global", help="records of the tuned build: global, best "
+                                "or a run id (a run id given as MODEL implies it)"),
+    input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
+    image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
+    rounds: int = typer.Option(5, min=1, help="timing rounds, taken in turns"),
+    calls: int = typer.Option(20, min=1, help="timed calls per round"),
+    store: Optional[Path] = typer.Option(None, help="run store root"),
+) -> None:
+    """Was tuning worth it here? The model untuned, tuned, and in ONNX Runtime or TFLite
+    when installed (for .onnx and .tflite files), timed side by side on one input."""
+    import numpy as np
+
+    from .comparison import simpletvm_runner, time_side_by_side
+    from .errors import SimpleTVMError
+    from .evaluation import random_inputs
+    from .store import RunStore
+
+    console, ctx, _ = _session(store)
+    options = _model_options(input_shape, image_size)
+    run_store = RunStore(store)
+    if model in run_store.run_ids():  # a tuning run: its model, its options, its records
+        model, options, records = _tuned_run(run_store, model)
+    try:
+        builds = {}
+        for name, applied in (("untuned", None), (f"tuned ({records})", records)):
+            _, _, stvm = _session(store)
+            builds[name] = stvm.from_model(model, **options).build(records=applied)
+    except (SimpleTVMError, ValueError) as error:
+        raise _refuse(console, error) from error
+    specs = builds["untuned"].model.inputs
+    example = random_inputs(specs)
+    runners = {name: simpletvm_runner(stvm, example[0]) for name, stvm in builds.items()}
+    threads = builds["untuned"].target.spec.get("num-cores", 1)
+    runners.update(_peer_runners(console, model, specs, example, threads))
+    samples = time_side_by_side(runners, rounds, calls, warmup=3)
+    medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+    tuned = medians[f"tuned ({records})"]
+    console.print(f"{model}: median per call from Python, {rounds} x {calls} calls in turns")
+    for name, median in medians.items():
+        console.print(f"  {name:<24} {median:>10.3f} ms  {median / tuned:>6.2f}x tuned")
+    console.print(f"tuning made it {medians['untuned'] / tuned:.2f}x faster than untuned")
+
+
+def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
+    import json
+
+    context = json.loads(run_store.context_path(run_id).read_text())
+    given = dict(context.get("parameters", {}).get("from_model", {}))
+    source = given.pop("source")
+    keep = {"input_shapes", "batch_size", "output_name", "signature", "image_size",
+            "classes", "seed", "alpha", "format"}
+    return source, {k: v for k, v in given.items() if k in keep and v is not None}, run_id
+
+
+def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
+    """ONNX Runtime for an .onnx file, TFLite for a .tflite file, when installed, on the
+    threads TVM uses."""
+    runners = {}
+    suffix = Path(model).suffix.lower()
+    if len(specs) != 1:
+        return runners
+    try:
+        if suffix == ".onnx":
+            import onnxruntime as ort
+
+            session_options = ort.SessionOptions()
+            session_options.intra_op_num_threads = threads
+            session = ort.InferenceSession(model, session_options,
+                                           providers=["CPUExecutionProvider"])
+            name = session.get_inputs()[0].name
+            runners["onnxruntime"] = lambda: session.run(None, {name: example[0]})[0]
+        elif suffix == ".tflite":
+            from .comparison import tflite_runner
+
+            runners["tflite"] = tflite_runner(Path(model).read_bytes(), example[0], threads)
+    except ImportError as error:
+        console.print(f"({error.name} is not installed: no peer timing)")
+    return runners
 
 
 def main() -> None:

@@ -157,10 +157,13 @@ class TuningJob:
             )
         return spec
 
-    def run(self) -> None:
-        """Run every stage in order, then finalize (what a job without a scheduler does)."""
+    def run(self, on_stage: Callable[["TuningJob"], None] | None = None) -> None:
+        """Run every stage in order, then finalize (what a job without a scheduler does);
+        ``on_stage`` is called with the job after each stage (progress displays)."""
         while not self.is_complete():
             self.run_stage()
+            if on_stage is not None:
+                on_stage(self)
         self.finalize()
 
     def finalize(self) -> dict[str, Any]:
