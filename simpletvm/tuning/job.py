@@ -181,28 +181,36 @@ class TuningJob:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
-        """Per-task trials, errors and best latency, and the weighted model estimate."""
+        """Per-task trials, errors and best latency, the weighted model estimate (of the
+        tuned tasks), and the tasks skipped because they could not be tuned."""
         tasks = [
             {"task": p.name, "weight": p.weight, "trials": p.trials, "errors": p.errors,
              "iterations": p.iterations,
-             "best_latency_s": p.best_latency_s if math.isfinite(p.best_latency_s) else None}
+             "best_latency_s": p.best_latency_s if math.isfinite(p.best_latency_s) else None,
+             "skipped": p.skipped}
             for p in self.progress
         ]
         estimate = sum(p.weight * p.best_latency_s for p in self.progress
                        if math.isfinite(p.best_latency_s))
         return {"tasks": tasks, "num_tasks": len(self.tasks), "trials": self.trials,
                 "errors": sum(p.errors for p in self.progress),
-                "estimated_latency_s": estimate}
+                "estimated_latency_s": estimate,
+                "skipped_tasks": [{"task": p.name, "error": p.skipped}
+                                  for p in self.progress if p.skipped]}
 
     # ---- stages ---------------------------------------------------------------------
     def _select(self) -> dict[str, Any]:
-        if self._task_index not in self._tune_contexts:
-            self._start_task()
-            if self._task_budget_spent(self.progress[self._task_index]):  # resumed, done
-                self._finish_task()
-                return {"batch_size": 0}
-        strategy = self._tune_contexts[self._task_index].search_strategy
-        candidates = strategy.generate_measure_candidates()
+        try:
+            if self._task_index not in self._tune_contexts:
+                self._start_task()
+                if self._task_budget_spent(self.progress[self._task_index]):  # resumed
+                    self._finish_task()
+                    return {"batch_size": 0}
+            strategy = self._tune_contexts[self._task_index].search_strategy
+            candidates = strategy.generate_measure_candidates()
+        except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
+            self._skip_task(f"{type(error).__name__}: {_first_line(error)}")
+            return {"batch_size": 0, "errors": 1}
         if not candidates:  # None (budget spent) or [] (space exhausted)
             self._finish_task()
             return {"batch_size": 0}
@@ -224,6 +232,7 @@ class TuningJob:
         self._build_results = self._builder.build(
             [BuilderInput(c.sch.mod, self._tvm_target) for c in self._candidates])
         errors = sum(1 for r in self._build_results if r.error_msg)
+        self._note_errors(r.error_msg for r in self._build_results)
         self.progress[self._task_index].errors += errors
         self._phase = "profile"
         return {"batch_size": len(self._candidates), "errors": errors}
@@ -245,6 +254,8 @@ class TuningJob:
         self._run_results = results
         errors = sum(1 for r, b in zip(results, self._build_results)
                      if r.error_msg and not b.error_msg)
+        self._note_errors(r.error_msg for r, b in zip(results, self._build_results)
+                          if not b.error_msg)
         self.progress[self._task_index].errors += errors
         self._phase = "update"
         return {"batch_size": len(results), "errors": errors}
@@ -276,7 +287,11 @@ class TuningJob:
         self.run_records.append(workload, measured, run_id=self.run_id)
         progress.record_iteration()
         self._candidates, self._build_results, self._run_results = [], [], []
-        if self._task_budget_spent(progress):
+        if progress.trials >= FAILED_CANDIDATES_TO_SKIP and not math.isfinite(
+                progress.best_latency_s):
+            self._skip_task(f"all {progress.trials} candidates failed; the last: "
+                            f"{progress.last_error}")
+        elif self._task_budget_spent(progress):
             self._finish_task()
         else:
             self._phase = "select"
@@ -386,6 +401,30 @@ class TuningJob:
             progress = self.progress[self._task_index]
             progress.best_latency_s = min(progress.best_latency_s, best)
 
+    def _note_errors(self, messages) -> None:
+        for message in messages:
+            if message:
+                self.progress[self._task_index].last_error = _first_line(message)
+
+    def _skip_task(self, reason: str) -> None:
+        """Give up on the current task: it keeps TVM's default schedule, the reason goes
+        to the summary, and the budget to the other tasks. One task MetaSchedule cannot
+        schedule (a design space it fails to generate, candidates that all fail) must
+        not cost the job the work done on every other task."""
+        progress = self.progress[self._task_index]
+        progress.skipped = reason
+        context = self._tune_contexts.pop(self._task_index, None)
+        if context is not None:
+            try:
+                context.post_tuning()
+            except Exception:  # noqa: BLE001 - its search state is broken: drop it
+                pass
+        if self.context is not None:
+            self.context.logger.warning("task %d/%d %s skipped, it keeps TVM's default "
+                                        "schedule: %s", self._task_index + 1,
+                                        len(self.tasks), progress.name, reason)
+        self._finish_task()
+
     def _finish_task(self) -> None:
         context = self._tune_contexts.pop(self._task_index, None)
         if context is not None:
@@ -453,6 +492,16 @@ def first_round_trials(flops: list[float], options: TuningOptions) -> list[int]:
     if total <= 0:
         return [min(batch, max(MIN_FIRST_ROUND, int(pool / max(1, len(flops)))))] * len(flops)
     return [min(batch, max(MIN_FIRST_ROUND, round(pool * f / total))) for f in flops]
+
+
+FAILED_CANDIDATES_TO_SKIP = 8  # measured candidates, none working: the task is skipped
+
+
+def _first_line(error) -> str:
+    """The gist of an error message (TVM's span several screens), at most 300 characters."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    gist = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "")
+    return gist[:300]
 
 
 def _mean_seconds(run_secs) -> float | None:

@@ -33,6 +33,8 @@ class TaskProgress:
     iterations: int = 0
     done: bool = False
     history: list[float] = field(default_factory=list)  # best latency after each iteration
+    skipped: str | None = None  # why the task could not be tuned (it keeps TVM's default)
+    last_error: str | None = None  # of its most recent failed candidate
 
     def record_iteration(self) -> None:
         self.iterations += 1

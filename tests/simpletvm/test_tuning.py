@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,69 @@ def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     extra = [p.trials - first for p, first in zip(job.progress, job.first_round)]
     assert extra[heaviest] == max(extra) > 0
     assert sum(1 for s in updates if s["task"] == heaviest) >= 2
+
+
+def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tmp_path,
+                                                                      monkeypatch):
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.lowering import compile_fused, extract_tasks
+
+    stvm = tuned["stvm"]
+    victim = extract_tasks(stvm._fused, stvm.target)[0].task_name
+    original = ms.TuneContext.pre_tuning
+
+    def pre_tuning(self, *args, **kwargs):
+        if self.task_name == victim:  # as MetaSchedule fails on some fused patterns
+            raise RuntimeError("ScheduleError: An error occurred in the schedule primitive "
+                               "'reverse-compute-at'")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ms.TuneContext, "pre_tuning", pre_tuning)
+    options = TuningOptions(trials=4, batch_size=4, transfer_learning=False, seed=6,
+                            **FAST_SEARCH)
+    records = RecordStore(tmp_path / "r")
+    job = TuningJob(stvm._fused, stvm.target, options, run_records=records)
+    job.run()
+    summary = job.summary()
+    assert [s["task"] for s in summary["skipped_tasks"]] == [victim]
+    assert "reverse-compute-at" in summary["skipped_tasks"][0]["error"]
+    others = [t for t in summary["tasks"] if t["task"] != victim]
+    assert all(t["trials"] >= 1 and t["best_latency_s"] for t in others)
+    # the skipped task keeps TVM's default schedule; the model builds and is right
+    executable = compile_fused(stvm._fused, stvm.target, records.to_database(
+        stvm.target.tvm_target()))
+    vm = relax.VirtualMachine(executable, stvm.target.device())
+    output = vm["main"](tvm.runtime.tensor(tuned["x"])).numpy()
+    np.testing.assert_allclose(output, tuned["expected"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path):
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
+
+    @derived_object
+    class LostDevice(PyRunner):
+        def run(self, runner_inputs):
+            futures = []
+            for _ in runner_inputs:
+                future = RunnerFuture(lambda: True,
+                                      lambda: RunnerResult(None, "RuntimeError: device lost"))
+                futures.append(future)
+            return futures
+
+    stvm = tuned["stvm"]
+    options = TuningOptions(trials=32, batch_size=4, transfer_learning=False, seed=7,
+                            **FAST_SEARCH)
+    job = TuningJob(stvm._fused, stvm.target, options, run_records=RecordStore(tmp_path / "r"),
+                    runner=LostDevice())
+    job.run()
+    summary = job.summary()
+    assert job.is_complete() and len(summary["skipped_tasks"]) == len(job.tasks)
+    for skipped in summary["skipped_tasks"]:
+        assert re.fullmatch(r"all \d+ candidates failed; the last: RuntimeError: device lost",
+                            skipped["error"]), skipped
+    # given up after a few, not after the 32 the budget allowed each
+    assert all(8 <= t["trials"] < 8 + options.batch_size for t in summary["tasks"])
