@@ -69,11 +69,18 @@ def quickstart(
     console.print(
         f"speedup {untuned['median_ms'] / tuned['median_ms']:.2f}x after "
         f"{summary['trials']} trials over {summary['num_tasks']} tasks in {tuning_s:.0f} s")
+    _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"context  {context_path}")
     console.print(f"module   {ctx.artifacts.get('module')}")
     console.print(f"log      {ctx.store.log_path(ctx.run_id)}")
+
+
+def _print_skipped(console, summary: dict) -> None:
+    for skipped in summary.get("skipped_tasks", []):
+        console.print(f"[yellow]skipped[/yellow] {skipped['task']} (keeps TVM's default "
+                      f"schedule): {skipped['error']}", highlight=False)
 
 
 def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
@@ -239,6 +246,7 @@ def tune(
     console.print(f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
                   f"{ctx.step_durations().get('autotune', 0):.0f} s; MetaSchedule's estimate "
                   f"{summary['estimated_latency_s'] * 1e3:.3f} ms")
+    _print_skipped(console, summary)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR")
 
