@@ -49,6 +49,7 @@ def relax_from_onnx(
             f"input_shapes names {unknown}, which {source} does not have; "
             f"its inputs are {[spec.name for spec in inputs]}"
         )
+    refuse_unsupported_operators(model, source)
     model, rewrites = rewrite_for_import(model)
     try:
         model = onnx.shape_inference.infer_shapes(model)
@@ -62,7 +63,11 @@ def relax_from_onnx(
             keep_params_in_input=False,
         )
     except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
-        raise ModelImportError(f"TVM cannot import {source}: {error}") from error
+        raise ModelImportError(
+            f"TVM's ONNX frontend cannot import {source} (opset {_opset(model)}): "
+            f"{type(error).__name__}: {error}. Try another opset when exporting (13 to "
+            "20), input_shapes=... for unknown dimensions, or another format (.tflite "
+            "for TensorFlow models)") from error
     mod = binary_min_max(mod)
     outputs = [
         TensorSpec(vi.name, tuple(d or 0 for d in _value_info_shape(vi)), _dtype(vi))
@@ -71,6 +76,40 @@ def relax_from_onnx(
     rewritten = {name: count for name, count in rewrites.items() if count}
     return ImportedModel(mod, inputs, outputs, source, fmt,
                          {**(details or {}), **({"onnx_rewrites": rewritten} if rewritten else {})})
+
+
+def unsupported_operators(model) -> dict[str, tuple[int, str]]:
+    """ONNX operator types TVM's frontend has no converter for: type -> (count, the first
+    node using it)."""
+    # TVM 0.27 has no public list of the ONNX ops its frontend converts; this table is it
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    known = _get_convert_map()
+    found: dict[str, tuple[int, str]] = {}
+    for index, node in enumerate(model.graph.node):
+        if node.op_type not in known:
+            count, first = found.get(node.op_type, (0, node.name or f"node #{index}"))
+            found[node.op_type] = (count + 1, first)
+    return found
+
+
+def refuse_unsupported_operators(model, source: str) -> None:
+    """Name every operator TVM cannot import, at once, before the frontend stops at the
+    first with a bare error."""
+    missing = unsupported_operators(model)
+    if not missing:
+        return
+    listed = ", ".join(f"{op} x{count} (first: {first!r})"
+                       for op, (count, first) in sorted(missing.items()))
+    raise ModelImportError(
+        f"TVM cannot import {source} (ONNX, opset {_opset(model)}): unsupported operators "
+        f"{listed}. Try exporting with another opset (13 to 20) or to another format "
+        "(.tflite for TensorFlow models), or replace these operators before export")
+
+
+def _opset(model) -> int | str:
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")),
+                "?")
 
 
 def import_onnx_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:

@@ -186,3 +186,24 @@ class TestBadSources:
     def test_output_name_only_for_graphdef(self, store, tiny_onnx):
         with pytest.raises(ModelImportError, match="output_name applies to frozen GraphDef"):
             untuned(store, tiny_onnx, output_name="y")
+
+
+def test_an_onnx_model_with_unsupported_operators_names_each_with_count_and_first_node():
+    from onnx import TensorProto, helper
+
+    from simpletvm.models import import_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("FancyNorm", ["a"], ["b"], name="fancy_1"),
+             helper.make_node("FancyNorm", ["b"], ["c"], name="fancy_2"),
+             helper.make_node("Warp", ["c"], ["y"], name="warp")]
+    graph = helper.make_graph(
+        nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError) as caught:
+        import_model(model)
+    message = str(caught.value)
+    assert "(ONNX, opset 17): unsupported operators FancyNorm x2 (first: 'fancy_1'), " \\
+           "Warp x1 (first: 'warp')" in message
+    assert "another opset" in message and "Relu" not in message
