@@ -204,6 +204,6 @@ def test_an_onnx_model_with_unsupported_operators_names_each_with_count_and_firs
     with pytest.raises(ModelImportError) as caught:
         import_model(model)
     message = str(caught.value)
-    assert "(ONNX, opset 17): unsupported operators FancyNorm x2 (first: 'fancy_1'), " \\
-           "Warp x1 (first: 'warp')" in message
+    assert ("(ONNX, opset 17): unsupported operators FancyNorm x2 (first: 'fancy_1'), "
+            "Warp x1 (first: 'warp')") in message
     assert "another opset" in message and "Relu" not in message
