@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from .errors import RunNotFoundError
 from .hostinfo import host_facts, library_versions
+from .native_output import redirected, verbose
 from .store import HOME_ENV, RunStore, atomic_write_json
 
 SCHEMA_VERSION = 1
@@ -99,8 +100,11 @@ class BenchmarkingContext:
         """Time one SimpleTVM step; the yielded dict takes details found while it runs."""
         record: dict[str, Any] = {"step": name, "start": _now(), "status": "ok", **details}
         self.logger.info("step %s started", name)
+        native = (contextlib.nullcontext() if verbose()
+                  else redirected(self.store.log_path(self.run_id), keep_python=True))
         try:
-            yield record
+            with native:
+                yield record
         except BaseException as error:
             record["status"] = "error"
             record["error"] = f"{type(error).__name__}: {error}"

@@ -8,12 +8,11 @@ built-in models come this way too (:func:`keras_to_tflite`).
 from __future__ import annotations
 
 import os
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModelImportError
+from ..native_output import redirected
 from .base import ImportedModel, TensorSpec, normalize_shapes, pick_shape
 
 _TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
@@ -40,29 +39,8 @@ def keras_to_tflite(keras_model) -> bytes:
     its MLIR passes' log lines; they are kept out of the user's terminal."""
     import tensorflow as tf
 
-    with _output_silenced():
+    with redirected(os.devnull, fds=(1, 2)):
         return tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
-
-
-@contextmanager
-def _output_silenced():
-    """Send this process' stdout and stderr (file descriptors, so C++ logs too) to
-    /dev/null for the duration."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
 
 
 def relax_from_tflite(
