@@ -103,7 +103,7 @@ class SimpleTVM:
             step["format"] = model.format
         return self
 
-    def autotune(self, trials: int = 64, *, total_trials: int | None = None,
+    def autotune(self, trials: int | None = None, *, total_trials: int | None = None,
                  minutes: float | None = None,
                  timeout: float | None = None, batch_size: int | None = None,
                  transfer_learning: bool = True, early_stopping: int | None = None,
@@ -112,8 +112,9 @@ class SimpleTVM:
                  **search: Any) -> "SimpleTVM":
         """Tune every task of the model with MetaSchedule (optional before build()).
 
-        ``trials`` is per task, ``total_trials`` and ``minutes`` (wall clock) cap the
-        whole job; see :class:`TuningOptions` for every parameter. ``on_stage(job)`` is
+        ``trials`` caps each task (default 64, or no cap when ``total_trials`` or
+        ``minutes``, wall clock, bound the whole job); see :class:`TuningOptions` for
+        every parameter. ``on_stage(job)`` is
         called after every stage with the :class:`~simpletvm.tuning.job.TuningJob`
         (``trials``, ``progress``, ``summary()``), for progress displays.
         """

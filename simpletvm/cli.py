@@ -20,8 +20,9 @@ def quickstart(
     image_size: int = typer.Option(96, help="input height and width"),
     alpha: Optional[float] = typer.Option(0.35, help="width multiplier (MobileNets only)"),
     minutes: float = typer.Option(5.0, min=0.1, help="wall-clock tuning budget"),
-    trials: int = typer.Option(64, min=1, help="at most this many measured candidates "
-                               "per task"),
+    trials: Optional[int] = typer.Option(None, min=1, help="at most this many measured "
+                                         "candidates per task (default: no cap within "
+                                         "the minutes)"),
     store: Optional[Path] = typer.Option(None, help="run store root "
                                          "(default: $SIMPLETVM_HOME or ~/tvm-benchmark)"),
     seed: int = typer.Option(0, help="seed for weights and search"),
@@ -218,7 +219,9 @@ def _tuning_progress(console, model: str, minutes: Optional[float]):
 def tune(
     model: str = typer.Argument(..., help=MODEL_HELP),
     minutes: Optional[float] = typer.Option(None, min=0.01, help="wall-clock budget"),
-    trials: int = typer.Option(64, min=1, help="at most this many candidates per task"),
+    trials: Optional[int] = typer.Option(None, min=1, help="at most this many candidates "
+                                         "per task (default 64, no cap with --minutes or "
+                                         "--total-trials)"),
     total_trials: Optional[int] = typer.Option(None, min=1, help="cap over all tasks"),
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
     image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),

@@ -353,7 +353,7 @@ class TuningJob:
         return self.options.total_trials - max(self.trials, sum(self._measured_before.values()))
 
     def _task_budget_spent(self, progress: TaskProgress) -> bool:
-        if progress.trials >= self.options.trials or self._global_budget_left() <= 0:
+        if progress.trials >= self.options.per_task_trials() or self._global_budget_left() <= 0:
             return True
         patience = self.options.early_stopping
         return patience is not None and progress.trials_since_improvement >= patience
@@ -381,7 +381,8 @@ class TuningJob:
         workload = self._workloads[index] = self._database.commit_workload(context.mod)
         progress = self.progress[index]
         progress.trials = self._measured_before.get(str(workload.as_json()[0]), 0)
-        budget = int(min(options.trials - progress.trials, self._global_budget_left()))
+        budget = int(min(options.per_task_trials() - progress.trials,
+                         self._global_budget_left()))
         context.pre_tuning(max_trials=budget, num_trials_per_iter=options.resolved_batch_size(),
                            database=self._database, cost_model=self._cost_model)
         if options.transfer_learning:

@@ -7,6 +7,8 @@ from typing import Any
 
 from .tasks import TASK_SCHEDULERS
 
+DEFAULT_TRIALS = 64  # per task, when nothing else bounds the job
+UNCAPPED_TRIALS = 1_000_000  # per task, when total_trials or minutes bound the job
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 COST_MODELS = ("xgb", "random")
 
@@ -15,7 +17,9 @@ COST_MODELS = ("xgb", "random")
 class TuningOptions:
     """What ``SimpleTVM.autotune()`` takes.
 
-    trials: measured candidates per task (the thesis' "number of trials").
+    trials: measured candidates per task, at most (the thesis' "number of trials");
+    None: 64, or no cap when ``total_trials`` or ``minutes`` bound the job, which then
+    spends its budget where the gradient task order sends it.
     total_trials: optional cap over all tasks of the model.
     timeout: profiling timeout per candidate in seconds (None: 20 s CPU, 5 s GPU).
     batch_size: candidates selected, built and profiled per iteration (None: CPU cores).
@@ -32,7 +36,7 @@ class TuningOptions:
     inside a model finds them: its weights cold, its input just written.
     """
 
-    trials: int = 64
+    trials: int | None = None
     total_trials: int | None = None
     minutes: float | None = None
     timeout: float | None = None
@@ -54,7 +58,7 @@ class TuningOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.trials < 1:
+        if self.trials is not None and self.trials < 1:
             raise ValueError(f"trials must be at least 1, got {self.trials}")
         if self.total_trials is not None and self.total_trials < 1:
             raise ValueError(f"total_trials must be at least 1, got {self.total_trials}")
@@ -78,6 +82,12 @@ class TuningOptions:
         if self.cache_flush and self.number != 1:
             raise ValueError("cache_flush flushes before every run, so it needs number=1 "
                              f"(got number={self.number}); use repeat for more samples")
+
+    def per_task_trials(self) -> int:
+        """The most trials one task may measure."""
+        if self.trials is not None:
+            return self.trials
+        return UNCAPPED_TRIALS if (self.total_trials or self.minutes) else DEFAULT_TRIALS
 
     def resolved_batch_size(self) -> int:
         return self.batch_size

@@ -72,3 +72,12 @@ def test_the_first_round_is_sized_by_each_tasks_share_of_the_flops():
     # without a total, a few trials per task on average, shared out alike
     even = first_round_trials([1.0, 1.0], TuningOptions(batch_size=16))
     assert even[0] == even[1] and MIN_FIRST_ROUND < even[0] < 16
+
+
+def test_a_job_bounded_by_minutes_or_total_trials_has_no_per_task_cap():
+    from simpletvm.tuning.options import DEFAULT_TRIALS
+
+    assert TuningOptions().per_task_trials() == DEFAULT_TRIALS
+    assert TuningOptions(trials=8, minutes=5).per_task_trials() == 8
+    for bounded in (TuningOptions(minutes=5), TuningOptions(total_trials=800)):
+        assert bounded.per_task_trials() > 800  # the gradient order decides, not a cap
