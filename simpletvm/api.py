@@ -18,7 +18,7 @@ from .errors import FlowError, IncompatibleModuleError, RunNotFoundError, Simple
 from .hostinfo import host_fingerprint
 from .models import ImportedModel, TensorSpec, import_model
 from .store import atomic_write_json
-from .targets import ResolvedTarget, resolve_target
+from .targets import ResolvedTarget, resolve_target, use_runtime_threads
 from .tuning.options import TuningOptions
 from .tuning.records import RecordStore
 
@@ -47,6 +47,7 @@ class SimpleTVM:
                 "BenchmarkingContext(target, device_key='...')")
         self.target: ResolvedTarget = resolve_target(
             self.context.target, self.context.cpu_arch, self.context.num_threads)
+        use_runtime_threads(self.target.host_cores())
         self.context.target_spec = self.target.spec
         self.model: ImportedModel | None = None
         self.state = "new"  # then "imported" (from_model), "built" (build) or "loaded"

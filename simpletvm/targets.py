@@ -9,6 +9,7 @@ tunes or builds candidates.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -38,6 +39,14 @@ class ResolvedTarget:
         if "host" in spec:
             spec["host"] = dict(spec["host"])
         return tvm.target.Target(spec)
+
+    def host_cores(self) -> int:
+        """The CPU threads the target's host code (all of a CPU target's code) uses."""
+        import psutil
+
+        llvm = self.spec if self.spec["kind"] == "llvm" else self.spec.get("host")
+        given = llvm.get("num-cores") if isinstance(llvm, dict) else None
+        return int(given or psutil.cpu_count(logical=False) or 1)
 
     def device(self, index: int = 0):
         import tvm
@@ -85,6 +94,21 @@ def resolve_target(
         f"unknown target {target!r}: use 'cpu', 'cuda' or a TVM target dict "
         "such as {'kind': 'llvm', 'mcpu': 'skylake'}"
     )
+
+
+RUNTIME_THREADS_VARIABLE = "TVM_NUM_THREADS"
+
+
+def use_runtime_threads(count: int) -> None:
+    """Give TVM's runtime thread pool ``count`` threads, in this process and in the
+    processes it starts (runners, RPC servers).
+
+    Unless told, TVM's runtime takes half the hardware threads on x86, assuming two per
+    core: on a 2-vCPU machine every kernel ran on one thread, tuning measured one
+    thread, and ResNet-18 ran in 15.4 ms against 9.3 ms with two. The pool reads the
+    setting when it starts, at the first parallel kernel of the process.
+    """
+    os.environ[RUNTIME_THREADS_VARIABLE] = str(count)
 
 
 def load_tensor_intrinsics(kind: str) -> None:

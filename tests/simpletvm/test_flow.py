@@ -172,3 +172,20 @@ def test_unknown_target_and_tracker_without_device_key(store):
         SimpleTVM(BenchmarkingContext("tpu", store=store))
     with pytest.raises(SimpleTVMError, match="device key"):
         SimpleTVM(BenchmarkingContext("cpu", store=store), rpc_tracker=("127.0.0.1", 9190))
+
+
+def test_the_runtime_uses_the_targets_threads_not_half_the_hardware_threads(tmp_path):
+    import subprocess
+    import sys
+
+    import psutil
+
+    # TVM alone takes half the hardware threads on x86 (1 of this machine kind's 2)
+    script = ("from simpletvm import BenchmarkingContext, SimpleTVM\n"
+              f"SimpleTVM(BenchmarkingContext('cpu', store={str(tmp_path)!r}))\n"
+              "import tvm\nprint(tvm.runtime.num_threads())\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TVM_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) == psutil.cpu_count(logical=False)
