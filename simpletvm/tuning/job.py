@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..targets import ResolvedTarget, load_tensor_intrinsics
+from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from .options import TuningOptions
 from .records import RecordStore, new_database
 from .tasks import TaskProgress, next_task
@@ -77,6 +77,7 @@ class TuningJob:
         from ..lowering import extract_tasks
 
         load_tensor_intrinsics(target.kind)
+        use_runtime_threads(target.host_cores())  # the runner processes measure with them
         self.target = target
         self.options = options
         self.run_records = run_records
