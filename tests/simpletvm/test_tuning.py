@@ -117,7 +117,7 @@ def test_global_trial_budget_caps_the_job(tuned, tmp_path):
 def test_a_budget_too_small_for_every_task_is_named(tuned, tmp_path):
     stvm = tuned["stvm"]
     options = TuningOptions(trials=8, total_trials=3, transfer_learning=False, **FAST_SEARCH)
-    with pytest.warns(UserWarning, match="total_trials=3 cannot measure all 5 tasks"):
+    with pytest.warns(UserWarning, match="total_trials=3 cannot measure all 6 tasks"):
         TuningJob(stvm._fused, stvm.target, options, run_records=RecordStore(tmp_path / "r"))
 
 
@@ -244,9 +244,14 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
                     runner=LostDevice())
     job.run()
     summary = job.summary()
-    assert job.is_complete() and len(summary["skipped_tasks"]) == len(job.tasks)
+    assert job.is_complete() and summary["skipped_tasks"]
     for skipped in summary["skipped_tasks"]:
         assert re.fullmatch(r"all \d+ candidates failed; the last: RuntimeError: device lost",
                             skipped["error"]), skipped
-    # given up after a few, not after the 32 the budget allowed each
-    assert all(8 <= t["trials"] < 8 + options.batch_size for t in summary["tasks"])
+    skipped = {s["task"] for s in summary["skipped_tasks"]}
+    for task in summary["tasks"]:
+        assert task["best_latency_s"] is None
+        if task["task"] in skipped:  # given up after a few, not after the 32 allowed
+            assert 8 <= task["trials"] < 8 + options.batch_size
+        else:  # a design space too small to reach 8 candidates ended by itself
+            assert task["trials"] < 8
