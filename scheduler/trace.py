@@ -69,6 +69,9 @@ def _atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
     os.replace(handle.name, target)
 
 
+PLOT_INSTALL_HINT = "pip install matplotlib (or 'simpletvm[analysis]')"
+
+
 @dataclass
 class Trace:
     """The record of one scheduler run.
@@ -190,9 +193,13 @@ class Trace:
         return pandas.DataFrame([asdict(r) for r in self.records], columns=_COLUMNS)
 
     def gantt_png(self, path: str | os.PathLike[str], title: str | None = None) -> None:
-        """Write the Gantt chart of ``draw_gantt`` as a PNG file."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        """Write the Gantt chart of ``draw_gantt`` as a PNG file (needs matplotlib, not
+        installed by a plain ``pip install``: ImportError names the extra)."""
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+        except ImportError as error:
+            raise ImportError(f"the Gantt chart needs matplotlib: {PLOT_INSTALL_HINT}") from error
 
         names = [r.name for r in self.resources] or sorted({r.resource for r in self.records})
         figure = Figure(figsize=(12, 1.0 + 0.6 * len(names)))

@@ -400,8 +400,9 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
             from .comparison import tflite_runner
 
             runners["tflite"] = tflite_runner(Path(model).read_bytes(), example[0], threads)
-    except ImportError as error:
-        console.print(f"({error.name} is not installed: no peer timing)")
+    except ImportError as error:  # optional: a plain install has neither
+        console.print(f"({error.name} is not installed, so no peer timing: pip install "
+                      f"{error.name} or 'simpletvm[bench]')", highlight=False)
     return runners
 
 

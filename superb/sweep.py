@@ -205,7 +205,6 @@ def save_trace(trace, directory: Path, name: str) -> str | None:
     trace.to_csv(directory / f"{name}.csv")
     try:
         trace.gantt_png(directory / f"{name}.png")
-    except ImportError:
-        return (f"{name}.png skipped: the Gantt chart needs matplotlib "
-                f"(pip install matplotlib); {name}.csv holds the same trace")
+    except ImportError as error:
+        return f"{name}.png skipped: {error}; {name}.csv holds the same trace"
     return None

@@ -93,7 +93,7 @@ def test_a_trace_without_matplotlib_keeps_its_csv_and_says_how_to_get_the_chart(
                      [client(), *devices("default", 1)], "round-robin")
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)  # not installed
     note = save_trace(trace, tmp_path, "trace-x")
-    assert "needs matplotlib (pip install matplotlib)" in note
+    assert "the Gantt chart needs matplotlib: pip install matplotlib" in note
     assert [p.name for p in tmp_path.iterdir()] == ["trace-x.csv"]
     monkeypatch.delitem(sys.modules, "matplotlib.backends.backend_agg")
     assert save_trace(trace, tmp_path, "trace-y") is None
