@@ -369,14 +369,12 @@ def benchmark(
 
 
 def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
-    import json
+    """The model source and import options a tuning run recorded, and its records."""
+    from . import BenchmarkingContext
 
-    context = json.loads(run_store.context_path(run_id).read_text())
-    given = dict(context.get("parameters", {}).get("from_model", {}))
+    given = dict(BenchmarkingContext.load(run_id, run_store).parameters.get("from_model", {}))
     source = given.pop("source")
-    keep = {"input_shapes", "batch_size", "output_name", "signature", "image_size",
-            "classes", "seed", "alpha", "format"}
-    return source, {k: v for k, v in given.items() if k in keep and v is not None}, run_id
+    return source, {k: v for k, v in given.items() if v is not None}, run_id
 
 
 def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
