@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 CLIENT = "client"
 DEVICE = "device"
@@ -49,11 +50,14 @@ class StageResult:
     """What a job reports after a stage: failures are data, not exceptions.
 
     A stage that returns ``status="error"`` ends its job just as a raised exception
-    would; the scheduler records ``error`` and goes on with the other jobs.
+    would; the scheduler records ``error`` and goes on with the other jobs. ``details``
+    (picklable) travel to the scheduler's ``on_stage`` listener: progress for a display,
+    what the stage measured.
     """
 
     status: str = "ok"
     error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

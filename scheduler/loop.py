@@ -6,8 +6,8 @@ import itertools
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
+from typing import Any, Callable
 
 from scheduler.backends import Backend, WorkerDied, get_backend
 from scheduler.base import Job, JobFactory, Resource
@@ -17,9 +17,11 @@ from scheduler.state import JobStatus, State
 from scheduler.trace import JobOutcome, StageRecord, Trace
 
 
+StageListener = Callable[[str, StageRecord, dict[str, Any]], None]
+JobListener = Callable[[str, JobOutcome], None]
+
+
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BrokenProcessPool):
-        return f"worker process died ({type(exc).__name__}: {exc})"
     if isinstance(exc, WorkerDied):
         return f"worker process died ({exc})"
     return f"{type(exc).__name__}: {exc}"
@@ -55,6 +57,10 @@ class Scheduler:
         self._submitted: list[tuple[str, Job | JobFactory]] = []
         self._ids: set[str] = set()
         self._wakeup: Future[None] = Future()
+        self._cancel_requests: dict[str, str] = {}
+        self._cancelled: dict[str, str] = {}
+        self._on_stage: StageListener | None = None
+        self._on_job_end: JobListener | None = None
 
     def __enter__(self) -> Scheduler:
         return self
@@ -81,8 +87,25 @@ class Scheduler:
                 self._wakeup.set_result(None)
         return job_id
 
-    def run(self) -> Trace:
-        """Run until every submitted job is done or failed; return what ran where."""
+    def cancel(self, job_id: str, reason: str) -> None:
+        """Stop a job now, whatever it is doing (a timeout); it fails with ``reason``.
+
+        Safe to call from another thread; needs a backend that can stop a running job
+        (processes, Ray)."""
+        with self._lock:
+            self._cancel_requests[job_id] = reason
+            if not self._wakeup.done():
+                self._wakeup.set_result(None)
+
+    def run(self, on_stage: StageListener | None = None,
+            on_job_end: JobListener | None = None) -> Trace:
+        """Run until every submitted job is done or failed; return what ran where.
+
+        ``on_stage(job_id, record, details)`` hears of every stage that ended, with the
+        details its job reported; ``on_job_end(job_id, outcome)`` of every job that
+        ended. Both run on the loop's thread and may :meth:`submit` more jobs, which is
+        how a caller keeps a fixed number of jobs in flight."""
+        self._on_stage, self._on_job_end = on_stage, on_job_end
         state, pool = self.state, self.state.pool
         origin = self.backend.now()
         trace = Trace(resources=list(pool.resources.values()), policy=self.policy.name,
@@ -93,10 +116,15 @@ class Scheduler:
         while True:
             for job_id, job in self._take_submitted():
                 arriving[self._add_job(job_id, job)] = (next(sequence), job_id)
+            self._carry_out_cancellations(set(running.values()), trace)
             state.time = self.backend.now() - origin
             for start in self.policy.decide(state):
                 running[self._start(start)] = start.job_id
             if not running and not arriving:
+                with self._lock:
+                    more = bool(self._submitted)
+                if more:  # a listener submitted a job
+                    continue
                 if state.unfinished == 0:
                     return trace
                 waiting = ", ".join(r.job_id for r in state.jobs.values() if not r.finished)
@@ -119,6 +147,20 @@ class Scheduler:
                 self._wakeup = Future()
         return submitted
 
+    def _carry_out_cancellations(self, running: set[str], trace: Trace) -> None:
+        """Stop the jobs :meth:`cancel` named: a running stage or a job being built fails
+        when its worker dies; a job waiting for a resource fails here."""
+        with self._lock:
+            requests, self._cancel_requests = self._cancel_requests, {}
+        for job_id, reason in requests.items():
+            record = self.state.jobs.get(job_id)
+            if job_id not in self._ids or (record is not None and record.finished):
+                continue
+            self._cancelled[job_id] = reason
+            self.backend.cancel(job_id)
+            if record is not None and job_id not in running:
+                self._fail(job_id, reason, trace.jobs[job_id].arrived, trace)
+
     def _add_job(self, job_id: str, job: Job | JobFactory) -> Future:
         try:
             return self.backend.add_job(job_id, job)
@@ -133,7 +175,8 @@ class Scheduler:
             first = future.result()
         except Exception as exc:
             self.state.add_job(job_id, None)
-            self._fail(job_id, f"could not start: {_describe(exc)}", self.state.time, trace)
+            reason = self._cancelled.get(job_id) or f"could not start: {_describe(exc)}"
+            self._fail(job_id, reason, self.state.time, trace)
             return
         record = self.state.add_job(job_id, first)
         trace.jobs[job_id] = JobOutcome("running", self.state.time, self.state.time)
@@ -163,12 +206,18 @@ class Scheduler:
             outcome = future.result()
             error = None if outcome.result.ok else (outcome.result.error or "stage reported an error")
         except Exception as exc:
-            outcome, error = None, _describe(exc)
-        trace.records.append(StageRecord(
+            outcome, error = None, self._cancelled.get(job_id) or _describe(exc)
+        stage_record = StageRecord(
             job_id, stage.task, stage.iteration, stage.kind, resource,
             state.pool.resources[resource].role, started, state.time,
             "ok" if error is None else "error", error or "",
-        ))
+        )
+        trace.records.append(stage_record)
+        if self._on_stage is not None:
+            self._on_stage(job_id, stage_record, outcome.result.details if outcome else {})
+        if job_id in self._cancelled:
+            self._fail(job_id, self._cancelled[job_id], trace.jobs[job_id].arrived, trace)
+            return
         if outcome is None or error is not None:
             self._fail(job_id, f"{stage.kind} on {resource}: {error}", trace.jobs[job_id].arrived, trace)
             return
@@ -183,12 +232,16 @@ class Scheduler:
         self.backend.release(job_id)
         self.policy.job_removed(job_id)
         trace.jobs[job_id] = JobOutcome("done", trace.jobs[job_id].arrived, self.state.time)
+        if self._on_job_end is not None:
+            self._on_job_end(job_id, trace.jobs[job_id])
 
     def _fail(self, job_id: str, error: str, arrived: float, trace: Trace) -> None:
-        retired = self.state.fail(job_id, error)
+        retired = self.state.fail(job_id, error, resource_fault=job_id not in self._cancelled)
         self.backend.release(job_id)
         self.policy.job_removed(job_id)
         trace.jobs[job_id] = JobOutcome("failed", arrived, self.state.time, error)
+        if self._on_job_end is not None:
+            self._on_job_end(job_id, trace.jobs[job_id])
         if retired is None:
             return
         trace.retired[retired] = self.state.pool.retired[retired]

@@ -76,9 +76,12 @@ class ResourcePool:
             raise ValueError(f"resource {name!r} is busy ({self.running[name]} running)")
         self.running[name] += 1
 
-    def release(self, name: str, ok: bool) -> bool:
-        """Free one slot and count the outcome; True if this retired the resource."""
+    def release(self, name: str, ok: bool | None) -> bool:
+        """Free one slot and count the outcome (None: a stage stopped from outside, which
+        says nothing about the resource); True if this retired the resource."""
         self.running[name] -= 1
+        if ok is None:
+            return False
         if ok:
             self.failures[name] = 0
             return False

@@ -110,12 +110,15 @@ class State:
         record = self._stop(job_id, ok=True)[0]
         self._make_ready(record, next_stage)
 
-    def fail(self, job_id: str, error: str) -> str | None:
-        """End the job as failed; returns the resource this retired, if any."""
+    def fail(self, job_id: str, error: str, resource_fault: bool = True) -> str | None:
+        """End the job as failed; returns the resource this retired, if any.
+
+        ``resource_fault=False`` (a job cancelled from outside) keeps its running
+        stage's failure off the resource's count."""
         record = self.jobs[job_id]
         retired = None
         if record.status is JobStatus.RUNNING:
-            retired = self._stop(job_id, ok=False)[1]
+            retired = self._stop(job_id, ok=False if resource_fault else None)[1]
         elif record.status is JobStatus.READY and record.stage is not None:
             del self._ready[record.stage.resource][job_id]
         if not record.finished:
@@ -124,7 +127,7 @@ class State:
         record.error = error
         return retired
 
-    def _stop(self, job_id: str, ok: bool) -> tuple[JobRecord, str | None]:
+    def _stop(self, job_id: str, ok: bool | None) -> tuple[JobRecord, str | None]:
         record = self.running.pop(job_id)
         assert record.resource is not None
         retired = record.resource if self.pool.release(record.resource, ok) else None

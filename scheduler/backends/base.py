@@ -7,7 +7,7 @@ its next :class:`~scheduler.base.Stage`; the backend reports that stage after
 construction and after every stage it runs.
 
 Failures look the same whatever runs behind a backend: a stage's own exception, or
-:class:`WorkerDied` (or ``BrokenProcessPool``) when the process holding the job is gone.
+:class:`WorkerDied` when the process holding the job is gone.
 """
 
 from __future__ import annotations
@@ -84,6 +84,12 @@ class Backend(ABC):
     @abstractmethod
     def run_stage(self, job_id: str, stage: Stage, resource: Resource) -> Future[StageOutcome]:
         """Run ``stage`` of ``job_id`` on ``resource``; resolves to its outcome."""
+
+    def cancel(self, job_id: str) -> None:
+        """Stop ``job_id`` now, mid-stage: its pending future fails with :class:`WorkerDied`.
+
+        Only backends whose jobs live in processes of their own can do this."""
+        raise NotImplementedError(f"the {self.name} backend cannot stop a running job")
 
     @abstractmethod
     def release(self, job_id: str) -> None:

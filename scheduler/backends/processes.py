@@ -2,56 +2,194 @@
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
+import os
+import pickle
+import signal
+import threading
+from concurrent.futures import Future
+from typing import Any
 
-from scheduler.backends.base import Backend, StageOutcome, as_factory, execute_stage, first_stage
+from scheduler.backends.base import Backend, StageOutcome, WorkerDied, as_factory, execute_stage, first_stage
 from scheduler.base import Job, JobFactory, Resource, Stage
 
-_JOB: Job | None = None
-"""The one job a worker process holds."""
-
-
-def _construct(factory: JobFactory) -> Stage | None:
-    global _JOB
-    _JOB = factory()
-    return first_stage(_JOB)
-
-
-def _run_stage(stage: Stage, resource_name: str) -> StageOutcome:
-    assert _JOB is not None, "worker has no job"
-    return execute_stage(_JOB, stage, resource_name)
+STOP_GRACE_S = 3.0
 
 
 class ProcessBackend(Backend):
-    """One ``ProcessPoolExecutor(max_workers=1)`` per job: the default for real jobs.
+    """One worker process per job: the default for real jobs.
 
     The job is built inside its worker from a picklable factory, because real jobs
     hold state that cannot be pickled, and stays there for all its stages. A job that
-    kills its process (segfault, out of memory) breaks only its own pool: the loop
-    sees ``BrokenProcessPool`` on that job's future and fails that job alone.
-    ``start_method`` defaults to "spawn", which is safe in a process that runs threads.
+    kills its process (segfault, out of memory, :meth:`cancel`) fails alone: the loop
+    sees :class:`WorkerDied` on that job's future, as with Ray.
+
+    Each worker leads a process group of its own, so cancelling a job also ends what
+    it started (compiler and profiler subprocesses), and asks Linux to kill it when
+    the scheduler's process dies, so a killed scheduler leaves no job behind.
+    ``start_method`` defaults to "spawn", which is safe in a process that runs threads;
+    "forkserver" with preloaded modules starts workers warm.
     """
 
     name = "processes"
 
     def __init__(self, start_method: str = "spawn") -> None:
         self._context = multiprocessing.get_context(start_method)
-        self._workers: dict[str, ProcessPoolExecutor] = {}
+        self._workers: dict[str, _Worker] = {}
 
     def add_job(self, job_id: str, job: Job | JobFactory) -> Future[Stage | None]:
-        worker = ProcessPoolExecutor(max_workers=1, mp_context=self._context)
+        worker = _Worker(self._context, job_id)
         self._workers[job_id] = worker
-        return worker.submit(_construct, as_factory(job))
+        return worker.request(("construct", as_factory(job)))
 
     def run_stage(self, job_id: str, stage: Stage, resource: Resource) -> Future[StageOutcome]:
-        return self._workers[job_id].submit(_run_stage, stage, resource.name)
+        return self._workers[job_id].request(("stage", stage, resource.name))
+
+    def pid(self, job_id: str) -> int | None:
+        """The process that holds ``job_id`` (None once released)."""
+        worker = self._workers.get(job_id)
+        return worker.process.pid if worker else None
+
+    def cancel(self, job_id: str) -> None:
+        worker = self._workers.get(job_id)
+        if worker is not None:
+            worker.kill()
 
     def release(self, job_id: str) -> None:
         worker = self._workers.pop(job_id, None)
         if worker is not None:
-            worker.shutdown(wait=False, cancel_futures=True)
+            worker.stop()
 
     def close(self) -> None:
         for job_id in list(self._workers):
             self.release(job_id)
+
+
+class _Worker:
+    """One job's process, the pipe to it, and the thread that relays its replies."""
+
+    def __init__(self, context, job_id: str) -> None:
+        self._conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child,), name=f"scheduler-job-{job_id}")
+        self.process.start()
+        child.close()
+        self._lock = threading.Lock()
+        self._pending: Future | None = None
+        self._dead: WorkerDied | None = None
+        threading.Thread(target=self._relay, name=f"scheduler-relay-{job_id}", daemon=True).start()
+
+    def request(self, message: tuple) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._dead is not None:
+                future.set_exception(self._dead)
+                return future
+            self._pending = future
+        try:
+            self._conn.send(message)
+        except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            with self._lock:
+                self._pending = None
+            if isinstance(exc, OSError):
+                exc = self._death()
+            future.set_exception(exc)
+        return future
+
+    def _relay(self) -> None:
+        while True:
+            try:
+                status, value = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._lock:
+                future, self._pending = self._pending, None
+            if future is None:
+                continue
+            if status == "ok":
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        with self._lock:
+            self._dead = self._death()
+            future, self._pending = self._pending, None
+        if future is not None:
+            future.set_exception(self._dead)
+
+    def _death(self) -> WorkerDied:
+        self.process.join(STOP_GRACE_S)
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            try:
+                return WorkerDied(f"killed by {signal.Signals(-code).name}")
+            except ValueError:
+                return WorkerDied(f"killed by signal {-code}")
+        return WorkerDied(f"exit code {code}" if code is not None else "its pipe closed")
+
+    def kill(self) -> None:
+        """End the job now, and everything it started."""
+        _signal_group(self.process.pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        """End a finished job's process: politely, then not."""
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        self.process.join(STOP_GRACE_S)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.process.exitcode is None:
+                _signal_group(self.process.pid, sig)
+                self.process.join(STOP_GRACE_S)
+        _signal_group(self.process.pid, signal.SIGKILL)  # what it left running
+
+
+def _signal_group(pid: int | None, sig: int) -> None:
+    if pid is None:
+        return
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, sig)
+        except OSError:  # gone already, or not yet a group of its own
+            pass
+
+
+def _serve(conn) -> None:
+    """A worker's body: build the job, then run the stages it is sent until the pipe closes."""
+    os.setsid()
+    _die_with_parent()
+    job: Job | None = None
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if message[0] == "construct":
+                job = message[1]()
+                reply: Any = first_stage(job)
+            else:
+                assert job is not None, "worker has no job"
+                reply = execute_stage(job, message[1], message[2])
+            conn.send(("ok", reply))
+        except Exception as exc:  # a job's error fails that job, never the worker loop
+            conn.send(("error", _picklable(exc)))
+
+
+def _picklable(exc: Exception) -> Exception:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any exception type may refuse to pickle
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the process that started it ends."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os._exit(1)

@@ -166,6 +166,11 @@ class RayBackend(Backend):
     def run_stage(self, job_id: str, stage: Stage, resource: Resource) -> Future[StageOutcome]:
         return self._relay(self._actors[job_id].run_stage.remote(stage, resource.name))
 
+    def cancel(self, job_id: str) -> None:
+        actor = self._actors.get(job_id)
+        if actor is not None:
+            self._ray.kill(actor, no_restart=True)
+
     def release(self, job_id: str) -> None:
         self._pinned.pop(job_id, None)
         actor = self._actors.pop(job_id, None)
