@@ -32,9 +32,11 @@ class SimpleTVM:
     Args:
         context: where this execution is recorded (default: a CPU context).
         rpc_tracker: ``(host, port)`` of a TVM RPC tracker whose servers, registered
-            under ``context.device_key``, profile candidates. Without one, autotune()
-            profiles on this machine in a local runner process (no RPC session per
-            candidate: a third of the profiling cost).
+            under ``context.device_key``, are the target device: autotune() profiles
+            candidates there, and run() and evaluate() send the module there (exported
+            once per build, uploaded and loaded by a server at each call). Without one,
+            everything runs on this machine, autotune() profiling in a local runner
+            process (no RPC session per candidate: a third of the profiling cost).
     """
 
     def __init__(self, context: BenchmarkingContext | None = None,
@@ -54,6 +56,8 @@ class SimpleTVM:
         self._fused = None
         self._executable = None
         self._vm = None
+        self._library_file: Path | None = None  # the exported module, once exported
+        self._export_dir = None  # a temporary directory holding it when not saved
         self._built_from: str | None = None
         self.tuning_summary: dict[str, Any] | None = None
         self.last_evaluation: dict[str, Any] | None = None
@@ -183,7 +187,9 @@ class SimpleTVM:
             database = self._records_database(records)
             step["records_applied"] = len(database) if database is not None else 0
             self._executable = compile_fused(self._fused, self.target, database)
-            self._vm = self._new_vm(self._executable)
+            # code for another CPU runs only on a device of that kind, through RPC
+            self._vm = self._new_vm(self._executable) if self.target.runs_here else None
+            self._library_file = None
             self._built_from = records
             self.state = "built"
         return self
@@ -195,8 +201,9 @@ class SimpleTVM:
         with self.context.step("save", path=str(target_dir)):
             target_dir.mkdir(parents=True, exist_ok=True)
             tmp = target_dir / f".{MODULE_FILE}.tmp.so"
-            self._executable.export_library(str(tmp))
+            self._export(tmp)
             tmp.replace(target_dir / MODULE_FILE)
+            self._library_file = target_dir / MODULE_FILE
             atomic_write_json(target_dir / METADATA_FILE, self._metadata())
             self.context.artifacts["module"] = str(target_dir)
         return self
@@ -214,9 +221,12 @@ class SimpleTVM:
                     f"and the store root ({self.store.root})")
             metadata = json.loads(metadata_path.read_text())
             self._check_compatible(metadata, source_dir)
-            library = tvm.runtime.load_module(str(source_dir / MODULE_FILE))
-            self._vm = self._new_vm(library)
-            self._executable = library
+            self._library_file = source_dir / MODULE_FILE
+            if self.target.runs_here:
+                library = tvm.runtime.load_module(str(self._library_file))
+                self._vm, self._executable = self._new_vm(library), library
+            else:  # code for another CPU: run() and evaluate() upload the file
+                self._vm = self._executable = None
             self.model = ImportedModel(
                 None, [TensorSpec.from_dict(d) for d in metadata["inputs"]],
                 [TensorSpec.from_dict(d) for d in metadata["outputs"]],
@@ -230,20 +240,26 @@ class SimpleTVM:
     def run(self, data: Any) -> np.ndarray | list[np.ndarray]:
         """Inference: a NumPy array (one-input models), a list, or ``{name: array}``.
 
-        Returns an array, or a list of arrays for models with several outputs.
+        Returns an array, or a list of arrays for models with several outputs. With an
+        RPC tracker, the model runs on a server of the device key.
         """
         self._require("run()", "built", "loaded")
         import tvm
 
         arrays = self._match_inputs(data)
-        with self.context.step("run"):
-            device = self.target.device()
-            result = self._vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
+        with self.context.step("run") as step:
+            vm, device, where = self._execution()
+            step["device"] = where
+            result = vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
             return _to_numpy(result)
 
     def evaluate(self, repeat: int = 50, warmup: int = 5, number: int = 1,
                  seed: int = 0) -> "SimpleTVM":
-        """Time whole-model inference on random inputs; statistics go to the context."""
+        """Time whole-model inference on random inputs; statistics go to the context.
+
+        With an RPC tracker, the timing happens on a server of the device key, and the
+        statistics say which (``device``: tracker, key, server address).
+        """
         self._require("evaluate()", "built", "loaded")
         if repeat < 1 or number < 1 or warmup < 0:
             raise ValueError("evaluate() needs repeat >= 1, number >= 1 and warmup >= 0")
@@ -251,16 +267,19 @@ class SimpleTVM:
 
         from .evaluation import random_inputs, summarize, time_vm
 
-        with self.context.step("evaluate", repeat=repeat, number=number, warmup=warmup):
+        with self.context.step("evaluate", repeat=repeat, number=number,
+                               warmup=warmup) as step:
             self.context.record_parameters("evaluate", repeat=repeat, warmup=warmup,
                                            number=number, seed=seed)
-            device = self.target.device()
+            vm, device, where = self._execution()
+            step["device"] = where
             inputs = [tvm.runtime.tensor(a, device)
                       for a in random_inputs(self.model.inputs, seed)]
-            samples = time_vm(self._vm, device, inputs, warmup, repeat, number)
+            samples = time_vm(vm, device, inputs, warmup, repeat, number)
             stats = summarize(samples)
             stats.update(repeat=repeat, warmup=warmup, number=number,
-                         tuned=self._built_from is not None, records=self._built_from)
+                         tuned=self._built_from is not None, records=self._built_from,
+                         device=where)
             self.last_evaluation = stats
             self.context.evaluation = stats
         return self
@@ -288,6 +307,38 @@ class SimpleTVM:
         from tvm import relax
 
         return relax.VirtualMachine(executable, self.target.device())
+
+    def _export(self, path: Path) -> None:
+        """Write the built library, linked by a cross compiler for another CPU."""
+        self._executable.export_library(str(path), fcompile=self.target.library_compiler())
+
+    def _execution(self):
+        """Where run() and evaluate() execute: ``(vm, device, where)``. With an RPC tracker,
+        on a server of the device key (the module exported once per build, uploaded and
+        loaded there); else on this machine."""
+        if self.rpc_tracker is None:
+            if not self.target.runs_here:
+                raise SimpleTVMError(
+                    f"the module is for another CPU ({self.target.cross_triple}) and cannot "
+                    "run here: run it on such a device through an RPC tracker, "
+                    "SimpleTVM(BenchmarkingContext(target, device_key=KEY), "
+                    "rpc_tracker=(host, port)), with a server of KEY on the device")
+            return self._vm, self.target.device(), {"runner": "local"}
+        import tempfile
+
+        from tvm import relax
+
+        from .rpc import remote_module
+
+        if self._library_file is None:
+            self._export_dir = tempfile.TemporaryDirectory(prefix="simpletvm-")
+            self._library_file = Path(self._export_dir.name) / MODULE_FILE
+            self._export(self._library_file)
+        remote = remote_module(self.rpc_tracker, self.context.device_key, self._library_file)
+        device = remote.device(self.target.device_type)
+        where = {"runner": "rpc", "rpc_tracker": list(self.rpc_tracker),
+                 "device_key": self.context.device_key, "server": list(remote.server)}
+        return relax.VirtualMachine(remote.library, device), device, where
 
     def _profiling_tracker(self):
         """The user's tracker, or none: profiling then happens on this machine."""
@@ -352,7 +403,8 @@ class SimpleTVM:
                 f"the module in {source_dir} was built for target {saved_kind!r}, but this "
                 f"context targets {self.target.kind!r}: load it with "
                 f"BenchmarkingContext({saved_kind!r}) or rebuild it for this target")
-        if self.target.device_type == "cpu" and metadata["host_fingerprint"] != host_fingerprint():
+        if (self.target.device_type == "cpu" and self.target.runs_here
+                and metadata["host_fingerprint"] != host_fingerprint()):
             raise IncompatibleModuleError(
                 f"the module in {source_dir} was built on another CPU "
                 f"({metadata['host'].get('cpu_model')}, {metadata['host'].get('hostname')}); "

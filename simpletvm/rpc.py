@@ -4,12 +4,15 @@ Profiling goes through an RPC server registered with a tracker under a device ke
 (thesis ch. 2.4.2). A server serves one session at a time, so one server per device
 gives a job exclusive use of it. Without a tracker of the user's, SimpleTVM starts a
 local tracker and one server for the duration of autotuning, as the thesis' did.
+A built module runs, or is timed, on such a server through :func:`remote_module`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from .errors import SimpleTVMError
 
@@ -69,6 +72,58 @@ def wait_for_servers(host: str, port: int, key: str, count: int, timeout: float 
                 f"only {free_servers(host, port, key)} of {count} RPC servers with key "
                 f"{key!r} registered at {host}:{port} within {timeout:.0f} s")
         time.sleep(0.1)
+
+
+def request_session(host: str, port: int, key: str, session_timeout: float = 0):
+    """A session on a free server of ``key`` (waiting for one) and that server's address.
+
+    TVM's ``TrackerSession.request`` does the same but keeps the address to itself; the
+    address is what tells a report which device ran.
+    """
+    import socket
+    import struct
+
+    from tvm import rpc
+    from tvm.rpc import base
+
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.settimeout(None)  # the tracker answers when a server is free
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+            raise SimpleTVMError(f"{host}:{port} is not a TVM RPC tracker")
+        base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
+        answer = base.recvjson(sock)
+    if answer[0] != base.TrackerCode.SUCCESS:
+        raise SimpleTVMError(f"the RPC tracker at {host}:{port} refused a {key!r} server: {answer}")
+    server_host, server_port, match_key = answer[1]
+    session = rpc.connect(server_host, int(server_port), match_key, session_timeout)
+    return session, (str(server_host), int(server_port))
+
+
+@dataclass
+class RemoteModule:
+    """A library loaded by a server for one session: its VM runs there."""
+
+    library: Any  # the remote runtime.Module
+    session: Any  # tvm.rpc.RPCSession
+    server: tuple[str, int]
+
+    def device(self, device_type: str):
+        return self.session.device(device_type)
+
+
+def remote_module(tracker: tuple[str, int], key: str, library_path: str | Path) -> RemoteModule:
+    """Upload an exported library to a server of ``key`` and load it there.
+
+    The server, which serves one session at a time, is held for as long as the returned
+    module or anything made from it (a VM, tensors on its device) is referenced: TVM
+    ends an RPC session when its last reference goes.
+    """
+    require_servers(*tracker, key)
+    session, server = request_session(*tracker, key)
+    name = Path(library_path).name
+    session.upload(str(library_path), name)
+    return RemoteModule(session.load_module(name), session, server)
 
 
 @dataclass

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
+import shutil
 import sys
 import types
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from .errors import SimpleTVMError
 
 CPU_NAMES = ("cpu", "llvm")
 CUDA_NAMES = ("cuda", "gpu")
+CROSS_COMPILER_VARIABLE = "SIMPLETVM_CROSS_CC"
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,100 @@ class ResolvedTarget:
 
         return tvm.device(self.device_type, index)
 
+    @property
+    def cross_triple(self) -> str | None:
+        """The LLVM triple of another CPU the code is for (None: this host's kind), e.g.
+        ``aarch64-linux-gnu``: such code builds here but runs only on a remote device."""
+        llvm = self.spec if self.spec["kind"] == "llvm" else self.spec.get("host")
+        triple = llvm.get("mtriple") if isinstance(llvm, dict) else None
+        if not triple or _arch(triple) == _arch(host_triple()):
+            return None
+        return str(triple)
+
+    @property
+    def runs_here(self) -> bool:
+        return self.cross_triple is None
+
+    def library_compiler(self):
+        """The ``fcompile`` that links an exported library for this target: None (the
+        host's compiler) unless the code is for another CPU (:func:`cross_compiler`)."""
+        triple = self.cross_triple
+        return cross_compiler(triple) if triple else None
+
 
 def host_cpu_arch() -> str:
     from tvm.target import codegen
 
     return str(codegen.llvm_get_system_cpu())
+
+
+def host_triple() -> str:
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_triple())
+
+
+def _arch(triple: str) -> str:
+    return triple.split("-", 1)[0]
+
+
+def cross_compiler(triple: str):
+    """An ``fcompile`` for ``export_library`` that links objects for ``triple``.
+
+    ``$SIMPLETVM_CROSS_CC`` names the command (with options, e.g. ``clang
+    --target=aarch64-linux-gnu -fuse-ld=lld``); otherwise the first installed of
+    ``<triple>-g++``, ``<triple>-gcc`` and clang with LLVM's linker. Raises a
+    SimpleTVMError naming what is missing and how to install it.
+    """
+    from tvm.support import cc
+
+    given = os.environ.get(CROSS_COMPILER_VARIABLE)
+    if given:
+        command = shlex.split(given)
+        if not shutil.which(command[0]):
+            raise SimpleTVMError(
+                f"${CROSS_COMPILER_VARIABLE} names {command[0]!r}, which is not installed or "
+                f"not on PATH: install it or point ${CROSS_COMPILER_VARIABLE} to a compiler "
+                f"for {triple}")
+    else:
+        command = _installed_cross_compiler(triple)
+
+    def fcompile(output, objects, options=None):
+        # not tvm.support.cc.cross_compiler: its function appends each call's options to
+        # the ones it was made with, so they pile up from one export to the next
+        cc.create_shared(output, objects, [*command[1:], *(options or [])], cc=command[0])
+
+    fcompile.output_format = "so"
+    return fcompile
+
+
+def _installed_cross_compiler(triple: str) -> list[str]:
+    for name in (f"{triple}-g++", f"{triple}-gcc"):
+        if shutil.which(name):
+            return [name]
+    if shutil.which("clang") and shutil.which("ld.lld"):
+        return ["clang", f"--target={triple}", "-fuse-ld=lld"]
+    raise SimpleTVMError(
+        f"the target is for another CPU ({triple}): its library is linked by a cross "
+        f"compiler, and none is installed ({triple}-g++, {triple}-gcc, or clang with lld, "
+        f"on PATH). Install one, e.g. `apt-get install g++-{triple}` (Debian, Ubuntu), or "
+        f"set ${CROSS_COMPILER_VARIABLE} to its command (e.g. 'clang --target={triple} "
+        "-fuse-ld=lld')")
+
+
+def parse_target_string(text: str) -> dict[str, Any]:
+    """TVM's former target string (``llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+v8.2a``)
+    as the dict TVM 0.27 takes: it no longer parses strings, and users still write them."""
+    kind, *options = text.split()
+    spec: dict[str, Any] = {"kind": kind}
+    for option in options:
+        key, sep, value = option.lstrip("-").partition("=")
+        if not option.startswith("-") or not sep:
+            raise SimpleTVMError(
+                f"cannot read {option!r} in target {text!r}: options look like -key=value, "
+                "e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon'")
+        spec[key] = value.split(",") if key in ("mattr", "libs", "keys") else value
+    return spec
 
 
 def resolve_target(
@@ -70,11 +162,14 @@ def resolve_target(
 
     ``"cpu"`` compiles for the local CPU (``cpu_arch`` or the host's own), ``"cuda"``
     for an NVIDIA GPU (``cuda_arch`` like ``"sm_90"``; kernels are cross-compiled on the
-    host). A dict is taken as a TVM target spec as is.
+    host). A dict is taken as a TVM target spec as is, and so is a TVM target string
+    (``"llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"``, code for another CPU).
     """
     import psutil
 
     cores = num_threads or psutil.cpu_count(logical=False) or 1
+    if isinstance(target, str) and " -" in target:
+        target = parse_target_string(target)
     if isinstance(target, dict):
         spec = dict(target)
         if "kind" not in spec:
@@ -91,8 +186,9 @@ def resolve_target(
             spec["arch"] = cuda_arch
         return ResolvedTarget(spec, "cuda")
     raise SimpleTVMError(
-        f"unknown target {target!r}: use 'cpu', 'cuda' or a TVM target dict "
-        "such as {'kind': 'llvm', 'mcpu': 'skylake'}"
+        f"unknown target {target!r}: use 'cpu', 'cuda', a TVM target dict such as "
+        "{'kind': 'llvm', 'mcpu': 'skylake'} or string such as "
+        "'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72'"
     )
 
 

@@ -1,0 +1,98 @@
+"""run() and evaluate() on an RPC server of the device key, not in this process."""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
+from simpletvm.rpc import LocalRPC, wait_for_servers
+
+from model_factories import make_tiny_cnn_onnx
+
+KEY = "eval-device"
+
+
+@pytest.fixture(scope="module")
+def rpc():
+    with LocalRPC([KEY], servers=1) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def model_64(tmp_path_factory):
+    """The tiny CNN at 64x64: about 8 ms per untuned inference, enough CPU to see."""
+    return make_tiny_cnn_onnx(tmp_path_factory.mktemp("onnx") / "tiny64.onnx", image_size=64)
+
+
+def remote(store, rpc, **context) -> SimpleTVM:
+    ctx = BenchmarkingContext("cpu", device_key=KEY, store=store, **context)
+    return SimpleTVM(ctx, rpc_tracker=rpc.address)
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_cpu_seconds() -> float:
+    """CPU time of the tracker and server processes this test started, with the session
+    processes they have reaped (a server serves each session in a child process)."""
+    total = 0.0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def test_evaluate_times_the_model_in_the_servers_process(rpc, store, model_64):
+    stvm = remote(store, rpc).from_model(model_64).build(records=None).save()
+    servers_before, own_before = server_cpu_seconds(), own_cpu_seconds()
+    stvm.evaluate(repeat=100, warmup=2)
+    own = own_cpu_seconds() - own_before
+    timed = sum(stvm.last_evaluation["samples_ms"]) / 1e3
+    assert timed > 0.3
+    # the inference burnt the server's CPU, not this process's: a local evaluation
+    # would have spent at least the timed seconds here
+    assert own < 0.25 * timed
+    deadline = time.monotonic() + 30
+    while server_cpu_seconds() - servers_before < 0.5 * timed:  # reaped after the session
+        assert time.monotonic() < deadline, "the servers did not spend the timed CPU"
+        time.sleep(0.2)
+    where = stvm.context.evaluation["device"]
+    assert where == {"runner": "rpc", "rpc_tracker": list(rpc.address), "device_key": KEY,
+                     "server": [where["server"][0], rpc.server_handles[0].port]}
+    assert stvm.context.steps[-1]["device"] == where
+    wait_for_servers(*rpc.address, KEY, 1)  # the session ended with the call
+
+
+def test_run_on_the_server_matches_this_machine(rpc, store, tiny_onnx):
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    local = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
+    expected = local.build(records=None).run(x)
+    stvm = remote(store, rpc).from_model(tiny_onnx).build(records=None)  # exported by run()
+    np.testing.assert_allclose(stvm.run(x), expected, rtol=1e-5, atol=1e-6)
+    assert stvm.context.steps[-1]["device"]["runner"] == "rpc"
+    assert local.context.steps[-1]["device"] == {"runner": "local"}
+
+
+def test_a_loaded_module_is_evaluated_on_the_server(rpc, store, tiny_onnx):
+    saved = remote(store, rpc).from_model(tiny_onnx).build(records=None).save()
+    stvm = remote(store, rpc).load(saved.context.run_id).evaluate(repeat=3, warmup=0)
+    assert stvm.last_evaluation["device"]["server"][1] == rpc.server_handles[0].port
+    assert stvm.last_evaluation["count"] == 3
+
+
+def test_evaluate_without_a_server_of_the_key_says_how_to_start_one(rpc, store, tiny_onnx):
+    ctx = BenchmarkingContext("cpu", device_key="no-such-device", store=store)
+    stvm = SimpleTVM(ctx, rpc_tracker=rpc.address).from_model(tiny_onnx).build(records=None)
+    with pytest.raises(SimpleTVMError, match="no RPC server with device key 'no-such-device'"):
+        stvm.evaluate(repeat=1)
+    assert ctx.steps[-1]["step"] == "evaluate" and ctx.steps[-1]["status"] == "error"
