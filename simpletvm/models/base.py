@@ -60,19 +60,68 @@ def pick_shape(
     batch_size: int = 1,
 ) -> tuple[int, ...]:
     """A static input shape: the user's if given, else the model's with batch filled in."""
+    return static_shapes([InputDims(name, known)], given, batch_size, "the model")[name]
+
+
+@dataclass(frozen=True)
+class InputDims:
+    """An input as the model declares it: ``dims`` None where a size is unknown (``None``
+    itself: unknown rank), ``symbols`` the names the model gives those (ONNX dim_param)."""
+
+    name: str
+    dims: list[int | None] | None
+    symbols: list[str | None] | None = None
+
+    def symbol(self, axis: int) -> str | None:
+        return self.symbols[axis] if self.symbols and axis < len(self.symbols) else None
+
+
+def static_shapes(
+    inputs: list[InputDims], given: dict[str, tuple[int, ...]] | None, batch_size: int,
+    source: str,
+) -> dict[str, tuple[int, ...]]:
+    """Every input's static shape: the user's (``input_shapes``) if given, else the
+    model's with an unknown batch (axis 0) set to ``batch_size``.
+
+    Any other unknown size raises one ModelImportError that lists them all (input,
+    axis, symbolic name) and shows the ``input_shapes=`` that fixes them.
+    """
     from ..errors import ModelImportError
 
-    if given:
-        if name in given:
-            return given[name]
-        if "" in given and len(given) == 1:
-            return given[""]
-    dims = list(known)
-    if dims and dims[0] in (None, -1, 0):
-        dims[0] = batch_size
-    if any(d in (None, -1, 0) for d in dims):
-        raise ModelImportError(
-            f"input {name!r} has an unknown dimension {known}: pass its shape, e.g. "
-            f"input_shapes={{{name!r}: {[d if d not in (None, -1, 0) else 1 for d in known]}}}"
-        )
-    return tuple(int(d) for d in dims)
+    shapes: dict[str, tuple[int, ...]] = {}
+    unknown: list[tuple[InputDims, int | None]] = []
+    for spec in inputs:
+        if given and (spec.name in given or ("" in given and len(given) == 1)):
+            shapes[spec.name] = given.get(spec.name, given.get(""))
+            continue
+        if spec.dims is None:
+            unknown.append((spec, None))
+            continue
+        dims = list(spec.dims)
+        if dims and _unknown(dims[0]):
+            dims[0] = batch_size
+        unknown += [(spec, axis) for axis, size in enumerate(dims) if _unknown(size)]
+        shapes[spec.name] = tuple(int(d) if not _unknown(d) else -1 for d in dims)
+    if not unknown:
+        return shapes
+    listed = ", ".join(
+        f"{spec.name!r} (rank unknown)" if axis is None
+        else f"{spec.name!r} axis {axis}" + (f" ({spec.symbol(axis)!r})" if spec.symbol(axis) else "")
+        for spec, axis in unknown)
+    example = {}
+    for spec, _ in unknown:
+        if spec.dims is None:
+            example[spec.name] = "[...]"
+        else:
+            example[spec.name] = "[" + ", ".join(
+                str(size) if size >= 0 else f"<{spec.symbol(axis) or 'size'}>"
+                for axis, size in enumerate(shapes[spec.name])) + "]"
+    shown = ", ".join(f"{name!r}: {shape}" for name, shape in example.items())
+    raise ModelImportError(
+        f"{source} has inputs with unknown dimensions: {listed}. Pass their sizes, e.g. "
+        f"input_shapes={{{shown}}} with each <...> replaced by a size (an unknown batch "
+        f"axis takes batch_size={batch_size})")
+
+
+def _unknown(size: int | None) -> bool:
+    return size is None or size <= 0

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import ModelImportError
 from ..relax_ir import static_shape
-from .base import ImportedModel, TensorSpec, normalize_shapes, pick_shape
+from .base import ImportedModel, InputDims, TensorSpec, normalize_shapes, static_shapes
 from .onnx_rewrite import rewrite_for_import
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
@@ -17,6 +17,15 @@ _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: 
 def _value_info_shape(value_info) -> list[int | None]:
     dims = value_info.type.tensor_type.shape.dim
     return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+
+
+def _input_dims(value_info) -> InputDims:
+    """An input's sizes and the symbolic names (dim_param) of the unknown ones."""
+    tensor_type = value_info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return InputDims(value_info.name, None)
+    return InputDims(value_info.name, _value_info_shape(value_info),
+                     [d.dim_param or None for d in tensor_type.shape.dim])
 
 
 def _dtype(value_info) -> str:
@@ -37,18 +46,15 @@ def relax_from_onnx(
 
     given = normalize_shapes(input_shapes)
     initializers = {init.name for init in model.graph.initializer}
-    inputs = [
-        TensorSpec(vi.name, pick_shape(vi.name, _value_info_shape(vi), given, batch_size),
-                   _dtype(vi))
-        for vi in model.graph.input
-        if vi.name not in initializers
-    ]
-    if given and set(given) - {""} - {spec.name for spec in inputs}:
-        unknown = sorted(set(given) - {""} - {spec.name for spec in inputs})
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in initializers]
+    names = [vi.name for vi in graph_inputs]
+    if given and set(given) - {""} - set(names):
         raise ModelImportError(
-            f"input_shapes names {unknown}, which {source} does not have; "
-            f"its inputs are {[spec.name for spec in inputs]}"
+            f"input_shapes names {sorted(set(given) - {''} - set(names))}, which {source} "
+            f"does not have; its inputs are {names}"
         )
+    shapes = static_shapes([_input_dims(vi) for vi in graph_inputs], given, batch_size, source)
+    inputs = [TensorSpec(vi.name, shapes[vi.name], _dtype(vi)) for vi in graph_inputs]
     refuse_unsupported_operators(model, source)
     model, rewrites = rewrite_for_import(model)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelImportError
-from .base import ONNX_OPSET, ImportedModel, normalize_shapes, pick_shape
+from .base import ONNX_OPSET, ImportedModel, InputDims, normalize_shapes, static_shapes
 from .onnx import relax_from_onnx
 
 
@@ -49,15 +49,8 @@ def _graph_def_to_relax(
     if given:  # accept "x" for the tensor "x:0"
         given = {(_tensor_name(k) if k else k): v for k, v in given.items()}
     known = _placeholder_shapes(graph_def)
-    shapes = {}
-    for name in input_names:
-        dims = known.get(name)
-        if dims is None and not (given and (name in given or "" in given)):
-            raise ModelImportError(
-                f"input {name!r} of {source} has no static shape: pass "
-                f"input_shapes={{{name.split(':')[0]!r}: [1, ...]}}"
-            )
-        shapes[name] = pick_shape(name, dims or [], given, batch_size)
+    shapes = static_shapes([InputDims(name, known.get(name)) for name in input_names],
+                           given, batch_size, source)
     try:
         onnx_model, _ = tf2onnx.convert.from_graph_def(
             graph_def,
@@ -115,10 +108,16 @@ def import_saved_model(
     path: Path, signature: str = "serving_default", input_shapes: Any = None,
     batch_size: int = 1, fmt: str = "savedmodel", source: str | None = None,
 ) -> ImportedModel:
-    """A TF2 SavedModel directory (also what TF Hub handles resolve to)."""
+    """A TF2 SavedModel directory (also what TF Hub handles resolve to); ``signature``
+    picks one of the functions it serves."""
     _quiet_tensorflow()
     from tf2onnx import tf_loader
 
+    available = saved_model_signatures(path)
+    if available and signature not in available:
+        raise ModelImportError(
+            f"the SavedModel at {path} has no signature {signature!r}; it serves "
+            f"{available}: pass one as signature=...")
     try:
         graph_def, inputs, outputs = tf_loader.from_saved_model(
             str(path), None, None, signatures=[signature]
@@ -133,6 +132,23 @@ def import_saved_model(
     )
 
 
+def saved_model_signatures(path: Path) -> list[str]:
+    """The signatures a SavedModel serves, read from its saved_model.pb without loading
+    the model ([] when it has none, or only a text saved_model.pbtxt)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = path / "saved_model.pb"
+    if not proto.exists():
+        return []
+    saved = saved_model_pb2.SavedModel()
+    try:
+        saved.ParseFromString(proto.read_bytes())
+    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError and friends
+        raise ModelImportError(f"{proto} is not a readable SavedModel: {error}") from error
+    return sorted({name for graph in saved.meta_graphs for name in graph.signature_def
+                   if not name.startswith("__")})
+
+
 def import_keras_model(
     model, source: str, input_shapes: Any = None, batch_size: int = 1, fmt: str = "keras",
     details: dict | None = None,
@@ -143,17 +159,15 @@ def import_keras_model(
 
     from .tflite import keras_to_tflite, relax_from_tflite
 
-    given = normalize_shapes(input_shapes)
-    signature = []
-    for index, tensor in enumerate(model.inputs):
-        name = getattr(tensor, "name", None) or f"input_{index}"
-        name = name.split(":")[0]
-        shape = pick_shape(name, list(tensor.shape), given, batch_size)
-        signature.append(tf.TensorSpec(shape, tensor.dtype, name=name))
-    names = [spec.name for spec in signature]
+    names = [(getattr(tensor, "name", None) or f"input_{index}").split(":")[0]
+             for index, tensor in enumerate(model.inputs)]
+    shapes = static_shapes([InputDims(name, list(tensor.shape))
+                            for name, tensor in zip(names, model.inputs)],
+                           normalize_shapes(input_shapes), batch_size, source)
+    signature = [tf.TensorSpec(shapes[name], tensor.dtype, name=name)
+                 for name, tensor in zip(names, model.inputs)]
     try:
         flatbuffer = keras_to_tflite(model)
-        shapes = {spec.name: tuple(spec.shape) for spec in signature}
         return relax_from_tflite(flatbuffer, source, fmt, shapes, batch_size,
                                  {**(details or {}), "route": "tflite"}, input_names=names)
     except Exception as error:  # noqa: BLE001 - any TFLite failure: the ONNX route next
