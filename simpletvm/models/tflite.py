@@ -7,6 +7,7 @@ built-in models come this way too (:func:`keras_to_tflite`).
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,10 @@ from ..errors import ModelImportError
 from ..native_output import redirected
 from .base import ImportedModel, TensorSpec, normalize_shapes, pick_shape
 
+_ADVICE = ("Try converting the model with TFLite's builtin operators only (no Flex/"
+           "SELECT_TF_OPS or custom operators), exporting it to ONNX instead (tf2onnx, "
+           "opset 13 to 20) and importing the .onnx, or input_shapes=... for unknown "
+           "dimensions")
 _TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
                   9: "int8"}
 
@@ -56,6 +61,8 @@ def relax_from_tflite(
     import tflite
     from tvm.relax.frontend.tflite import from_tflite
 
+    from .tflite_converter import Converter
+
     try:
         model = tflite.Model.GetRootAsModel(flatbuffer, 0)
         subgraph = model.Subgraphs(0)
@@ -67,16 +74,22 @@ def relax_from_tflite(
         name for name, _, _ in found]
     shapes = {tensor: pick_shape(name, shape, given, batch_size)
               for name, (tensor, shape, _) in zip(names, found)}
+    converter = functools.partial(Converter, flatbuffer=flatbuffer)
+    refuse_unsupported_operators(converter, model, source)
     try:
         mod = from_tflite(
             model,
             shape_dict=shapes,
             dtype_dict={name: dtype for name, _, dtype in found},
+            op_converter=converter,
         )
     except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
-        raise ModelImportError(f"TVM cannot import {source}: {error}") from error
+        raise ModelImportError(
+            f"TVM's TFLite frontend cannot import {source} (TFLite): "
+            f"{type(error).__name__}: {error}. {_ADVICE}") from error
     if isinstance(mod, tuple):  # some frontend versions also return params
         mod = mod[0]
+    mod = transpose_convs_nchw(mod)
     inputs = [TensorSpec(name, shapes[tensor], dtype)
               for name, (tensor, _, dtype) in zip(names, found)]
     outputs = [
@@ -84,6 +97,45 @@ def relax_from_tflite(
         for name, shape, dtype in _tensors(subgraph, subgraph.OutputsAsNumpy())
     ]
     return ImportedModel(mod, inputs, outputs, source, fmt, {"layout": "NHWC", **(details or {})})
+
+
+def refuse_unsupported_operators(converter, model, source: str) -> None:
+    """Name every operator TVM cannot import, at once, with its count and the output
+    tensor of its first node, before the frontend stops at the first with a bare error."""
+    from tvm import relax
+    from tvm.relax.frontend.tflite.tflite_frontend import ExprTable
+
+    missing = converter(model, model.Subgraphs(0), ExprTable(),
+                        relax.BlockBuilder()).unsupported_operators()
+    if not missing:
+        return
+    listed = ", ".join(f"{op} x{count} (first: {first!r})"
+                       for op, (count, first) in sorted(missing.items()))
+    raise ModelImportError(
+        f"TVM cannot import {source} (TFLite, schema version {model.Version()}): unsupported "
+        f"operators {listed}. {_ADVICE}, or replace these operators before conversion")
+
+
+def transpose_convs_nchw(mod):
+    """``mod`` with its NHWC transposed convolutions computed in NCHW between two
+    transposes (folded into the weights where constant); ``mod`` itself when it has none.
+
+    TVM's TFLite frontend emits ``conv2d_transpose`` in NHWC (``convert_transpose_conv``)
+    but ``relax.transform.LegalizeOps`` lowers it only from NCHW/IOHW
+    (``legalize_ops.nn._nn_conv2d_transpose``), so a model with TRANSPOSE_CONV imported
+    and then failed to build."""
+    import tvm
+    from tvm import relax
+
+    from ..layout import cancel_permutations, count_calls
+
+    if not count_calls(mod, "relax.nn.conv2d_transpose"):
+        return mod
+    converted = tvm.transform.Sequential([
+        relax.transform.ConvertLayout({"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}),
+        relax.transform.CanonicalizeBindings(),
+    ])(mod)
+    return relax.transform.FoldConstant()(cancel_permutations(converted))
 
 
 def import_tflite_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:
