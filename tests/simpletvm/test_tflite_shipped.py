@@ -201,21 +201,29 @@ def test_fully_integer_model(store, tmp_path, keras_cnn):
 
 
 def with_buffers_after_the_flatbuffer(flatbuffer: bytes) -> bytes:
-    """The same model with every buffer's data moved after the flatbuffer (16-byte
-    aligned), found through ``Buffer.offset`` and ``size``, as the converter writes
-    models over 2 GB."""
+    """The same model with every buffer's data and every operator's custom options moved
+    after the flatbuffer (16-byte aligned), found through ``Buffer.offset``/``size`` and
+    ``Operator.large_custom_options_offset``/``size``, as the converter writes models
+    over 2 GB."""
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(flatbuffer))
-    stored = {index: bytes(buffer.data) for index, buffer in enumerate(model.buffers)
-              if buffer.data is not None and len(buffer.data)}
-    for index, data in stored.items():
-        model.buffers[index].data = None
-        model.buffers[index].offset, model.buffers[index].size = 1 << 40, len(data)
+    moved = []  # (object, offset attribute, data)
+    for buffer in model.buffers:
+        if buffer.data is not None and len(buffer.data):
+            moved.append((buffer, "offset", bytes(buffer.data)))
+            buffer.data, buffer.size = None, len(moved[-1][2])
+    for operator in model.subgraphs[0].operators:
+        if operator.customOptions is not None and len(operator.customOptions):
+            moved.append((operator, "largeCustomOptionsOffset", bytes(operator.customOptions)))
+            operator.customOptions = None
+            operator.largeCustomOptionsSize = len(moved[-1][2])
+    for holder, attribute, _ in moved:
+        setattr(holder, attribute, 1 << 40)
     head = flatbuffer_utils.convert_object_to_bytearray(model)  # sizes the flatbuffer
     tail, position = b"", -(-len(head) // 16) * 16
-    for index, data in stored.items():
-        model.buffers[index].offset = position + len(tail)
+    for holder, attribute, data in moved:
+        setattr(holder, attribute, position + len(tail))
         tail += data + bytes(-len(data) % 16)
     packed = flatbuffer_utils.convert_object_to_bytearray(model)
     assert len(packed) == len(head)  # the offsets only changed value
@@ -410,6 +418,22 @@ def test_max_pooling_with_argmax_and_unpooling(store, tmp_path, shape, size, str
     np.testing.assert_allclose(unpooled, mediapipe_unpool(pooled, indices, size, stride),
                                atol=1e-6)
     assert np.count_nonzero(unpooled) >= pooled.size // 2  # the maxima came back
+
+
+def test_custom_options_stored_after_the_flatbuffer(store, tmp_path):
+    import tflite
+
+    flatbuffer = with_buffers_after_the_flatbuffer(
+        argmax_pool_unpool_model((1, 8, 8, 3), (2, 2), (2, 2), True))
+    operator = tflite.Model.GetRootAsModel(flatbuffer, 0).Subgraphs(0).Operators(0)
+    assert operator.CustomOptionsLength() == 0 and operator.LargeCustomOptionsOffset() > 1
+    path = tmp_path / "argmax_unpool.tflite"
+    path.write_bytes(flatbuffer)
+    x = image(shape=(1, 8, 8, 3))
+    pooled, indices = mediapipe_argmax_pool(x, (2, 2), (2, 2), True)
+    unpooled, _ = run_simpletvm(store, path, x)
+    np.testing.assert_allclose(unpooled, mediapipe_unpool(pooled, indices, (2, 2), (2, 2)),
+                               atol=1e-6)
 
 
 # -- what cannot be imported -------------------------------------------------------------
