@@ -46,11 +46,12 @@ def _graph_def_to_relax(
     import tf2onnx
 
     given = normalize_shapes(input_shapes)
-    if given:  # accept "x" for the tensor "x:0"
-        given = {(_tensor_name(k) if k else k): v for k, v in given.items()}
+    if given:  # "x" and "x:0" both name the tensor x:0
+        given = {name.removesuffix(":0"): shape for name, shape in given.items()}
     known = _placeholder_shapes(graph_def)
-    shapes = static_shapes([InputDims(name, known.get(name)) for name in input_names],
-                           given, batch_size, source)
+    fixed = static_shapes([InputDims(name.removesuffix(":0"), known.get(name))
+                           for name in input_names], given, batch_size, source)
+    shapes = {name: fixed[name.removesuffix(":0")] for name in input_names}
     try:
         onnx_model, _ = tf2onnx.convert.from_graph_def(
             graph_def,

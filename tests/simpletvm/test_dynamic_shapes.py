@@ -132,11 +132,11 @@ def two_signatures(tmp_path_factory):
 @pytest.mark.slow
 def test_saved_model_signatures_are_chosen_by_name(store, two_signatures):
     path, model = two_signatures
-    with pytest.raises(ModelImportError, match=r"'image:0' axis 1, 'image:0' axis 2.*"
-                                               r"input_shapes=\{'image:0': \[1, <size>, <size>, 3\]\}"):
+    with pytest.raises(ModelImportError, match=r"'image' axis 1, 'image' axis 2.*"
+                                               r"input_shapes=\{'image': \[1, <size>, <size>, 3\]\}"):
         untuned(store, path)
     image = np.random.default_rng(2).standard_normal((1, 12, 10, 3)).astype("float32")
-    default = untuned(store, path, input_shapes={"image": image.shape})
+    default = untuned(store, path, input_shapes={"image:0": image.shape})
     np.testing.assert_allclose(default.run(image), model.conv(image)["y"].numpy(), atol=ATOL)
     features = np.random.default_rng(3).standard_normal((2, 8)).astype("float32")
     embed = untuned(store, path, signature="embed", batch_size=2)
