@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MEDIAPIPE_OPERATORS = ("Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D")
 _SAME, _VALID = 1, 2
 
 
