@@ -159,7 +159,7 @@ class Scheduler:
             self._cancelled[job_id] = reason
             self.backend.cancel(job_id)
             if record is not None and job_id not in running:
-                self._fail(job_id, reason, trace.jobs[job_id].arrived, trace)
+                self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, "cancelled")
 
     def _add_job(self, job_id: str, job: Job | JobFactory) -> Future:
         try:
@@ -176,7 +176,7 @@ class Scheduler:
         except Exception as exc:
             self.state.add_job(job_id, None)
             reason = self._cancelled.get(job_id) or f"could not start: {_describe(exc)}"
-            self._fail(job_id, reason, self.state.time, trace)
+            self._fail(job_id, reason, self.state.time, trace, self._cause(job_id, exc, "start"))
             return
         record = self.state.add_job(job_id, first)
         trace.jobs[job_id] = JobOutcome("running", self.state.time, self.state.time)
@@ -202,11 +202,13 @@ class Scheduler:
         record = state.jobs[job_id]
         stage, resource, started = record.stage, record.resource, record.started_at
         assert stage is not None and resource is not None and started is not None
+        cause = "stage"
         try:
             outcome = future.result()
             error = None if outcome.result.ok else (outcome.result.error or "stage reported an error")
         except Exception as exc:
             outcome, error = None, self._cancelled.get(job_id) or _describe(exc)
+            cause = self._cause(job_id, exc, "stage")
         stage_record = StageRecord(
             job_id, stage.task, stage.iteration, stage.kind, resource,
             state.pool.resources[resource].role, started, state.time,
@@ -216,10 +218,10 @@ class Scheduler:
         if self._on_stage is not None:
             self._on_stage(job_id, stage_record, outcome.result.details if outcome else {})
         if job_id in self._cancelled:
-            self._fail(job_id, self._cancelled[job_id], trace.jobs[job_id].arrived, trace)
+            self._fail(job_id, self._cancelled[job_id], trace.jobs[job_id].arrived, trace, "cancelled")
             return
         if outcome is None or error is not None:
-            self._fail(job_id, f"{stage.kind} on {resource}: {error}", trace.jobs[job_id].arrived, trace)
+            self._fail(job_id, f"{stage.kind} on {resource}: {error}", trace.jobs[job_id].arrived, trace, cause)
             return
         self.policy.stage_finished(job_id, stage, outcome.next_stage, state.time - started)
         state.finish(job_id, outcome.next_stage)
@@ -235,11 +237,16 @@ class Scheduler:
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
 
-    def _fail(self, job_id: str, error: str, arrived: float, trace: Trace) -> None:
+    def _cause(self, job_id: str, exc: BaseException, otherwise: str) -> str:
+        if job_id in self._cancelled:
+            return "cancelled"
+        return "worker" if isinstance(exc, WorkerDied) else otherwise
+
+    def _fail(self, job_id: str, error: str, arrived: float, trace: Trace, cause: str) -> None:
         retired = self.state.fail(job_id, error, resource_fault=job_id not in self._cancelled)
         self.backend.release(job_id)
         self.policy.job_removed(job_id)
-        trace.jobs[job_id] = JobOutcome("failed", arrived, self.state.time, error)
+        trace.jobs[job_id] = JobOutcome("failed", arrived, self.state.time, error, cause)
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
         if retired is None:
@@ -258,4 +265,4 @@ class Scheduler:
             known = sorted(self.state.pool.roles())
             reason = f"no resource in rotation for {role!r} (roles: {', '.join(known)}; retired: "
             reason += f"{', '.join(sorted(self.state.pool.retired)) or 'none'})"
-            self._fail(job_id, reason, trace.jobs[job_id].arrived, trace)
+            self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, "resource")

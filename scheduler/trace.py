@@ -43,13 +43,17 @@ class JobOutcome:
     """How a job ended: ``status`` is "done" or "failed", with the reason in ``error``.
 
     ``arrived`` is when the job was ready for its first stage (built, if from a
-    factory); ``finished`` when it completed or failed.
+    factory); ``finished`` when it completed or failed. ``cause`` says what failed it:
+    "stage" (the job reported an error or raised), "worker" (its process died),
+    "cancelled" (:meth:`Scheduler.cancel`), "start" (it could not be built) or
+    "resource" (no resource left for its next stage).
     """
 
     status: str
     arrived: float
     finished: float
     error: str = ""
+    cause: str = ""
 
 
 _COLUMNS = [f.name for f in fields(StageRecord)]

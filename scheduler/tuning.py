@@ -69,12 +69,7 @@ class TuningJobAdapter(Job):
         if (ran.kind, ran.task, ran.iteration) != (stage.kind, stage.task, stage.iteration):
             return StageResult("error", f"ran {ran} but the scheduler asked for {stage}")
         if self.tuning.is_complete():
-            self.tuning.finalize()
-            stages = self.simpletvm.context.stages
-            self.simpletvm.context.steps.append({  # the job's span under the scheduler
-                "step": "autotune", "status": "ok", "scheduled": True,
-                "start": stages[0]["start"], "end": stages[-1]["end"],
-                "duration_s": stages[-1]["end"] - stages[0]["start"]})
-            self.simpletvm.record_tuning(self.tuning, self.spec.tracker, self.spec.device_key)
+            self.simpletvm.finish_scheduled_tuning(self.tuning, self.spec.tracker,
+                                                   self.spec.device_key)
             self.simpletvm.context.save()
         return StageResult()

@@ -7,6 +7,7 @@ is enforced: a step called before the one it needs raises a FlowError naming it.
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -163,6 +164,19 @@ class SimpleTVM:
         )
         self.context.model["num_tasks"] = len(job.tasks)
         return job
+
+    def finish_scheduled_tuning(self, job, tracker: tuple[str, int] | None,
+                                device_key: str) -> None:
+        """Finalize a job that a scheduler drove stage by stage (:meth:`tuning_job`) and
+        record it as this run's autotune step, spanning its stages."""
+        job.finalize()
+        stages = self.context.stages
+        start = stages[0]["start"] if stages else time.time()
+        end = stages[-1]["end"] if stages else start
+        self.context.steps.append({"step": "autotune", "status": "ok", "scheduled": True,
+                                   "start": start, "end": end, "duration_s": end - start,
+                                   "trials": job.trials})
+        self.record_tuning(job, tracker, device_key)
 
     def record_tuning(self, job, tracker: tuple[str, int] | None, device_key: str) -> None:
         """Keep a finished job's summary here and in the context."""

@@ -133,27 +133,26 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
         plain: Optional[bool] = typer.Option(None, "--plain/--live", show_default=False,
                                              help="progress as plain lines / live display "
                                              "(default: live on a terminal)"),
-        jobs: int = typer.Option(1, min=1, help="tune this many runs at once through the "
-                                 "scheduler (builds and evaluations stay one at a time)"),
+        jobs: int = typer.Option(1, min=1, help="keep this many runs in flight, their "
+                                 "stages interleaved by the scheduler (a device never runs "
+                                 "two stages at once)"),
         policy: str = typer.Option("interleaved", help="scheduling policy with --jobs: "
                                    "interleaved, sequential or predictive"),
-        backend: str = typer.Option("processes", help="where --jobs runs its tuning jobs: "
+        backend: str = typer.Option("processes", help="where the runs' jobs live: "
                                     "processes (on this machine) or ray"),
         ray_address: Optional[str] = typer.Option(
             None, metavar="ADDRESS", help="with --backend ray: join this Ray cluster "
             "('auto', 'ray://head:10001') instead of starting a local Ray instance")):
-    """Run every combination of GRID, one after another, each in its own process.
+    """Run every combination of GRID, each one scheduler job in its own process.
 
-    Runs already recorded in the experiment are skipped, so the same command resumes a
-    sweep that was stopped. Writes runs.csv and aggregate.csv as it goes."""
-    from .runner import IsolatedRunner
-
+    Runs already recorded in the experiment are skipped and a run that was stopped
+    continues under its run id, so the same command resumes a sweep. Writes runs.csv
+    and aggregate.csv as runs end."""
     address = _parse_tracker(tracker)
     if policy not in POLICY_NAMES:
         raise _bad_input([f"--policy {policy!r} is unknown: choose one of "
                           f"{', '.join(POLICY_NAMES)}"])
-    _check_backend(backend, ray_address, jobs)
-    runner = IsolatedRunner().warm_up()  # TVM loads in the fork server during the checks
+    _check_backend(backend, ray_address)
     the_plan = _load_plan(grid, param, check=True, tracker=address)
     from .progress import make_progress
     from .results import ExperimentBusy
@@ -164,32 +163,29 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
         with _sigterm_interrupts():
             summary = run_sweep(
                 the_plan, store=store, tracker=address, fail_fast=fail_fast,
-                retry_failed=retry_failed, run_timeout=run_timeout, runner=runner,
-                jobs=jobs, policy=POLICY_NAMES[policy], backend=backend,
+                retry_failed=retry_failed, run_timeout=run_timeout, jobs=jobs,
+                policy=POLICY_NAMES[policy], backend=backend,
                 ray_address=ray_address,
                 progress_factory=lambda total, done, kinds: _announce(
-                    make_progress(console, total, done, kinds, plain), the_plan, done))
+                    make_progress(console, total, done, kinds, plain, jobs), the_plan, done))
     except ExperimentBusy as error:
         raise _bad_input([error]) from error
     except KeyboardInterrupt:
         _console(stderr=True).print(
-            "interrupted: the unfinished run will run again; repeat the same command to "
-            "resume", markup=False)
+            "interrupted: repeat the same command to resume; runs in flight continue "
+            "under their run ids", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_summary(console, summary, the_plan)
     raise typer.Exit(EXIT_OK if summary.ok else EXIT_FAILED)
 
 
-def _check_backend(backend: str, ray_address: str | None, jobs: int) -> None:
+def _check_backend(backend: str, ray_address: str | None) -> None:
     if backend not in ("processes", "ray"):
         raise _bad_input([f"--backend {backend!r} is unknown: choose processes or ray"])
     if backend != "ray":
         if ray_address is not None:
             raise _bad_input(["--ray-address needs --backend ray"])
         return
-    if jobs < 2:
-        raise _bad_input(["--backend ray runs the jobs that --jobs tunes together: "
-                          "give --jobs 2 or more"])
     if importlib.util.find_spec("ray") is None:
         raise _bad_input(["--backend ray needs Ray: pip install 'simpletvm[ray]'"])
 

@@ -59,6 +59,12 @@ class LogState:
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
     unfinished: set[str] = field(default_factory=set)
+    run_ids: dict[str, str] = field(default_factory=dict)  # the last attempt's, by key
+
+    def resumable_run_id(self, key: str) -> str | None:
+        """The run id of ``key``'s attempt that started and never finished: a rerun
+        continues it (its tuning records, its context) instead of starting afresh."""
+        return self.run_ids.get(key) if key in self.unfinished else None
 
     def is_complete(self, key: str, retry_failed: bool = False) -> bool:
         row = self.rows.get(key)
@@ -124,6 +130,8 @@ class Experiment:
             if event.get("event") == "started":
                 state.attempts[key] = max(state.attempts.get(key, 0), event.get("attempt", 1))
                 state.unfinished.add(key)
+                if event.get("run_id"):
+                    state.run_ids[key] = event["run_id"]
             elif event.get("event") == "finished" and isinstance(event.get("row"), dict):
                 state.rows[key] = event["row"]  # a retried run: the last row wins
                 state.unfinished.discard(key)
@@ -132,6 +140,11 @@ class Experiment:
     def record_started(self, run: Run, attempt: int, run_id: str, pid: int | None) -> None:
         self._append({"event": "started", "run": run.key, "attempt": attempt,
                       "run_id": run_id, "pid": pid, "time": time.time()})
+
+    def record_running(self, run: Run, run_id: str, pid: int) -> None:
+        """The process that holds the run (known once its job has run a stage)."""
+        self._append({"event": "running", "run": run.key, "run_id": run_id, "pid": pid,
+                      "time": time.time()})
 
     def record_finished(self, row: dict[str, Any]) -> None:
         self._append({"event": "finished", "run": row["run"], "row": row, "time": time.time()})

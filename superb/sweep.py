@@ -1,10 +1,12 @@
-"""A sweep: every run of a plan that the experiment's log does not have yet, one after
-another, each isolated, each recorded as soon as it ends."""
+"""A sweep: every run of a plan that the experiment's log does not have yet, each one
+scheduler job in a process of its own, each recorded as soon as it ends."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any, Callable
 from .plan import Plan, Run, device_key
 from .progress import QuietProgress
 from .results import Experiment, make_row, read_context
+from .run_job import RunSpec
 
 
 @dataclass
@@ -32,21 +35,23 @@ class SweepSummary:
 def run_sweep(plan: Plan, *, store: str | Path | None = None,
               tracker: tuple[str, int] | None = None, fail_fast: bool = False,
               retry_failed: bool = False, run_timeout: float | None = None,
-              progress_factory: Callable | None = None, runner=None, jobs: int = 1,
-              policy: str = "round-robin", backend: str = "processes",
-              ray_address: str | None = None) -> SweepSummary:
-    """Run what is left of ``plan``; KeyboardInterrupt stops the current run and
-    propagates (the same command resumes). Failures are in the summary, never raised.
+              progress_factory: Callable | None = None, jobs: int = 1,
+              policy: str = "round-robin", backend: Any = "processes",
+              ray_address: str | None = None, job_factory: Callable = RunSpec) -> SweepSummary:
+    """Run what is left of ``plan``; KeyboardInterrupt stops the runs in flight and
+    propagates (the same command resumes them). Failures are in the summary, never raised.
 
-    With ``jobs`` > 1, the tuning of up to ``jobs`` runs at a time goes through the
-    scheduler (``policy``), which interleaves their stages and never lets two profile on
-    one device; each run's build and evaluation then run one after another as usual.
-    ``backend="ray"`` runs those jobs as Ray actors: on a local Ray instance started for
-    the sweep, or on the cluster at ``ray_address``."""
+    Every run is one scheduler job from import to evaluation (:mod:`superb.run_job`), in
+    a worker process of its own. ``jobs`` = 1 runs them one after another; ``jobs`` > 1
+    keeps up to ``jobs`` runs in flight, interleaved by ``policy``, starting the next run
+    the moment one ends; the scheduler never lets two stages share a device, so no
+    evaluation overlaps another run's profile. ``backend="ray"`` runs the jobs as Ray
+    actors: on a local Ray instance started for the sweep, or on the cluster at
+    ``ray_address``. ``job_factory(**fields)`` makes each run's job (tests pass fakes).
+    """
     from simpletvm.store import RunStore
 
     from .infra import LocalInfrastructure
-    from .runner import IsolatedRunner
 
     run_store = RunStore(store)
     experiment = Experiment(run_store.superb_dir / plan.grid.name)
@@ -63,113 +68,189 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
                             if key in order and row["status"] != "ok" and not retry_failed]
         if not pending:
             return summary
-        keys = sorted({device_key(run.params) for run in pending if run.tuned})
-        if keys and tracker is None:
-            infrastructure = stack.enter_context(
-                LocalInfrastructure(keys, log=experiment.dir / "rpc.log"))
+        keys = sorted({device_key(plan.resolved_params(run)) for run in pending})
+        if tracker is None and any(run.tuned for run in pending):
+            infrastructure = stack.enter_context(LocalInfrastructure(
+                sorted({device_key(run.params) for run in pending if run.tuned}),
+                log=experiment.dir / "rpc.log"))
             tracker = infrastructure.address
-        if backend == "ray" and jobs > 1:
-            from scheduler import RayBackend
-
-            # one Ray instance (or cluster connection) for the sweep; every batch reuses it
-            stack.callback(RayBackend(ray_address).close)
-        runner = runner or IsolatedRunner()
-        runner.wait_ready()
-        kinds = ["tuned" if run.tuned else "untuned" for run in pending]
         progress = stack.enter_context(
-            (progress_factory or QuietProgress)(len(plan.runs), summary.skipped, kinds))
-        sweep = _Sweep(plan, experiment, runner, progress, state, tracker, run_store.root,
-                       project_commit(), run_timeout, backend)
-        pretuned: dict[str, str] = {}
-        for number, run in enumerate(pending):
-            if jobs > 1 and run.tuned and run.key not in pretuned:
-                batch = [r for r in pending[number:] if r.tuned][:jobs]
-                pretuned.update(sweep.tune_together(batch, policy))
-            row = sweep.run(run, pretuned.get(run.key))
-            summary.ran += 1
-            if row["status"] != "ok":
-                summary.failures.append(row)
-                if fail_fast:
-                    summary.not_started = len(pending) - number - 1
-                    break
+            (progress_factory or QuietProgress)(
+                len(plan.runs), summary.skipped,
+                ["tuned" if run.tuned else "untuned" for run in pending]))
+        scheduler = stack.enter_context(_scheduler(keys, jobs, policy, backend, ray_address))
+        sweep = _Sweep(plan, experiment, progress, state, tracker, run_store.root,
+                       project_commit(), run_timeout, scheduler, job_factory, summary,
+                       list(pending), jobs, fail_fast)
+        stack.callback(sweep.stop_timers)
+        sweep.start_more()
+        trace = scheduler.run(on_stage=sweep.stage_ended, on_job_end=sweep.job_ended)
+        note = save_trace(trace, experiment.dir, f"trace-{time.strftime('%Y%m%d-%H%M%S')}")
+        if note:
+            progress.message(note)
         return summary
+
+
+def _scheduler(keys: list[str], jobs: int, policy: str, backend: Any,
+               ray_address: str | None):
+    """The sweep's scheduler: the client, one device per key, and the backend."""
+    from scheduler import Scheduler, client, device
+    from scheduler.backends import ProcessBackend, RayBackend
+
+    clients = [client()]
+    if backend == "ray":
+        backend = RayBackend(ray_address)  # one Ray instance (or cluster connection)
+        clients = backend.clients()
+    elif backend == "processes":
+        # the fork server imports TVM once; every run starts warm from it
+        backend = ProcessBackend("forkserver", preload=("superb.run_job", "simpletvm.api", "tvm",
+                                                        "tvm.relax"))
+    return Scheduler([*clients, *(device(key, key) for key in keys)],
+                     policy="sequential" if jobs <= 1 else policy, backend=backend)
 
 
 @dataclass
 class _Sweep:
-    """What every run of one sweep shares."""
+    """The runs of one sweep going through its scheduler: started, watched, recorded."""
 
     plan: Plan
     experiment: Experiment
-    runner: Any
     progress: Any
     state: Any
     tracker: tuple[str, int] | None
     store_root: Path
     commit: str | None
     run_timeout: float | None
-    backend: str = "processes"
+    scheduler: Any
+    job_factory: Callable
+    summary: SweepSummary
+    waiting: list[Run]
+    jobs: int
+    fail_fast: bool
+    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timers: dict[str, threading.Timer] = field(default_factory=dict)
+    stopped: bool = False
 
-    def tune_together(self, runs: list[Run], policy: str) -> dict[str, str]:
-        """Tune ``runs`` through the scheduler; returns {run key: run id} of the runs
-        whose tuning finished (the others tune again in their own run)."""
-        from scheduler import RayBackend, Scheduler, client, device
-        from scheduler.tuning import TuningJobSpec
-        from simpletvm.context import new_run_id
+    def start_more(self) -> None:
+        """Start waiting runs until ``jobs`` are in flight."""
+        while self.waiting and len(self.in_flight) < self.jobs and not self.stopped:
+            self.start(self.waiting.pop(0))
 
-        from .grid import calls_for
-
-        specs = {}
-        for run in runs:
-            params = self.plan.resolved_params(run)
-            calls = calls_for(params)
-            context, model = dict(calls["context"]), dict(calls["from_model"])
-            specs[run.key] = TuningJobSpec(
-                run.key, model.pop("source"), tuple(self.tracker), device_key(params),
-                target=context.pop("target"), store=str(self.store_root), run_id=new_run_id(),
-                context_options=context, model_options=model, tuning=calls["autotune"])
-        keys = sorted({spec.device_key for spec in specs.values()})
-        self.progress.message(f"tuning {len(runs)} runs together ({policy}, {self.backend}): "
-                              + ", ".join(specs))
-        if self.backend == "ray":
-            backend = RayBackend()  # the sweep's Ray connection; one client slot per node
-            clients = backend.clients()
-        else:
-            backend, clients = "processes", [client()]
-        with Scheduler([*clients, *(device(key, key) for key in keys)], policy=policy,
-                       backend=backend) as scheduler:
-            for spec in specs.values():
-                scheduler.submit(spec)
-            trace = scheduler.run()
-        note = save_trace(trace, self.experiment.dir, f"trace-{min(specs)}")
-        if note:
-            self.progress.message(note)
-        return {key: specs[key].run_id for key in specs if key not in trace.failed}
-
-    def run(self, run: Run, pretuned_run_id: str | None = None) -> dict[str, Any]:
-        """Run one combination in its own process and record its row."""
+    def start(self, run: Run) -> None:
+        """Choose the run's id (its unfinished attempt's, to resume it), log it, submit."""
         from simpletvm.context import new_run_id
 
         attempt = self.state.attempts.get(run.key, 0) + 1
-        run_id = pretuned_run_id or new_run_id()
+        run_id = self.state.resumable_run_id(run.key) or new_run_id()
         params = self.plan.resolved_params(run)
-        spec = {"key": run.key, "attempt": attempt, "run_id": run_id, "params": params,
-                "pretuned": pretuned_run_id is not None,
-                "store": str(self.store_root),
-                "rpc_tracker": list(self.tracker) if self.tracker else None,
-                "device_key": device_key(params), "log": str(self.experiment.log_file(run))}
+        self.experiment.record_started(run, attempt, run_id, None)
+        spec = self.job_factory(
+            key=run.key, run_id=run_id, params=params, store=str(self.store_root),
+            device_key=device_key(params), log=str(self.experiment.log_file(run)),
+            attempt=attempt, tracker=tuple(self.tracker) if self.tracker else None)
+        self.in_flight[run.key] = {"run": run, "attempt": attempt, "run_id": run_id,
+                                   "started": time.time(), "details": None}
         label = run.label(self.plan.varying) or run.label()
-        self.progress.start_run(run.index, f"{run.key}  {label}")
-        started = time.time()
-        outcome = self.runner.run(
-            spec, on_event=self.progress.event, timeout=self.run_timeout,
-            on_start=lambda pid: self.experiment.record_started(run, attempt, run_id, pid))
-        row = make_row(run, outcome, read_context(outcome.context_path), attempt=attempt,
-                       started_at=started, commit=self.commit)
+        self.progress.start_run(run.key, run.index, f"{run.key}  {label}",
+                                "tuned" if run.tuned else "untuned")
+        if self.run_timeout is not None:
+            timer = threading.Timer(self.run_timeout, self.scheduler.cancel, (
+                run.key, f"the run took longer than {self.run_timeout:g} s and was stopped"))
+            timer.daemon = True
+            timer.start()
+            self.timers[run.key] = timer
+        self.scheduler.submit(spec, job_id=run.key)
+
+    def stage_ended(self, key: str, record, details: dict[str, Any]) -> None:
+        flight = self.in_flight.get(key)
+        if flight is not None and details:
+            if flight["details"] is None and details.get("pid"):
+                self.experiment.record_running(flight["run"], flight["run_id"], details["pid"])
+            flight["details"] = details
+        self.progress.stage(key, details)
+
+    def job_ended(self, key: str, outcome) -> None:
+        """Record the run's row the moment its job ends, then start the next run."""
+        flight = self.in_flight.pop(key)
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        run, details = flight["run"], flight["details"] or {}
+        wall = time.time() - flight["started"]
+        status, error = _status(outcome, details, self.run_timeout,
+                                self.experiment.log_file(run))
+        context_path = details.get("context_path") or str(
+            self.store_root / "runs" / flight["run_id"] / "context.json")
+        context = read_context(context_path)
+        result = RunOutcome(status, error, flight["run_id"], wall,
+                            _simpletvm_seconds(context), context_path if context else None)
+        row = make_row(run, result, context, attempt=flight["attempt"],
+                       started_at=flight["started"], commit=self.commit)
         self.experiment.record_finished(row)
         self.experiment.write_csvs([r.key for r in self.plan.runs])
-        self.progress.finish_run(outcome.status, outcome.wall_s, _detail(row))
-        return row
+        self.progress.finish_run(key, status, wall, _detail(row))
+        self.summary.ran += 1
+        if status != "ok":
+            self.summary.failures.append(row)
+            if self.fail_fast and not self.stopped:
+                self.stopped = True
+                self.summary.not_started = len(self.waiting)
+        self.start_more()
+
+    def stop_timers(self) -> None:
+        for timer in self.timers.values():
+            timer.cancel()
+
+
+@dataclass
+class RunOutcome:
+    """How one run ended, as its row records it."""
+
+    status: str  # ok, failed, crashed, timeout
+    error: str | None
+    run_id: str
+    wall_s: float
+    simpletvm_s: float | None = None
+    context_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _status(outcome, details: dict[str, Any], run_timeout: float | None,
+            log: Path) -> tuple[str, str | None]:
+    """ok; failed (the job reported an error); timeout; crashed (its process died)."""
+    if outcome.status == "done":
+        return "ok", None
+    if outcome.cause == "cancelled":
+        return "timeout", outcome.error
+    if outcome.cause == "worker":
+        last = _last_line(log)
+        text = f"the run's process died ({outcome.error.rsplit('(', 1)[-1].rstrip(')')})"
+        return "crashed", f"{text}; last output: {last}" if last else text
+    return "failed", outcome.error.split(": ", 1)[-1] if details else outcome.error
+
+
+def _simpletvm_seconds(context: dict[str, Any] | None) -> float | None:
+    """Time inside SimpleTVM's steps, from the run's context."""
+    if not context:
+        return None
+    steps = context.get("steps") or []
+    return sum(step.get("duration_s") or 0.0 for step in steps) or None
+
+
+def _last_line(path: Path, limit: int = 300) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 8192))
+            lines = [line.strip() for line in handle.read().decode(errors="replace")
+                     .splitlines() if line.strip()]
+    except OSError:
+        return ""
+    last = lines[-1] if lines else ""
+    return last if len(last) <= limit else last[: limit - 3] + "..."
 
 
 def _detail(row: dict[str, Any]) -> str:

@@ -29,13 +29,19 @@ class ProcessBackend(Backend):
     it started (compiler and profiler subprocesses), and asks Linux to kill it when
     the scheduler's process dies, so a killed scheduler leaves no job behind.
     ``start_method`` defaults to "spawn", which is safe in a process that runs threads;
-    "forkserver" with preloaded modules starts workers warm.
+    "forkserver" with ``preload`` (modules its server imports once) starts workers warm.
     """
 
     name = "processes"
 
-    def __init__(self, start_method: str = "spawn") -> None:
+    def __init__(self, start_method: str = "spawn", preload: tuple[str, ...] = ()) -> None:
         self._context = multiprocessing.get_context(start_method)
+        if preload:
+            self._context.set_forkserver_preload(list(preload))
+            # start the server (and its imports) now, so no job's first stage pays for it
+            ready = self._context.Process(target=_nothing, name="scheduler-warm-up")
+            ready.start()
+            ready.join()
         self._workers: dict[str, _Worker] = {}
 
     def add_job(self, job_id: str, job: Job | JobFactory) -> Future[Stage | None]:
@@ -113,6 +119,7 @@ class _Worker:
         with self._lock:
             self._dead = self._death()
             future, self._pending = self._pending, None
+        self._conn.close()
         if future is not None:
             future.set_exception(self._dead)
 
@@ -131,9 +138,10 @@ class _Worker:
         _signal_group(self.process.pid, signal.SIGKILL)
 
     def stop(self) -> None:
-        """End a finished job's process: politely, then not."""
+        """End a finished job's process: politely, then not. (Closing our end of the
+        pipe would not do: the relay thread's pending read keeps the socket open.)"""
         try:
-            self._conn.close()
+            self._conn.send(("stop",))
         except OSError:
             pass
         self.process.join(STOP_GRACE_S)
@@ -154,6 +162,10 @@ def _signal_group(pid: int | None, sig: int) -> None:
             pass
 
 
+def _nothing() -> None:
+    pass
+
+
 def _serve(conn) -> None:
     """A worker's body: build the job, then run the stages it is sent until the pipe closes."""
     os.setsid()
@@ -163,6 +175,8 @@ def _serve(conn) -> None:
         try:
             message = conn.recv()
         except (EOFError, OSError):
+            return
+        if message[0] == "stop":
             return
         try:
             if message[0] == "construct":

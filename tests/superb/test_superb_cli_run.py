@@ -38,7 +38,7 @@ def test_sweep_writes_a_row_per_run_and_skips_them_next_time(cli, write_grid, st
     result = cli("run", grid, "--store", store)
     assert result.exit_code == 0, result.output
     assert "4 runs: 4 ok, 0 failed; 4 ran now, 0 done before" in result.stdout
-    assert "[1/4]   build" in result.stdout and "[4/4] ok in" in result.stdout  # plain lines
+    assert "[1/4]   compile" in result.stdout and "[4/4] ok in" in result.stdout  # plain lines
     experiment = Experiment(store / "superb" / "rows")
     runs = pd.read_csv(experiment.runs_csv)
     params = ["param:evaluate_repeat", "param:evaluate_number", "param:model",

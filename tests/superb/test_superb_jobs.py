@@ -25,7 +25,6 @@ def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, s
     grid = _two_tuned_runs(write_grid, tiny_onnx, "together")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "interleaved")
     assert result.exit_code == 0, result.output
-    assert "tuning 2 runs together (round-robin, processes)" in result.stdout
     experiment = Experiment(store / "superb" / "together")
     runs = pd.read_csv(experiment.runs_csv)
     assert list(runs["status"]) == ["ok", "ok"]
@@ -52,21 +51,19 @@ def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_on
     grid = _two_tuned_runs(write_grid, tiny_onnx, "on-ray")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--backend", "ray")
     assert result.exit_code == 0, result.output
-    assert "tuning 2 runs together (round-robin, ray)" in result.stdout
     experiment = Experiment(store / "superb" / "on-ray")
     runs = pd.read_csv(experiment.runs_csv)
     assert list(runs["status"]) == ["ok", "ok"] and (runs["trials"] >= 5).all()
     trace = Trace.from_csv(next(experiment.dir.glob("trace-*.csv")))
     assert trace.overlaps() == []
     # client stages ran on the Ray node's own client slot, one job's at a time
-    client_resources = {r.resource for r in trace.records if r.stage != "profile"}
+    client_resources = {r.resource for r in trace.records if r.kind == "client"}
     assert len(client_resources) == 1 and client_resources.pop().startswith("client@")
 
 
 @pytest.mark.parametrize("options,message", [
     (["--backend", "dask"], "--backend 'dask' is unknown: choose processes or ray"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
-    (["--backend", "ray"], "give --jobs 2 or more"),
 ])
 def test_bad_backend_options_are_bad_input(cli, write_grid, store, tiny_onnx, options, message):
     grid = write_grid(f"""

@@ -8,7 +8,8 @@ from rich.console import Console
 
 from superb.progress import LiveProgress, PlainProgress, make_progress
 
-STAGE = {"type": "stage", "stage": "select", "task": 0, "num_tasks": 3, "trials": 4}
+TUNING = {"step": "tune", "num_tasks": 3, "tasks_measured": 1, "trials": 4,
+          "trial_budget": 24, "estimated_ms": 1.5}
 
 
 def test_plain_lines_when_not_a_terminal():
@@ -16,44 +17,63 @@ def test_plain_lines_when_not_a_terminal():
     console = Console(file=out, width=200)
     progress = make_progress(console, total=3, done_before=1)
     assert isinstance(progress, PlainProgress)
-    progress.start_run(2, "k1 trials=8")
-    progress.event({"type": "tuning", "trials_per_task": 8, "total_trials": None})
-    progress.event({"type": "step", "step": "autotune"})
-    progress.event(STAGE)
-    progress.event({**STAGE, "task": 1, "trials": 12})  # too soon for another line
-    progress.finish_run("ok", 10.0, " (median 1.000 ms)")
+    progress.start_run("k1", 2, "k1 trials=8")
+    progress.stage("k1", {"step": "tune"})
+    progress.stage("k1", TUNING)
+    progress.stage("k1", {**TUNING, "tasks_measured": 2, "trials": 12})  # too soon
+    progress.finish_run("k1", "ok", 10.0, " (median 1.000 ms)")
     lines = out.getvalue().splitlines()
     assert lines[0] == "[2/3] k1 trials=8"
-    assert lines[1] == "[2/3]   autotune"
-    assert lines[2] == "[2/3]   autotune task 1/3, 4/24 trials"
+    assert lines[1] == "[2/3]   tune"
+    assert lines[2] == "[2/3]   tune 1/3 tasks, 4/24 trials, best estimate 1.500 ms"
     assert lines[3].startswith("[2/3] ok in 10.0 s (median 1.000 ms)  (elapsed 0:00:00, eta ")
     assert len(lines) == 4
     assert progress.eta is not None and 9.0 <= progress.eta <= 10.0  # one run left
 
 
-def test_live_display_on_a_terminal():
+def test_live_display_shows_every_run_in_flight():
     out = io.StringIO()
     console = Console(file=out, width=120, force_terminal=True)
-    progress = make_progress(console, total=2, done_before=0)
+    progress = make_progress(console, total=3, done_before=0, jobs=2)
     assert isinstance(progress, LiveProgress)
     try:
-        progress.start_run(1, "k1 [8,16]")  # brackets are text, not markup
-        progress.event({"type": "tuning", "trials_per_task": 8, "total_trials": 10})
-        progress.event(STAGE)
+        progress.start_run("k1", 1, "k1 [8,16]")  # brackets are text, not markup
+        progress.start_run("k2", 2, "k2 [4]")
+        progress.stage("k1", TUNING)
+        progress.stage("k2", {"step": "compile"})
         console.print(progress._render())
-        progress.finish_run("failed", 2.0, ": Boom [x]")
+        progress.finish_run("k1", "failed", 2.0, ": Boom [x]")
     finally:
         progress.close()
     text = out.getvalue()
-    assert "task 1/3, 4/10 trials" in text and "k1 [8,16]" in text and "Boom [x]" in text
+    assert "1/3 tasks, 4/24 trials, best estimate 1.500 ms" in text
+    assert "k1 [8,16]" in text and "k2 [4]" in text and "compile" in text
+    assert "Boom [x]" in text
 
 
-def test_eta_takes_each_coming_run_from_runs_of_its_kind():
+def test_eta_is_measured_and_never_zero_while_work_remains():
     progress = make_progress(Console(file=io.StringIO()), total=4, done_before=0,
                              kinds=["untuned", "tuned", "untuned", "tuned"])
     assert progress.eta is None  # nothing to go by yet
-    progress.start_run(1, "a")
-    progress.finish_run("ok", 2.0, "")
-    progress.start_run(2, "b")
-    progress.finish_run("ok", 30.0, "")
+    progress.start_run("a", 1, "a", "untuned")
+    progress.finish_run("a", "ok", 2.0, "")
+    progress.start_run("b", 2, "b", "tuned")
+    progress.finish_run("b", "ok", 30.0, "")
     assert 31.0 <= progress.eta <= 32.0  # one untuned (2 s) and one tuned (30 s) to come
+    progress.start_run("c", 3, "c", "untuned")
+    progress.start_run("d", 4, "d", "tuned")
+    progress.stage("d", {**TUNING, "trials": 24})  # its budget is spent: tuning left 0
+    progress.finish_run("c", "ok", 40.0, "")  # slower than the untuned before
+    assert progress.eta >= 1.0  # never zero while a run is in flight
+    progress.finish_run("d", "ok", 1.0, "")
+    assert progress.eta == 0.0
+
+
+def test_eta_of_a_tuning_run_follows_its_trial_rate():
+    progress = make_progress(Console(file=io.StringIO()), total=1, done_before=0,
+                             kinds=["tuned"])
+    progress.start_run("a", 1, "a", "tuned")
+    progress.stage("a", TUNING)
+    view = progress.runs["a"]
+    view.tuning_started -= 10.0  # 4 of 24 trials in 10 s: 50 s to go
+    assert 49.0 <= progress.eta <= 51.0

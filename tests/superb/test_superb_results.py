@@ -11,7 +11,7 @@ import pytest
 from superb.plan import Run, run_key
 from superb.results import (LEAD_COLUMNS, RESULT_COLUMNS, RUN_KEY_COLUMNS, STAGE_FIELDS,
                             STAGES, Experiment, aggregate, runs_frame)
-from superb.runner import Outcome
+from superb.sweep import RunOutcome as Outcome
 from superb.results import make_row
 
 

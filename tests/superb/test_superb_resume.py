@@ -49,16 +49,15 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
                                stderr=subprocess.PIPE, text=True)
     try:
         # kill it while the second run is in progress
-        wait_for(lambda: len(events(log, "started")) >= 2 and len(events(log, "finished")) == 1,
+        wait_for(lambda: len(events(log, "running")) >= 2 and len(events(log, "finished")) == 1,
                  process)
         process.kill()
         process.wait()
     finally:
         if process.poll() is None:
             process.kill()
-    started = events(log, "started")
     assert len(events(log, "finished")) == 1
-    orphan = started[-1]["pid"]
+    orphan = events(log, "running")[-1]["pid"]
     deadline = time.monotonic() + 10
     while alive(orphan) and time.monotonic() < deadline:  # the run dies with superb
         time.sleep(0.1)
@@ -70,7 +69,8 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
     runs = pd.read_csv(store / "superb" / "killed" / "runs.csv")
     assert list(runs["param:evaluate_repeat"]) == [200, 201, 202, 203]
     assert runs["run"].is_unique and set(runs["status"]) == {"ok"}
-    assert list(runs["attempt"]) == [1, 2, 1, 1]  # the killed run ran again
+    assert list(runs["attempt"]) == [1, 2, 1, 1]  # the killed run ran again ...
+    assert runs["run_id"][1] == events(log, "started")[1]["run_id"]  # ... under its run id
     assert len(events(log, "finished")) == 4
 
 
@@ -84,8 +84,8 @@ def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, 
     process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
                                env=superb_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(events(log, "started")) == 1, process)
-    run_pid = events(log, "started")[0]["pid"]
+    wait_for(lambda: len(events(log, "running")) == 1, process)
+    run_pid = events(log, "running")[0]["pid"]
     time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
