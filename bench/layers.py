@@ -28,6 +28,7 @@ import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -105,16 +106,16 @@ def tune_and_build(fused, target, options, records_dir: str) -> tuple:
 
     Returns (VirtualMachine, job summary, whether every tuned PrimFunc got a record)."""
     from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
 
     from simpletvm.lowering import compile_fused
+    from simpletvm.tuning.database import RecordDatabase
     from simpletvm.tuning.job import TuningJob
     from simpletvm.tuning.records import RecordStore
 
-    records = RecordStore(records_dir)
-    job = TuningJob(fused, target, options, run_records=records)
+    records = RecordStore(Path(records_dir) / "records.sqlite")
+    job = TuningJob(fused, target, options, records=records)
     job.run()
-    database = records.to_database(target.tvm_target(), ms.database.MemoryDatabase())
+    database = RecordDatabase(records, target.tvm_target(), scope="run", run_id=job.run_id)
     with target.tvm_target(), database:  # check, so an untuned kernel is never timed unnoticed
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
     scheduled = [bool(func.attrs.get("tirx.is_scheduled", False))

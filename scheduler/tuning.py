@@ -37,8 +37,8 @@ class TuningJobSpec:
 class TuningJobAdapter(Job):
     """A TuningJob seen through the scheduler's Job interface.
 
-    When the last stage has run, the job's records are merged into the global database
-    and the run's BenchmarkingContext is saved.
+    Records go to the store's database as each update stage measures them; when the
+    last stage has run, the run's BenchmarkingContext is saved.
     """
 
     def __init__(self, spec: TuningJobSpec) -> None:

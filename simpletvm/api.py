@@ -21,7 +21,7 @@ from .models import ImportedModel, TensorSpec, import_model
 from .store import atomic_write_json
 from .targets import ResolvedTarget, resolve_target, use_runtime_threads
 from .tuning.options import TuningOptions
-from .tuning.records import RecordStore
+from .tuning.records import open_records
 
 MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
@@ -152,9 +152,7 @@ class SimpleTVM:
         remote = tracker is not None
         job = TuningJob(
             self._fused, self.target, options,
-            run_records=RecordStore(self.store.run_database_dir(self.context.run_id)),
-            global_records=RecordStore(self.store.global_database_dir),
-            best_records=RecordStore(self.store.best_database_dir),
+            records=open_records(self.store.root),
             runner=self._rpc_runner(options, tracker, device_key) if remote else None,
             device_resource=f"device:{device_key}",
             device_check=partial(require_servers, *tracker, device_key) if remote else None,
@@ -189,8 +187,10 @@ class SimpleTVM:
     def build(self, records: str | None = "global") -> "SimpleTVM":
         """Compile the model, applying tuning records.
 
-        ``records``: ``"global"`` (the global database, default), ``"best"`` (the best
-        records only), ``"run"`` (this run's records), another run's id, or None
+        ``records``: ``"global"`` (every run's records in the store, default), ``"best"``
+        (the best record per workload only), ``"run"`` (this run's records), another
+        run's id, the path of a records database or store directory (another machine's
+        records; a JSON-lines record directory of earlier versions is imported), or None
         (untuned: TVM's default code).
         """
         self._require("build()", "imported", "built")
@@ -381,20 +381,20 @@ class SimpleTVM:
     def _records_database(self, records: str | None):
         if records is None:
             return None
-        if records == "global":
-            store = RecordStore(self.store.global_database_dir)
-        elif records == "best":
-            store = RecordStore(self.store.best_database_dir)
-        elif records == "run":
-            store = RecordStore(self.store.run_database_dir(self.context.run_id))
-        else:
-            directory = self.store.run_database_dir(records)
-            if not directory.exists():
-                raise RunNotFoundError(
-                    f"build(records={records!r}): no run with that id has tuning records "
-                    f"under {self.store.root}; use 'global', 'best', 'run', a run id or None")
-            store = RecordStore(directory)
-        return store.to_database(self.target.tvm_target())
+        from .tuning.database import RecordDatabase
+
+        target, store = self.target.tvm_target(), open_records(self.store.root)
+        if records in ("global", "best"):
+            return RecordDatabase(store, target, scope="all" if records == "global" else "best")
+        if records == "run" or store.has_run(records):
+            run_id = self.context.run_id if records == "run" else records
+            return RecordDatabase(store, target, scope="run", run_id=run_id)
+        if Path(records).expanduser().exists():
+            return RecordDatabase(open_records(records), target)
+        raise RunNotFoundError(
+            f"build(records={records!r}): no run with that id has tuning records in "
+            f"{store.path}, and no such path; use 'global', 'best', 'run', a run id, a "
+            "records file or store directory, or None")
 
     def _metadata(self) -> dict[str, Any]:
         return {

@@ -5,10 +5,9 @@ otherwise)::
 
     runs/<run_id>/run.log          log of that SimpleTVM execution
     runs/<run_id>/context.json     the saved BenchmarkingContext
-    runs/<run_id>/tuning/          the run's own tuning records
     modules/<run_id>/              saved modules (library + metadata.json)
-    database/global/               every tuning record of every run
-    database/best/                 the best record per workload and target
+    records.sqlite                 every tuning record, with its run id; the best per
+                                   workload and target (see simpletvm.tuning.records)
     superb/                        results of grid sweeps
 """
 
@@ -18,7 +17,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from filelock import FileLock
 
@@ -80,19 +79,22 @@ def append_lines(path: Path, lines: Iterable[str]) -> None:
 
 def read_json_lines(path: Path) -> list[Any]:
     """Every well-formed JSON line of ``path``; torn or garbled lines are skipped."""
+    return list(iter_json_lines(path))
+
+
+def iter_json_lines(path: Path) -> Iterator[Any]:
+    """:func:`read_json_lines` one line at a time, for files too large to hold."""
     if not path.exists():
-        return []
-    rows = []
+        return
     with open(path, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             line = line.strip()
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                yield json.loads(line)
             except json.JSONDecodeError:
                 continue
-    return rows
 
 
 class RunStore:
@@ -113,19 +115,12 @@ class RunStore:
     def log_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "run.log"
 
-    def run_database_dir(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / "tuning"
-
     def module_dir(self, run_id: str) -> Path:
         return self.root / "modules" / run_id
 
     @property
-    def global_database_dir(self) -> Path:
-        return self.root / "database" / "global"
-
-    @property
-    def best_database_dir(self) -> Path:
-        return self.root / "database" / "best"
+    def records_path(self) -> Path:
+        return self.root / "records.sqlite"
 
     @property
     def superb_dir(self) -> Path:

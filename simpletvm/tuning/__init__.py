@@ -1,4 +1,4 @@
-"""Autotuning as schedulable stages: options, the job, its builder and record files."""
+"""Autotuning as schedulable stages: options, the job, its builder and the record store."""
 
 from .curve import tuning_curve
 from .job import STAGES, StageSpec, TuningJob

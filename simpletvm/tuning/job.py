@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import uuid
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from .options import TuningOptions
-from .records import RecordStore, new_database
+from .records import RecordStore
 from .tasks import TaskProgress, next_task
 
 STAGES = ("select", "build", "profile", "update")
@@ -45,15 +46,16 @@ class TuningJob:
         fused_mod: the module after :func:`simpletvm.lowering.fuse`.
         target: where the tuned code will run.
         options: tuning parameters.
-        run_records: where this job's measured records are appended as they arrive.
-        global_records: the shared database used for transfer learning and merged into
-            at finalization (None: neither).
-        best_records: the best-records database updated at finalization (None: skip).
+        records: the store's tuning records: every measured record is committed there
+            under ``run_id`` as it arrives; with transfer learning the search starts
+            from the best records of every run, without it from this run's only.
         runner: a MetaSchedule runner for the profile stage (default: local device).
         device_resource: the name of the resource profiling uses.
         device_check: called before each profile stage; raises when the device is gone
             (the stage then fails and can be run again once a device is back).
         context: a BenchmarkingContext that receives every stage's timing.
+        run_id: the run the records belong to; a job started again under the same id
+            resumes (default: a new id).
     """
 
     def __init__(
@@ -62,9 +64,7 @@ class TuningJob:
         target: ResolvedTarget,
         options: TuningOptions,
         *,
-        run_records: RecordStore,
-        global_records: RecordStore | None = None,
-        best_records: RecordStore | None = None,
+        records: RecordStore,
         runner=None,
         device_resource: str = "device:local",
         device_check: Callable[[], None] | None = None,
@@ -75,18 +75,17 @@ class TuningJob:
         from tvm.s_tir import meta_schedule as ms
 
         from ..lowering import extract_tasks
+        from .database import RecordDatabase
 
         load_tensor_intrinsics(target.kind)
         use_runtime_threads(target.host_cores())  # the runner processes measure with them
         self.target = target
         self.options = options
-        self.run_records = run_records
-        self.global_records = global_records
-        self.best_records = best_records
+        self.records = records
         self.device_resource = device_resource
         self.device_check = device_check
         self.context = context
-        self.run_id = run_id
+        self.run_id = run_id or uuid.uuid4().hex
         self._tvm_target = target.tvm_target()
         self._num_threads = num_threads or "physical"
         self.tasks = extract_tasks(fused_mod, target)
@@ -95,8 +94,10 @@ class TuningJob:
             [task_flops(t) * int(t.weight) for t in self.tasks], options)
         self._deadline: float | None = None  # set when the first stage starts
         # records this run measured before it was stopped: counted, never re-measured
-        self._measured_before = Counter(row["workload"] for row in run_records.rows())
-        self._database = self._initial_database()
+        self._measured_before = Counter(records.run_counts(self.run_id))
+        self._database = RecordDatabase(
+            records, self._tvm_target, run_id=self.run_id,
+            scope="all" if options.transfer_learning else "run")
         self._cost_model = (
             ms.cost_model.XGBModel(
                 extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True)
@@ -168,17 +169,13 @@ class TuningJob:
         self.finalize()
 
     def finalize(self) -> dict[str, Any]:
-        """Merge this job's records into the global database and the best records."""
+        """Close the search states and the build workers (the records are stored)."""
         if self._finalized:
             return self.summary()
         self._finalized = True
         self._close_tune_contexts()
         if self._builder is not None:
             self._builder.close()
-        if self.global_records is not None:
-            self.run_records.merge_into(self.global_records)
-        if self.best_records is not None:
-            self.run_records.write_best_into(self.best_records)
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
@@ -268,7 +265,7 @@ class TuningJob:
         context, workload = self._tune_contexts[self._task_index], self._workloads[self._task_index]
         context.search_strategy.notify_runner_results(self._candidates, self._run_results)
         self._cost_model.update(context, self._candidates, self._run_results)
-        measured = []
+        measured = 0
         args_info = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         for candidate, result in zip(self._candidates, self._run_results):
             progress.trials += 1
@@ -278,14 +275,13 @@ class TuningJob:
                 continue
             record = ms.database.TuningRecord(candidate.sch.trace, workload,
                                               result.run_secs, self._tvm_target, args_info)
-            self._database.commit_tuning_record(record)
-            measured.append(record)
+            self._database.commit_tuning_record(record)  # stored at once, under the run id
+            measured += 1
             if latency < progress.best_latency_s:
                 progress.best_latency_s = latency
                 progress.trials_since_improvement = 0
             else:
                 progress.trials_since_improvement += 1
-        self.run_records.append(workload, measured, run_id=self.run_id)
         progress.record_iteration()
         self._candidates, self._build_results, self._run_results = [], [], []
         if progress.trials >= FAILED_CANDIDATES_TO_SKIP and not math.isfinite(
@@ -297,17 +293,9 @@ class TuningJob:
         else:
             self._phase = "select"
             self._task_index = self._next_task()
-        return {"batch_size": len(measured)}
+        return {"batch_size": measured}
 
     # ---- helpers --------------------------------------------------------------------
-    def _initial_database(self):
-        """What the search starts from: this run's records (resume) and, with transfer
-        learning, the global database's records for the same target."""
-        database = self.run_records.to_database(self._tvm_target, new_database())
-        if self.options.transfer_learning and self.global_records is not None:
-            self.global_records.to_database(self._tvm_target, database)
-        return database
-
     def _batch_limit(self) -> int:
         """How many of the selected candidates this iteration may measure.
 
@@ -391,10 +379,11 @@ class TuningJob:
         self._tune_contexts[index] = context
 
     def _warm_cost_model(self, context, workload) -> None:
-        """Train the cost model on what is known about this workload already."""
+        """Train the cost model on the best records known for this workload (an index
+        lookup: the store is never read whole)."""
         from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-        records = self._database.get_top_k(workload, 1024)
+        records = self._database.get_top_k(workload, TRANSFER_RECORDS)
         if records:
             self._cost_model.update(
                 context, [r.as_measure_candidate() for r in records],
@@ -496,6 +485,9 @@ def first_round_trials(flops: list[float], options: TuningOptions) -> list[int]:
     return [min(batch, max(MIN_FIRST_ROUND, round(pool * f / total))) for f in flops]
 
 
+# best records per workload that warm the cost model: MetaSchedule decodes a record by
+# replaying its trace on the workload (10-30 ms for a convolution here), at task start
+TRANSFER_RECORDS = 64
 FAILED_CANDIDATES_TO_SKIP = 8  # measured candidates, none working: the task is skipped
 
 

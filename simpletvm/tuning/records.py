@@ -1,28 +1,64 @@
-"""Tuning records on disk: append-only JSON lines that many processes share safely.
+"""Tuning records of a store: one SQLite database that many processes share safely.
 
-A record store is a directory with ``workloads.jsonl`` (one line per distinct tuned
-PrimFunc, keyed by its structural hash) and ``records.jsonl`` (one line per measured
-candidate). Appends take a file lock and write whole lines; a torn last line left by
-a killed process is skipped on read. MetaSchedule consumes them as a MemoryDatabase.
+Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural hash.
+``records``: one row per measured candidate (workload, target key, latency, run id,
+time, the record's JSON and an identity that makes a record committed twice one row).
+``best``: each workload's fastest record per target, updated in the transaction that
+inserts a record, so it is never stale. A run's records, all records and the best ones
+are queries, and a job reads the best N records of its workloads through an index
+instead of reading the whole store. WAL mode lets readers go on while a writer commits;
+a busy timeout queues writers. This module needs no TVM: MetaSchedule reads the store
+through :class:`simpletvm.tuning.database.RecordDatabase`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import sqlite3
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from ..store import append_lines, file_lock, read_json_lines
+BUSY_TIMEOUT_S = 120  # a legacy import holds the write lock for a while; writers wait
 
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS workloads (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY,
+    workload_id INTEGER NOT NULL REFERENCES workloads(id),
+    target_key TEXT NOT NULL,
+    latency_s REAL NOT NULL,
+    run_id TEXT,
+    time REAL NOT NULL,
+    identity BLOB NOT NULL UNIQUE,
+    json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_by_latency ON records (workload_id, target_key, latency_s);
+CREATE INDEX IF NOT EXISTS records_by_run ON records (run_id, workload_id, target_key, latency_s);
+CREATE TABLE IF NOT EXISTS best (
+    workload_id INTEGER NOT NULL REFERENCES workloads(id),
+    target_key TEXT NOT NULL,
+    record_id INTEGER NOT NULL REFERENCES records(id),
+    latency_s REAL NOT NULL,
+    PRIMARY KEY (workload_id, target_key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
 
-def new_database():
-    """An empty in-memory MetaSchedule database (structural module equality: in TVM 0.27
-    "anchor-block" merges 19 ResNet-18 tasks into 15, but applying a record to a task
-    with another epilogue fails in ``TranslateAddOutputRVs`` at build time)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.database.MemoryDatabase()
+_UPDATE_BEST = """
+INSERT INTO best (workload_id, target_key, record_id, latency_s) VALUES (?, ?, ?, ?)
+ON CONFLICT (workload_id, target_key) DO UPDATE
+SET record_id = excluded.record_id, latency_s = excluded.latency_s
+WHERE excluded.latency_s < best.latency_s
+"""
 
 
 def target_key(target_json: Any) -> str:
@@ -35,159 +71,198 @@ def target_key(target_json: Any) -> str:
     return "/".join(parts)
 
 
-def _target_json(target) -> dict:
-    return json.loads(str(target))  # a Target prints as its JSON spec
+def open_records(path: str | os.PathLike) -> RecordStore:
+    """The tuning records at ``path``: a records database file as is, or a directory
+    (a store root, or a JSON-lines record directory of an earlier version) through its
+    ``records.sqlite``, into which the JSON lines under it are imported the first time."""
+    from ..store import RunStore
+    from .jsonl_import import import_once, record_directories
+
+    path = Path(path).expanduser()
+    if path.is_file():
+        return RecordStore(path)
+    records = RecordStore(RunStore(path).records_path)
+    import_once(records, record_directories(path))
+    return records
+
+
+def record_latency(record_json: list) -> float | None:
+    """Mean measured seconds of a record's JSON (None: it has no measurement)."""
+    values = [float(v) for v in (record_json[1] or [])]
+    return sum(values) / len(values) if values else None
+
+
+def canonical_json(value: Any) -> str:
+    """One text per JSON value, so equal records get equal identities."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=float)
 
 
 class RecordStore:
-    """One directory of tuning records (a run's, the global one, or the best-only one)."""
+    """The tuning records of one store, in the SQLite file ``path``.
 
-    def __init__(self, directory: str | Path):
-        self.directory = Path(directory)
-        self._workloads_written: set[str] = set()
+    Cheap to create and picklable: each process (and thread) opens its own connection
+    on first use.
+    """
 
-    @property
-    def workloads_path(self) -> Path:
-        return self.directory / "workloads.jsonl"
-
-    @property
-    def records_path(self) -> Path:
-        return self.directory / "records.jsonl"
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._local = threading.local()
 
     def __repr__(self) -> str:
-        return f"RecordStore({str(self.directory)!r})"
+        return f"RecordStore({str(self.path)!r})"
 
-    def workload_keys(self) -> set[str]:
-        return {row["workload"] for row in read_json_lines(self.workloads_path)}
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
 
-    def rows(self, target: Any = None) -> list[dict]:
-        """Record rows, optionally only those whose target matches ``target``."""
-        rows = read_json_lines(self.records_path)
-        if target is None:
-            return rows
-        key = target_key(_target_json(target) if hasattr(target, "export") else target)
-        return [row for row in rows if row.get("target_key") == key]
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+    # ---- writing --------------------------------------------------------------------
+    def add(self, workload_key: str, workload_json: Any, records: Iterable[list],
+            run_id: str | None = None) -> int:
+        """Add measured records (TuningRecord JSON) of one workload in one transaction;
+        returns how many were new. Records without a measurement are not kept."""
+        now = time.time()
+        rows = [(workload_key, record, run_id, now) for record in records]
+        with self.transaction() as connection:
+            return insert(connection, rows, {workload_key: workload_json})
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: it takes the write lock at once (no upgrade deadlocks)."""
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    # ---- reading --------------------------------------------------------------------
+    def workload_json(self, key: str) -> Any | None:
+        row = self._one("SELECT json FROM workloads WHERE key = ?", key)
+        return json.loads(row[0]) if row else None
+
+    def top(self, workload_key: str, target: str, limit: int, *,
+            run_id: str | None = None, best_only: bool = False) -> list[list]:
+        """The fastest records of a workload on a target key, fastest first: of all
+        runs, of one run, or only the best one."""
+        if best_only:
+            sql = ("SELECT r.json FROM best b JOIN records r ON r.id = b.record_id "
+                   "JOIN workloads w ON w.id = b.workload_id "
+                   "WHERE w.key = ? AND b.target_key = ? LIMIT ?")
+            args: tuple = (workload_key, target, limit)
+        elif run_id is not None:
+            sql = ("SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
+                   "WHERE r.run_id = ? AND w.key = ? AND r.target_key = ? "
+                   "ORDER BY r.latency_s LIMIT ?")
+            args = (run_id, workload_key, target, limit)
+        else:
+            sql = ("SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
+                   "WHERE w.key = ? AND r.target_key = ? ORDER BY r.latency_s LIMIT ?")
+            args = (workload_key, target, limit)
+        return [json.loads(text) for text, in self._connection().execute(sql, args)]
+
+    def best(self, target: str | None = None) -> dict[tuple[str, str], float]:
+        """(workload key, target key) -> the best latency, for one target key or all."""
+        sql = ("SELECT w.key, b.target_key, b.latency_s FROM best b "
+               "JOIN workloads w ON w.id = b.workload_id")
+        args: tuple = ()
+        if target is not None:
+            sql, args = sql + " WHERE b.target_key = ?", (target,)
+        return {(key, target_key_): latency
+                for key, target_key_, latency in self._connection().execute(sql, args)}
+
+    def workload_keys(self, target: str | None = None) -> list[str]:
+        """Keys of the workloads that have records (on one target key, or any)."""
+        sql = "SELECT DISTINCT w.key FROM best b JOIN workloads w ON w.id = b.workload_id"
+        args: tuple = ()
+        if target is not None:
+            sql, args = sql + " WHERE b.target_key = ?", (target,)
+        return [key for key, in self._connection().execute(sql, args)]
+
+    def count(self, *, run_id: str | None = None, target: str | None = None,
+              best_only: bool = False) -> int:
+        """How many records (of one run, of one target key, or best ones) there are."""
+        table = "best" if best_only else "records"
+        clauses, args = [], []
+        if run_id is not None and not best_only:
+            clauses.append("run_id = ?")
+            args.append(run_id)
+        if target is not None:
+            clauses.append("target_key = ?")
+            args.append(target)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._one(f"SELECT COUNT(*) FROM {table}{where}", *args)[0]
 
     def __len__(self) -> int:
-        return len(read_json_lines(self.records_path))
+        return self.count()
 
-    def append(self, workload, records: Iterable, run_id: str | None = None) -> int:
-        """Add measured records of one workload (a ``ms.database.Workload``)."""
-        workload_json = workload.as_json()
-        key = str(workload_json[0])
-        if key not in self._workloads_written and key not in self.workload_keys():
-            append_lines(self.workloads_path,
-                         [json.dumps({"workload": key, "json": list(workload_json)})])
-        self._workloads_written.add(key)
-        lines = []
-        for record in records:
-            record_json = record_as_json(record)
-            lines.append(json.dumps({
-                "workload": key,
-                "record": record_json,
-                "target_key": target_key(record_json[2]),
-                "latency_s": _mean(record_json[1]),
-                "run_id": run_id,
-                "time": time.time(),
-            }, default=float))
-        append_lines(self.records_path, lines)
-        return len(lines)
+    def run_counts(self, run_id: str) -> dict[str, int]:
+        """Workload key -> records one run measured (what a resumed run has done)."""
+        rows = self._connection().execute(
+            "SELECT w.key, COUNT(*) FROM records r JOIN workloads w ON w.id = r.workload_id "
+            "WHERE r.run_id = ? GROUP BY r.workload_id", (run_id,))
+        return dict(rows.fetchall())
 
-    def append_rows(self, workload_rows: list[dict], record_rows: list[dict]) -> None:
-        """Copy raw rows from another store (merging), skipping workloads and records it
-        already holds, so merging the same run twice adds nothing."""
-        with file_lock(self.directory / "merge"):
-            known = self.workload_keys()
-            append_lines(self.workloads_path,
-                         [json.dumps(row) for row in workload_rows if row["workload"] not in known])
-            held = {_record_identity(row) for row in self.rows()}
-            append_lines(self.records_path, [json.dumps(row) for row in record_rows
-                                             if _record_identity(row) not in held])
+    def has_run(self, run_id: str) -> bool:
+        return self._one("SELECT 1 FROM records WHERE run_id = ? LIMIT 1", run_id) is not None
 
-    def merge_into(self, other: "RecordStore") -> int:
-        """Append all of this store's records to ``other`` (finalization of a job)."""
-        rows = read_json_lines(self.records_path)
-        other.append_rows(read_json_lines(self.workloads_path), rows)
-        return len(rows)
+    def meta(self, key: str) -> str | None:
+        row = self._one("SELECT value FROM meta WHERE key = ?", key)
+        return row[0] if row else None
 
-    def write_best_into(self, other: "RecordStore") -> int:
-        """Append to ``other`` each workload's best record per target if it beats
-        what ``other`` already holds."""
-        best_known: dict[tuple[str, str], float] = {}
-        for row in other.rows():
-            if row.get("latency_s") is not None:
-                key = (row["workload"], row["target_key"])
-                best_known[key] = min(best_known.get(key, float("inf")), row["latency_s"])
-        mine: dict[tuple[str, str], dict] = {}
-        for row in self.rows():
-            latency = row.get("latency_s")
-            if latency is None:
-                continue
-            key = (row["workload"], row["target_key"])
-            if latency < best_known.get(key, float("inf")) and (
-                    key not in mine or latency < mine[key]["latency_s"]):
-                mine[key] = row
-        wanted = {key for key, _ in mine}
-        workloads = [row for row in read_json_lines(self.workloads_path)
-                     if row["workload"] in wanted]
-        other.append_rows(workloads, list(mine.values()))
-        return len(mine)
+    # ---- connections ----------------------------------------------------------------
+    def _one(self, sql: str, *args: Any) -> tuple | None:
+        return self._connection().execute(sql, args).fetchone()
 
-    def to_database(self, target: Any = None, database=None):
-        """A MetaSchedule MemoryDatabase holding the (matching) records; pass
-        ``database`` to add them to one that exists."""
-        from tvm.s_tir import meta_schedule as ms
-
-        database = database if database is not None else new_database()
-        rows = [row for row in self.rows(target) if row.get("latency_s") is not None]
-        if not rows:
-            return database
-        needed = {row["workload"] for row in rows}
-        workloads = {}
-        for row in read_json_lines(self.workloads_path):
-            if row["workload"] in needed and row["workload"] not in workloads:
-                try:
-                    workload = ms.database.Workload.from_json(row["json"])
-                except Exception:  # noqa: BLE001 - a corrupt line loses its records only
-                    continue
-                workloads[row["workload"]] = database.commit_workload(workload.mod)
-        for row in rows:
-            workload = workloads.get(row["workload"])
-            if workload is None:
-                continue
-            try:
-                database.commit_tuning_record(
-                    ms.database.TuningRecord.from_json(row["record"], workload))
-            except Exception:  # noqa: BLE001
-                continue
-        return database
+    def _connection(self) -> sqlite3.Connection:
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():  # never reuse one across a fork
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
+                                         isolation_level=None)
+            connection.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL: a killed process loses nothing committed; only a power cut can
+            # drop the last transactions, and never corrupts the file
+            connection.execute("PRAGMA synchronous = NORMAL")
+            connection.executescript(SCHEMA)
+            local.connection, local.pid = connection, os.getpid()
+        return local.connection
 
 
-def record_as_json(record) -> list:
-    """A TuningRecord as plain JSON, the way MetaSchedule's own JSON database writes it:
-    IR objects inside the trace (the index maps of weight-layout rewrites) become their
-    ``tvm.ir.save_json`` text, which ``TuningRecord.from_json`` reads back."""
-    import tvm
-    from tvm.s_tir.meta_schedule.database import database as ms_database
+def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str | None, float]],
+           workloads: dict[str, Any]) -> int:
+    """Insert ``(workload key, record JSON, run id, time)`` rows inside the caller's
+    transaction and keep ``best`` current; ``workloads`` holds the JSON of workloads the
+    database may not know yet. Returns how many records were new."""
+    ids: dict[str, int] = {}
+    added = 0
+    for key, record, run_id, at in rows:
+        latency = record_latency(record)
+        if latency is None:
+            continue
+        if key not in ids:
+            ids[key] = _workload_id(connection, key, workloads.get(key))
+        text = canonical_json(record)
+        identity = hashlib.blake2b(f"{key}\n{text}".encode(), digest_size=16).digest()
+        target = target_key(record[2])
+        cursor = connection.execute(
+            "INSERT INTO records (workload_id, target_key, latency_s, run_id, time, identity,"
+            " json) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (identity) DO NOTHING",
+            (ids[key], target, latency, run_id, at, identity, text))
+        if cursor.rowcount == 1:
+            connection.execute(_UPDATE_BEST, (ids[key], target, cursor.lastrowid, latency))
+            added += 1
+    return added
 
-    def plain(value: Any) -> Any:
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-            return value.value
-        if isinstance(value, tvm.ir.Array):
-            return [plain(item) for item in value]
-        if isinstance(value, tvm.ir.Map):
-            return {plain(key): plain(item) for key, item in value.items()}
-        return tvm.ir.save_json(value)
 
-    return plain(ms_database._ffi_api.TuningRecordAsJSON(record))
-
-
-def _record_identity(row: dict) -> str:
-    return json.dumps([row["workload"], row["record"]], sort_keys=True)
-
-
-def _mean(run_secs: Any) -> float | None:
-    values = [float(v) for v in (run_secs or [])]
-    return sum(values) / len(values) if values else None
+def _workload_id(connection: sqlite3.Connection, key: str, workload_json: Any) -> int:
+    row = connection.execute("SELECT id FROM workloads WHERE key = ?", (key,)).fetchone()
+    if row is not None:
+        return row[0]
+    if workload_json is None:
+        raise KeyError(f"workload {key} is not in the record store and no JSON was given")
+    return connection.execute("INSERT INTO workloads (key, json) VALUES (?, ?)",
+                              (key, canonical_json(workload_json))).lastrowid

@@ -11,14 +11,14 @@ import textwrap
 import time
 
 from simpletvm import BenchmarkingContext, SimpleTVM
-from simpletvm.store import read_json_lines
+from simpletvm.tuning.records import RecordStore
 
 TUNE = "trials=8, batch_size=4, population=32, genetic_iterations=1, seed=3"  # both runs
 
 
 def test_resume_after_sigkill_measures_nothing_twice(tmp_path, tiny_onnx):
     store, run_id = tmp_path / "store", "resume" + "0" * 26
-    records = store / "runs" / run_id / "tuning" / "records.jsonl"
+    records = RecordStore(store / "records.sqlite")
     script = textwrap.dedent(f"""
         from simpletvm import BenchmarkingContext, SimpleTVM
         ctx = BenchmarkingContext("cpu", store={str(store)!r}, run_id={run_id!r})
@@ -28,20 +28,20 @@ def test_resume_after_sigkill_measures_nothing_twice(tmp_path, tiny_onnx):
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while len(read_json_lines(records)) < 8:
+        while records.count(run_id=run_id) < 8:
             assert child.poll() is None, "the tuning process ended before it could be killed"
             assert time.monotonic() < deadline, "no records appeared in time"
             time.sleep(0.2)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-    before = collections.Counter(row["workload"] for row in read_json_lines(records))
+    before = collections.Counter(records.run_counts(run_id))
     assert sum(before.values()) >= 8
 
     ctx = BenchmarkingContext("cpu", store=store, run_id=run_id)
     stvm = SimpleTVM(ctx).from_model(tiny_onnx)
     stvm.autotune(trials=8, batch_size=4, population=32, genetic_iterations=1, seed=3)
-    after = collections.Counter(row["workload"] for row in read_json_lines(records))
+    after = collections.Counter(records.run_counts(run_id))
     assert all(after[w] >= n for w, n in before.items())
     assert max(after.values()) <= 8, "a task measured more than its budget: repeats"
     summary = stvm.tuning_summary

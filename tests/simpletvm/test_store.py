@@ -1,4 +1,4 @@
-"""The run store: layout, atomic writes, and the shared record files under concurrency."""
+"""The run store: layout, atomic writes, and shared JSON-lines files under concurrency."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import multiprocessing
 from pathlib import Path
 
 from simpletvm.store import RunStore, append_lines, atomic_write_json, read_json_lines
-from simpletvm.tuning.records import RecordStore, target_key
+from simpletvm.tuning.records import target_key
 
 
 def test_root_from_argument_environment_and_default(tmp_path, monkeypatch):
@@ -19,8 +19,7 @@ def test_root_from_argument_environment_and_default(tmp_path, monkeypatch):
     store = RunStore(tmp_path)
     assert store.context_path("abc") == tmp_path / "runs" / "abc" / "context.json"
     assert store.module_dir("abc") == tmp_path / "modules" / "abc"
-    assert store.global_database_dir == tmp_path / "database" / "global"
-    assert store.best_database_dir == tmp_path / "database" / "best"
+    assert store.records_path == tmp_path / "records.sqlite"
     assert store.superb_dir == tmp_path / "superb"
 
 
@@ -36,15 +35,6 @@ def _append_many(path: str, writer: int, count: int) -> None:
     for index in range(count):
         # large lines make interleaving likely if appends were not locked
         append_lines(Path(path), [json.dumps({"writer": writer, "index": index, "pad": "x" * 5000})])
-
-
-def _merge_many(directory: str, writer: int, count: int) -> None:
-    store = RecordStore(directory)
-    for index in range(count):
-        store.append_rows(
-            [{"workload": f"w{writer}", "json": ["0", "{}"]}],
-            [{"workload": f"w{writer}", "record": [index], "target_key": "llvm//",
-              "latency_s": 1.0, "run_id": str(writer)}])
 
 
 def _in_parallel(target, argument_lists) -> None:
@@ -64,24 +54,6 @@ def test_concurrent_appends_never_tear_or_lose_lines(tmp_path):
     assert len(rows) == 240
     assert len(path.read_text().splitlines()) == 240
     assert {(r["writer"], r["index"]) for r in rows} == {(w, i) for w in range(4) for i in range(60)}
-
-
-def test_concurrent_merges_into_one_record_store(tmp_path):
-    directory = tmp_path / "global"
-    _in_parallel(_merge_many, [(str(directory), w, 40) for w in range(3)])
-    store = RecordStore(directory)
-    assert len(store) == 120
-    assert store.workload_keys() == {"w0", "w1", "w2"}
-    assert len(read_json_lines(store.workloads_path)) == 3  # no duplicated workloads
-
-
-def test_merging_the_same_records_twice_adds_nothing(tmp_path):
-    run, shared = RecordStore(tmp_path / "run"), RecordStore(tmp_path / "global")
-    run.append_rows([{"workload": "w", "json": ["0", "{}"]}],
-                    [{"workload": "w", "record": [i], "target_key": "llvm//", "latency_s": 1.0}
-                     for i in range(3)])
-    assert run.merge_into(shared) == 3 and run.merge_into(shared) == 3
-    assert len(shared) == 3 and len(read_json_lines(shared.workloads_path)) == 1
 
 
 def test_torn_last_line_is_skipped_and_not_glued_to_the_next(tmp_path):

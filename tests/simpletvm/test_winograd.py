@@ -165,8 +165,8 @@ def test_fuse_puts_bias_relu_and_residual_into_the_winograd_task():
 
 def test_tuned_winograd_task_builds_and_matches(tmp_path):
     from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
 
+    from simpletvm.tuning.database import RecordDatabase
     from simpletvm.tuning.job import TuningJob
     from simpletvm.tuning.options import TuningOptions
     from simpletvm.tuning.records import RecordStore
@@ -174,14 +174,14 @@ def test_tuned_winograd_task_builds_and_matches(tmp_path):
     target = resolve_target("cpu")
     mod = conv_model(14, 14, 16, 16, residual=True)
     fused = fuse(mod, target)
-    records = RecordStore(tmp_path / "run")
+    records = RecordStore(tmp_path / "records.sqlite")
     job = TuningJob(fused, target, TuningOptions(
         trials=4, batch_size=4, population=16, genetic_iterations=1,
-        transfer_learning=False, seed=0), run_records=records)
+        transfer_learning=False, seed=0), records=records)
     job.run()
     assert len(job.tasks) == 1 and "winograd" in job.tasks[0].task_name
     assert len(records) >= 1  # at least one candidate built and ran
-    database = records.to_database(target.tvm_target(), ms.database.MemoryDatabase())
+    database = RecordDatabase(records, target.tvm_target(), scope="run", run_id=job.run_id)
     with target.tvm_target(), database:  # the record is found for the fused function
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
     assert any(func.attrs.get("tirx.is_scheduled", False)

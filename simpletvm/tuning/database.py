@@ -1,0 +1,112 @@
+"""MetaSchedule's view of the record store: a ``PyDatabase`` over SQLite.
+
+Tuning commits each measured record straight to the store under its run id, and the
+search and the cost model read only what they ask for (a workload's top K, through an
+index). A build's ``MetaScheduleApplyDatabase`` asks the same database for each
+workload's fastest record. One database reads one scope for one target: every run's
+records, one run's, or the best per workload only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tvm_ffi
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+
+from .records import RecordStore, target_key
+
+SCOPES = ("all", "run", "best")
+
+
+@derived_object
+class RecordDatabase(PyDatabase):
+    """Records of ``records`` that match ``target`` (kind and arch), as MetaSchedule's
+    database.
+
+    Args:
+        records: the store's records.
+        target: the TVM target whose records are read (and written).
+        scope: ``"all"`` records, only those of ``run_id`` (``"run"``), or the best
+            record per workload (``"best"``).
+        run_id: the run that committed records belong to (and ``"run"`` reads).
+    """
+
+    def __init__(self, records: RecordStore, target, *, scope: str = "all",
+                 run_id: str | None = None):
+        super().__init__()
+        if scope not in SCOPES:
+            raise ValueError(f"unknown record scope {scope!r}; valid: {', '.join(SCOPES)}")
+        if scope == "run" and run_id is None:
+            raise ValueError("the 'run' scope needs a run id")
+        self.records = records
+        self.scope = scope
+        self.run_id = run_id
+        self.target_key = target_key(json.loads(str(target)))  # a Target prints as JSON
+        self._workloads: dict[str, Workload] = {}
+        self._workload_json: dict[str, Any] = {}
+
+    def has_workload(self, mod) -> bool:
+        key = _key(mod)
+        return key in self._workloads or self.records.workload_json(key) is not None
+
+    def commit_workload(self, mod) -> Workload:
+        key = _key(mod)
+        if key not in self._workloads:
+            self._workloads[key] = Workload(mod)
+        return self._workloads[key]
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        key = _key(record.workload.mod)
+        if key not in self._workload_json:
+            self._workload_json[key] = record.workload.as_json()
+        self.records.add(key, self._workload_json[key], [record_as_json(record)],
+                         run_id=self.run_id)
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        if top_k <= 0:
+            return []
+        key = _key(workload.mod)
+        rows = self.records.top(key, self.target_key, top_k, best_only=self.scope == "best",
+                                run_id=self.run_id if self.scope == "run" else None)
+        return [TuningRecord.from_json(row, workload) for row in rows]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        records = []
+        for key in self.records.workload_keys(self.target_key):
+            workload = self._workloads.get(key) or Workload.from_json(
+                self.records.workload_json(key))
+            records += self.get_top_k(workload, len(self))
+        return records
+
+    def __len__(self) -> int:
+        return self.records.count(run_id=self.run_id if self.scope == "run" else None,
+                                  target=self.target_key, best_only=self.scope == "best")
+
+
+def _key(mod) -> str:
+    """A workload's key: its structural hash, as MetaSchedule's ``Workload`` computes it."""
+    return str(tvm_ffi.structural_hash(mod))
+
+
+def record_as_json(record: TuningRecord) -> list:
+    """A TuningRecord as plain JSON, the way MetaSchedule's own JSON database writes it:
+    IR objects inside the trace (the index maps of weight-layout rewrites) become their
+    ``tvm.ir.save_json`` text, which ``TuningRecord.from_json`` reads back."""
+    import tvm
+    from tvm.s_tir.meta_schedule.database import database as ms_database
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return value.value
+        if isinstance(value, tvm.ir.Array):
+            return [plain(item) for item in value]
+        if isinstance(value, tvm.ir.Map):
+            return {plain(key): plain(item) for key, item in value.items()}
+        return tvm.ir.save_json(value)
+
+    return plain(ms_database._ffi_api.TuningRecordAsJSON(record))

@@ -1,0 +1,212 @@
+"""The SQLite record store: concurrent writers, best records, the import of JSON-lines
+stores, and MetaSchedule reading and writing it through RecordDatabase."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import numpy as np
+import pytest
+
+from simpletvm.tuning.records import RecordStore, canonical_json, open_records, target_key
+
+SKYLAKE = {"kind": "llvm", "mcpu": "skylake", "keys": ["cpu"]}
+ZNVER3 = {"kind": "llvm", "mcpu": "znver3", "keys": ["cpu"]}
+FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
+
+
+def _record(serial: int, latency: float, target: dict = SKYLAKE) -> list:
+    """A record's JSON with the shape of MetaSchedule's (trace, run_secs, target, args)."""
+    trace = [[["GetBlock", [], {"name": "C"}, [f"b{serial}"]]], [serial]]
+    return [trace, [latency, latency], target, [["TENSOR", "float32", [16, 16]]]]
+
+
+def _write(path: str, writer: int, count: int) -> None:
+    records = RecordStore(path)
+    for index in range(count):
+        record = _record(writer * 1000 + index, 0.001 * (1 + (index * 7919 + writer) % 97))
+        records.add(f"w{index % 3}", [f"w{index % 3}", "{}"], [record], run_id=f"run{writer}")
+        if index % 5 == 0:  # a retried commit: the same record again
+            records.add(f"w{index % 3}", [f"w{index % 3}", "{}"], [record], run_id=f"run{writer}")
+
+
+def _read(path: str, rounds: int, failures) -> None:
+    records = RecordStore(path)
+    for _ in range(rounds):
+        for key in ("w0", "w1", "w2"):
+            for record in records.top(key, target_key(SKYLAKE), 5):
+                if not (isinstance(record, list) and len(record[1]) == 2):
+                    failures.put(repr(record)[:200])
+
+
+def test_concurrent_writers_lose_and_duplicate_nothing(tmp_path):
+    path = str(tmp_path / "records.sqlite")
+    RecordStore(path).count()  # the schema exists before the crowd arrives
+    context = multiprocessing.get_context("spawn")
+    failures = context.Queue()
+    processes = [context.Process(target=_write, args=(path, w, 40)) for w in range(6)]
+    processes += [context.Process(target=_read, args=(path, 30, failures)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    assert failures.empty()
+    records = RecordStore(path)
+    assert len(records) == 6 * 40
+    assert records.run_counts("run3") == {"w0": 14, "w1": 13, "w2": 13}
+    # the best table agrees with the records it summarizes
+    for key in ("w0", "w1", "w2"):
+        fastest = records.top(key, target_key(SKYLAKE), 1)[0]
+        assert records.best()[(key, target_key(SKYLAKE))] == np.mean(fastest[1])
+        assert records.top(key, target_key(SKYLAKE), 1, best_only=True) == [fastest]
+
+
+def test_best_record_is_kept_per_workload_and_target_on_insert(tmp_path):
+    records = RecordStore(tmp_path / "records.sqlite")
+    workload = ["w", "{}"]
+    assert records.add("w", workload, [_record(1, 0.003), _record(2, 0.002)], run_id="a") == 2
+    assert records.add("w", workload, [_record(3, 0.004), _record(4, 0.001, ZNVER3)],
+                       run_id="b") == 2
+    assert records.best() == {("w", target_key(SKYLAKE)): 0.002,
+                              ("w", target_key(ZNVER3)): 0.001}
+    assert records.add("w", workload, [_record(5, 0.0015)], run_id="c") == 1
+    assert records.best(target_key(SKYLAKE)) == {("w", target_key(SKYLAKE)): 0.0015}
+    assert [r[0][1] for r in records.top("w", target_key(SKYLAKE), 10)] == [[5], [2], [1], [3]]
+    assert [r[0][1] for r in records.top("w", target_key(SKYLAKE), 10, run_id="a")] == [[2], [1]]
+    # a record without a measurement is not kept; one committed again is one row
+    assert records.add("w", workload, [[_record(6, 0)[0], [], SKYLAKE, []]]) == 0
+    assert records.add("w", workload, [_record(5, 0.0015)], run_id="c") == 0
+    assert len(records) == 5 and records.count(run_id="b") == 2
+    assert records.count(best_only=True) == 2 and records.has_run("c")
+    assert not records.has_run("d")
+
+
+def _legacy_store(root) -> None:
+    """What the JSON-lines version left: a merged global directory, the best directory,
+    and a run killed before its merge whose records are only in its own directory."""
+    def write(directory, workloads, rows, garbled=False):
+        directory.mkdir(parents=True)
+        (directory / "workloads.jsonl").write_text(
+            "".join(json.dumps({"workload": w, "json": [w, "{}"]}) + "\n" for w in workloads))
+        lines = [json.dumps({"workload": w, "record": r, "target_key": target_key(r[2]),
+                             "latency_s": r[1][0], "run_id": run, "time": 1.0})
+                 for w, r, run in rows]
+        (directory / "records.jsonl").write_text(
+            "\n".join(lines) + ("\n{\"workload\": \"w1\", torn" if garbled else "\n"))
+
+    merged = [("w1", _record(1, 0.002), "r1"), ("w1", _record(2, 0.001), "r1"),
+              ("w2", _record(3, 0.005), "r1")]
+    write(root / "database" / "global", ["w1", "w2"], merged)
+    write(root / "database" / "best", ["w1", "w2"], [merged[1], merged[2]])
+    write(root / "runs" / "r1" / "tuning", ["w1", "w2"], merged)
+    write(root / "runs" / "r2" / "tuning", ["w2"], [("w2", _record(4, 0.004), None)],
+          garbled=True)
+
+
+def test_a_json_lines_store_is_imported_once_with_a_message(tmp_path, capfd):
+    _legacy_store(tmp_path)
+    records = open_records(tmp_path)
+    message = capfd.readouterr().err.strip().splitlines()
+    assert len(message) == 1 and "imported 4 tuning records from 4 JSON-lines" in message[0]
+    assert records.path == tmp_path / "records.sqlite"
+    assert len(records) == 4
+    assert records.run_counts("r1") == {"w1": 2, "w2": 1}
+    assert records.run_counts("r2") == {"w2": 1}  # named by its directory
+    assert records.best() == {("w1", target_key(SKYLAKE)): 0.001,
+                              ("w2", target_key(SKYLAKE)): 0.004}
+    assert records.workload_json("w2") == ["w2", "{}"]
+    open_records(tmp_path)
+    assert capfd.readouterr().err == ""  # once only
+    assert len(RecordStore(tmp_path / "records.sqlite")) == 4
+
+
+def test_a_json_lines_record_directory_is_a_records_path(tmp_path, capfd):
+    _legacy_store(tmp_path)
+    records = open_records(tmp_path / "runs" / "r1" / "tuning")
+    assert "imported 3 tuning records" in capfd.readouterr().err
+    assert len(records) == 3 and records.run_counts("r1") == {"w1": 2, "w2": 1}
+    assert open_records(records.path).path == records.path  # a database file as it is
+
+
+def test_identical_records_have_one_identity_whatever_their_key_order():
+    a = [{"b": 1, "a": [1.0, 2]}, [0.1]]
+    b = json.loads('[{"a": [1.0, 2], "b": 1}, [0.1]]')
+    assert canonical_json(a) == canonical_json(b)
+
+
+def _matmul_record(run_secs: list[float], mcpu: str = "skylake"):
+    """A real TuningRecord of a small matmul, its trace sampled by MetaSchedule."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.targets import load_tensor_intrinsics
+
+    load_tensor_intrinsics("llvm")
+    a = te.placeholder((64, 64), name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    b = te.placeholder((64, 64), name="B")
+    c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             num_threads=1)
+    schedule = context.generate_design_space()[0]
+    return mod, target, ms.database.TuningRecord(
+        schedule.trace, ms.database.Workload(mod), run_secs, target,
+        ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+
+
+def test_record_database_round_trips_records_and_answers_by_target(tmp_path):
+    from simpletvm.tuning.database import RecordDatabase
+
+    mod, target, record = _matmul_record([0.002, 0.002])
+    records = RecordStore(tmp_path / "records.sqlite")
+    writer = RecordDatabase(records, target, run_id="run1")
+    assert not writer.has_workload(mod)
+    workload = writer.commit_workload(mod)
+    writer.commit_tuning_record(record)
+    writer.commit_tuning_record(record)  # committed twice: one row
+    assert len(records) == 1 and records.run_counts("run1") == {str(workload.as_json()[0]): 1}
+
+    reader = RecordDatabase(records, target, scope="best")  # another process, say
+    assert reader.has_workload(mod)
+    found = reader.query_tuning_record(mod, target, "main")
+    assert str(found.trace) == str(record.trace)
+    assert [float(s) for s in found.run_secs] == [0.002, 0.002]
+    assert reader.query_schedule(mod, target, "main") is not None
+    assert len(reader.get_all_tuning_records()) == 1
+    # records of another CPU are not applied here; another run's scope sees none
+    _, other_target, _ = _matmul_record([0.001], mcpu="znver3")
+    assert RecordDatabase(records, other_target).query_tuning_record(mod, other_target,
+                                                                     "main") is None
+    assert len(RecordDatabase(records, target, scope="run", run_id="run2")) == 0
+    with pytest.raises(ValueError, match="unknown record scope 'latest'"):
+        RecordDatabase(records, target, scope="latest")
+
+
+@pytest.mark.slow
+def test_a_tuning_run_commits_each_record_under_its_run_id_and_builds_from_them(
+        tmp_path, tiny_onnx):
+    from simpletvm import BenchmarkingContext, SimpleTVM
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(tiny_onnx)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    expected = stvm.build(records=None).run(x)
+    records, run_id = RecordStore(tmp_path / "records.sqlite"), stvm.context.run_id
+    stored_after_update = []
+
+    def on_stage(job) -> None:
+        if stvm.context.stages[-1]["stage"] == "update":
+            stored_after_update.append((records.count(run_id=run_id), job.trials))
+
+    stvm.autotune(trials=4, batch_size=4, seed=0, on_stage=on_stage, **FAST_SEARCH)
+    # every update stage has stored what it measured before the next stage starts
+    assert stored_after_update and all(stored == trials for stored, trials in stored_after_update)
+    assert records.count(run_id=run_id) == stvm.tuning_summary["trials"] > 0
+    stvm.build(records="run")
+    build = next(s for s in reversed(stvm.context.steps) if s["step"] == "build")
+    assert build["records_applied"] == records.count(run_id=run_id)
+    np.testing.assert_allclose(stvm.run(x), expected, rtol=1e-4, atol=1e-5)
