@@ -1,0 +1,147 @@
+"""The tuning job's decisions without TVM: every test drives a TuningPlan with events and
+checks the stages, budgets and task order it answers with."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND, TuningPlan,
+                                   first_round_trials)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plan_of(latencies_s, options, weights=None, flops=None, **kwargs) -> TuningPlan:
+    names = [f"t{i}" for i in range(len(latencies_s))]
+    return TuningPlan(names, weights or [1] * len(names), flops or [1e6] * len(names),
+                      options, **kwargs)
+
+
+def iterate(plan: TuningPlan, latency_of, offered: int = 64) -> tuple[int, int]:
+    """One iteration of the current task: select, build, profile, update; returns
+    (task, candidates measured)."""
+    assert plan.next_stage().kind == "select"
+    task = plan.task
+    plan.stage_started()
+    count = plan.selected(offered)
+    if count == 0:
+        return task, 0
+    assert plan.next_stage().kind == "build" and not plan.next_stage().on_device
+    plan.built(0)
+    assert plan.next_stage().kind == "profile" and plan.next_stage().on_device
+    plan.profiled(0)
+    assert plan.next_stage().kind == "update"
+    plan.measured([latency_of(task)] * count)
+    return task, count
+
+
+def run_to_end(plan: TuningPlan, latency_of, limit=10_000) -> list[tuple[int, int]]:
+    iterations = []
+    while not plan.is_complete() and len(iterations) < limit:
+        iterations.append(iterate(plan, latency_of))
+    return iterations
+
+
+def test_the_plan_needs_no_tvm():
+    assert "tvm" not in sys.modules or "simpletvm.tuning.plan" in sys.modules
+
+
+def test_every_task_first_measures_its_flops_share_then_the_heaviest_goes_on():
+    options = TuningOptions(total_trials=60, batch_size=8)
+    plan = plan_of([0, 0, 0], options, weights=[1, 1, 4], flops=[1e9, 1e6, 1e9])
+    assert plan.first_round == first_round_trials([1e9, 1e6, 4e9], options)
+    assert plan.first_round[1] == MIN_FIRST_ROUND  # a tiny task gets a couple of trials
+    latency = {0: 0.002, 1: 0.00001, 2: 0.002}
+    iterations = run_to_end(plan, latency.get)
+    assert [task for task, _ in iterations[:3]] == [0, 1, 2]  # the first round, in order
+    assert [n for _, n in iterations[:3]] == plan.first_round
+    assert iterations[3][0] == 2  # weight 4 x 2 ms: the heaviest
+    assert plan.trials == 60 and plan.is_complete()  # the budget, exactly
+
+
+def test_a_per_task_cap_ends_each_task():
+    plan = plan_of([0, 0], TuningOptions(trials=10, batch_size=4))
+    run_to_end(plan, lambda task: 0.001)
+    assert [p.trials for p in plan.progress] == [10, 10]
+    assert all(p.done for p in plan.progress)
+
+
+def test_early_stopping_ends_a_task_that_stopped_improving():
+    plan = plan_of([0], TuningOptions(trials=64, batch_size=4, early_stopping=8))
+    iterations = run_to_end(plan, lambda task: 0.001)  # never better than its first candidate
+    # 4 + 4 + 4 candidates: 3, 7, then 11 without improvement, past the patience of 8
+    assert [n for _, n in iterations] == [4, 4, 4]
+    assert plan.progress[0].done and plan.progress[0].trials_since_improvement == 11
+
+
+def test_the_wall_clock_budget_stops_the_job_once_every_task_is_measured():
+    clock = Clock()
+    plan = plan_of([0, 0, 0], TuningOptions(minutes=1, batch_size=4), clock=clock)
+    task, _ = iterate(plan, lambda task: 0.001)
+    clock.now += 120  # the budget is over after the first task's first iteration ...
+    assert not plan.is_complete()
+    iterate(plan, lambda task: 0.001)
+    iterate(plan, lambda task: 0.001)  # ... but every task gets measured once
+    assert all(p.history for p in plan.progress)
+    assert plan.is_complete() and plan.budget_left() == 0
+
+
+def test_a_resumed_run_counts_what_it_measured_before():
+    options = TuningOptions(trials=12, total_trials=30, batch_size=4)
+    plan = plan_of([0, 0, 0], options, measured_before=[12, 5, 0])
+    assert plan.progress[0].trials == 12
+    run_to_end(plan, lambda task: 0.001)
+    assert plan.progress[0].iterations == 0  # its budget was spent before the stop
+    assert plan.trials == 30  # one budget across both attempts
+    assert all(p.trials <= 12 for p in plan.progress)
+
+
+def test_a_task_whose_candidates_all_fail_is_skipped_and_the_budget_goes_on():
+    plan = plan_of([0, 0], TuningOptions(trials=12, batch_size=4))
+    iterations = run_to_end(plan, lambda task: None if task == 0 else 0.001)
+    # a failing task has nothing to reason from: it waits until no other task promises
+    # a gain, then fails until it is skipped
+    assert [task for task, _ in iterations][:2] == [0, 1]
+    assert plan.progress[0].skipped.startswith(f"all {FAILED_CANDIDATES_TO_SKIP} candidates "
+                                               "failed")
+    assert plan.progress[0].trials == FAILED_CANDIDATES_TO_SKIP
+    assert plan.progress[1].trials == 12 and plan.is_complete()
+    assert plan.summary()["skipped_tasks"][0]["task"] == "t0"
+
+
+def test_a_task_the_search_cannot_schedule_is_skipped_at_once():
+    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4))
+    plan.task_failed("ScheduleError: reverse-compute-at")
+    assert plan.task == 1 and plan.progress[0].skipped == "ScheduleError: reverse-compute-at"
+    run_to_end(plan, lambda task: 0.001)
+    assert plan.summary()["trials"] == 8
+
+
+def test_an_exhausted_search_space_ends_its_task():
+    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4))
+    iterate(plan, lambda task: 0.001)
+    assert plan.selected(0) == 0  # the search offered nothing
+    assert plan.progress[plan.task - 1].done if plan.task else True
+
+
+def test_sequential_order_tunes_each_task_to_its_end():
+    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4, task_scheduler="sequential"))
+    tasks = [task for task, _ in run_to_end(plan, lambda task: 0.001)]
+    assert tasks == sorted(tasks) and tasks[0] == 0 and tasks[-1] == 1
+
+
+def test_the_estimate_weighs_each_task_by_its_calls():
+    plan = plan_of([0, 0], TuningOptions(trials=2, batch_size=2), weights=[3, 1])
+    run_to_end(plan, {0: 0.002, 1: 0.001}.get)
+    assert plan.summary()["estimated_latency_s"] == pytest.approx(3 * 0.002 + 0.001)
+    assert math.isclose(plan.summary()["tasks"][0]["best_latency_s"], 0.002)
