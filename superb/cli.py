@@ -1,7 +1,9 @@
 """The ``superb`` command: sweep a grid of SimpleTVM runs without a human watching.
 
-Exit codes: 0 every run ok, 1 some run failed, 2 bad input (nothing ran), 130 stopped
-by Ctrl-C or SIGTERM (run the same command again to resume).
+Exit codes: 0 every run ok, 1 some run failed, 2 bad input (nothing ran), 3 an
+unexpected error (a bug: one line on stderr, the traceback in a log file; what was
+recorded stays and the same command resumes), 130 stopped by Ctrl-C or SIGTERM (run the
+same command again to resume).
 
 Only Typer and the grid reader are imported here; SimpleTVM, TVM and pandas are
 imported when a command needs them, so ``superb --help`` is instant.
@@ -23,7 +25,7 @@ from .grid import GridError
 POLICY_NAMES = {"interleaved": "round-robin", "sequential": "sequential",
                 "predictive": "predictive"}
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Sweep grids of SimpleTVM runs: every combination, recorded as CSV.")
@@ -49,6 +51,43 @@ def _bad_input(problems) -> "typer.Exit":
     for problem in problems:
         console.print(f"error: {problem}", markup=False)
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> "typer.Exit":
+    """An error that is no bad input (a bug): the full traceback goes to a log file in
+    ``log_dir`` (else the store's superb directory, else the temporary directory), the
+    terminal gets one line naming the error and one saying where the traceback is."""
+    import tempfile
+    import time
+    import traceback
+
+    text = (f"{time.strftime('%Y-%m-%d %H:%M:%S')} superb {' '.join(sys.argv[1:])}\n"
+            + "".join(traceback.format_exception(error)) + "\n")
+    candidates = [log_dir] if log_dir is not None else []
+    with contextlib.suppress(Exception):
+        from simpletvm.store import RunStore
+
+        candidates.append(RunStore().superb_dir)
+    candidates.append(Path(tempfile.gettempdir()))
+    logged = None
+    for directory in candidates:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / "superb-errors.log"
+            with open(path, "a", encoding="utf-8") as file:
+                file.write(text)
+            logged = path
+            break
+        except OSError:
+            continue
+    message = str(error).strip().splitlines()
+    console = _console(stderr=True)
+    console.print(f"error: superb stopped on an unexpected error (a bug, not your input): "
+                  f"{type(error).__name__}" + (f": {message[0]}" if message else ""),
+                  markup=False)
+    console.print((f"full traceback in {logged}" if logged else "traceback:\n" + text)
+                  + (f"; {note}" if note else ""), markup=False)
+    return typer.Exit(EXIT_ERROR)
 
 
 def _load_plan(grid_path: Path, params: list[str] | None, check: bool,
@@ -168,6 +207,7 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
                 ray_address=ray_address,
                 progress_factory=lambda total, done, kinds: _announce(
                     make_progress(console, total, done, kinds, plain, jobs), the_plan, done))
+        _print_summary(console, summary, the_plan)
     except ExperimentBusy as error:
         raise _bad_input([error]) from error
     except KeyboardInterrupt:
@@ -175,8 +215,29 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
             "interrupted: repeat the same command to resume; runs in flight continue "
             "under their run ids", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    _print_summary(console, summary, the_plan)
+    except typer.Exit:
+        raise
+    except Exception as error:  # noqa: BLE001 - a bug: keep what was measured
+        raise _unexpected(error, *_keep_recorded(the_plan, store)) from None
     raise typer.Exit(EXIT_OK if summary.ok else EXIT_FAILED)
+
+
+def _keep_recorded(the_plan, store) -> tuple[Path, str]:
+    """After an unexpected error: bring the experiment's CSVs up to date with the rows
+    its log holds (each run's row is logged the moment it ends). Returns the experiment
+    directory, for the traceback, and a note on what was kept."""
+    from simpletvm.store import RunStore
+
+    from .results import Experiment
+
+    experiment = Experiment(RunStore(store).superb_dir / the_plan.grid.name)
+    note = "repeat the same command to resume"
+    if experiment.log_path.exists():
+        with contextlib.suppress(Exception):  # the rows stay in the log in any case
+            frame, _ = experiment.write_csvs([run.key for run in the_plan.runs])
+            note = (f"the {len(frame)} runs recorded are in {experiment.runs_csv}; "
+                    "repeat the same command to resume")
+    return experiment.dir, note
 
 
 def _check_backend(backend: str, ray_address: str | None) -> None:
@@ -400,7 +461,12 @@ def _sigterm_interrupts():
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as error:  # noqa: BLE001 - the CLI's edge: a bug becomes one message
+        # (`run` handles its own, keeping the experiment's rows; this is for the rest)
+        exit_ = _unexpected(error, None)
+        sys.exit(exit_.exit_code)
 
 
 if __name__ == "__main__":
