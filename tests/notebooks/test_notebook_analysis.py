@@ -65,6 +65,7 @@ def swept(tmp_path_factory):
     return env, Experiment(root / "store" / "superb" / "analysed")
 
 
+@pytest.mark.slow
 def test_stages_and_curves_csvs_agree_with_runs_csv(swept):
     _, experiment = swept
     runs = pd.read_csv(experiment.runs_csv)
@@ -90,6 +91,7 @@ def test_stages_and_curves_csvs_agree_with_runs_csv(swept):
             tuned.loc[run, "estimated_latency_ms"])
 
 
+@pytest.mark.slow
 def test_notebook_plots_the_experiment(swept, tmp_path, monkeypatch):
     env, experiment = swept
     for name, value in env.items():

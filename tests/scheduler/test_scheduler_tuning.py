@@ -6,11 +6,16 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from scheduler import Scheduler, client, devices
 from scheduler.tuning import TuningJobSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simpletvm"))
 from model_factories import make_tiny_cnn_onnx  # noqa: E402
+
+# real TuningJobs tune the tiny model
+pytestmark = pytest.mark.slow
 
 FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
         "transfer_learning": False}

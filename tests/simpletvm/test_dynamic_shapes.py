@@ -145,6 +145,7 @@ def test_saved_model_signatures_are_chosen_by_name(store, two_signatures):
     assert embed.context.model["signature"] == "embed"
 
 
+@pytest.mark.slow
 def test_an_unknown_signature_lists_those_the_saved_model_serves(store, two_signatures):
     path, _ = two_signatures
     with pytest.raises(ModelImportError, match=r"no signature 'predict'; it serves "

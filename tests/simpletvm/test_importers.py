@@ -43,6 +43,7 @@ def tf_files(tmp_path_factory, keras_model):
 
 
 @pytest.mark.parametrize("name", ["model.keras", "model.h5", "saved_model", "model.tflite"])
+@pytest.mark.slow
 def test_tensorflow_files_match_keras(store, tf_files, keras_model, image, name):
     stvm = untuned(store, tf_files["root"] / name)
     np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
@@ -50,6 +51,7 @@ def test_tensorflow_files_match_keras(store, tf_files, keras_model, image, name)
     assert stvm.model.outputs[0].shape[-1] == 5
 
 
+@pytest.mark.slow
 def test_frozen_graphdef_with_output_name(store, tf_files, keras_model, image):
     stvm = untuned(store, tf_files["root"] / "frozen.pb",
                    output_name=tf_files["output_node"], output_size=5)
@@ -57,28 +59,33 @@ def test_frozen_graphdef_with_output_name(store, tf_files, keras_model, image):
     np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
 
 
+@pytest.mark.slow
 def test_frozen_graphdef_wrong_output_name_lists_candidates(store, tf_files):
     with pytest.raises(ModelImportError, match="not a node.*likely outputs.*Identity"):
         untuned(store, tf_files["root"] / "frozen.pb", output_name="no_such_layer")
 
 
+@pytest.mark.slow
 def test_frozen_graphdef_wrong_output_size(store, tf_files):
     with pytest.raises(ModelImportError, match="output_size"):
         untuned(store, tf_files["root"] / "frozen.pb", output_name=tf_files["output_node"],
                 output_size=1000)
 
 
+@pytest.mark.slow
 def test_keras_object(store, keras_model, image):
     stvm = untuned(store, keras_model)
     np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
 
 
+@pytest.mark.slow
 def test_tf_hub_local_module_directory(store, tf_files, keras_model, image):
     stvm = untuned(store, str(tf_files["root"] / "saved_model"), format="tfhub")
     assert stvm.model.format == "tfhub"
     np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
 
 
+@pytest.mark.slow
 def test_tf_hub_url_resolved_through_the_hub_cache(store, tf_files, keras_model, image,
                                                    tmp_path, monkeypatch):
     import shutil
@@ -114,6 +121,7 @@ def test_onnx_file_matches_onnxruntime(store, tiny_onnx):
     ("resnet18", {}),
     ("resnet50", {}),
 ])
+@pytest.mark.slow
 def test_builtin_models_match_keras(store, name, options):
     from simpletvm.models.zoo import build_keras_model
 

@@ -326,6 +326,7 @@ def _raw_transposes(model) -> int:
     return to_nhwc(raw)[1]["permute_dims_after"]
 
 
+@pytest.mark.slow
 def test_mobilenet_v1_builtin_converts_fully(tmp_path):
     """MobileNet v1 goes through tf2onnx: 28 NCHW convolutions, all NHWC, no transpose
     left (TVM's import as is leaves 54)."""
@@ -345,6 +346,7 @@ def test_mobilenet_v1_builtin_converts_fully(tmp_path):
     np.testing.assert_allclose(tvm_output(converted, x), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_through_onnx_converts_fully():
     """The built-in MobileNetV2 as tf2onnx writes it: 52 convolutions, all NHWC, no
     transpose left (TVM's import as is leaves 73)."""

@@ -10,10 +10,14 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.tuning.records import RecordStore
 
 TUNE = "trials=8, batch_size=4, population=32, genetic_iterations=1, seed=3"  # both runs
+
+pytestmark = pytest.mark.slow
 
 
 def test_resume_after_sigkill_measures_nothing_twice(tmp_path, tiny_onnx):

@@ -23,6 +23,7 @@ def test_local_rpc_registers_its_servers(rpc):
     assert len(tracker_summary(host, port)["server_info"]) == 2
 
 
+@pytest.mark.slow
 def test_autotune_profiles_on_the_named_trackers_devices(rpc, store, tiny_onnx):
     ctx = BenchmarkingContext("cpu", device_key="test-device", store=store)
     stvm = SimpleTVM(ctx, rpc_tracker=rpc.address).from_model(tiny_onnx)
@@ -51,6 +52,7 @@ def test_unreachable_tracker_is_a_clear_error(store, tiny_onnx):
     assert ctx.steps[-1]["status"] == "error"
 
 
+@pytest.mark.slow
 def test_a_dead_server_fails_the_profile_stage_which_reruns_on_a_new_server(store, tiny_onnx):
     import time
     from functools import partial

@@ -16,6 +16,9 @@ from simpletvm.tuning.records import RecordStore, open_records
 
 FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
 
+# every test here uses the module's real autotune (the tuned fixture)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory, tiny_onnx):

@@ -163,6 +163,7 @@ def test_fuse_puts_bias_relu_and_residual_into_the_winograd_task():
                                                     target)[0].dispatched[0])
 
 
+@pytest.mark.slow
 def test_tuned_winograd_task_builds_and_matches(tmp_path):
     from tvm import relax
 

@@ -124,6 +124,7 @@ def test_a_run_past_its_timeout_is_stopped(cli, write_grid, store, tiny_onnx):
     assert runs.loc[1, "wall_s"] < 15
 
 
+@pytest.mark.slow
 def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, tiny_onnx):
     grid = write_grid(f"""
         name: tuned

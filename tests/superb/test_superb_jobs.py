@@ -20,6 +20,7 @@ def _two_tuned_runs(write_grid, tiny_onnx, name: str):
     """)
 
 
+@pytest.mark.slow
 def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store,
                                                               tiny_onnx):
     grid = _two_tuned_runs(write_grid, tiny_onnx, "together")
@@ -47,6 +48,7 @@ def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
     assert "--policy 'fastest' is unknown" in result.stderr
 
 
+@pytest.mark.slow
 def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_onnx):
     grid = _two_tuned_runs(write_grid, tiny_onnx, "on-ray")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--backend", "ray")
