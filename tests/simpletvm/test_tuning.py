@@ -195,12 +195,13 @@ def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     heaviest = max(range(tasks), key=lambda t: weights[t] * after_first_round[t])
     assert updates[tasks]["task"] == heaviest
     assert job.trials == 32 and job.is_complete()
-    # the first round measured each task's FLOPs share; what followed went to the heaviest
+    # the first round measured each task's FLOPs share; what followed went by expected gain
+    # (weight x latency over iterations so far, see test_task_order), starting at the heaviest
     first_round = [s["batch_size"] for s in updates[:tasks]]
     assert all(1 <= n <= first for n, first in zip(first_round, job.first_round))
     extra = [p.trials - first for p, first in zip(job.progress, job.first_round)]
-    assert extra[heaviest] == max(extra) > 0
-    assert sum(1 for s in updates if s["task"] == heaviest) >= 2
+    assert extra[heaviest] > 0
+    assert sum(s["batch_size"] for s in updates) == job.trials
 
 
 def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tmp_path,
