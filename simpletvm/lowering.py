@@ -11,7 +11,8 @@ from typing import Any
 from .targets import ResolvedTarget
 
 
-def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | None = "NHWC"):
+def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | None = "NHWC",
+         separate_residual_pads: bool = True):
     """Legalize and fuse a Relax module into the PrimFuncs that tuning works on.
 
     On CPUs, ``layout="NHWC"`` first converts NCHW 2-D convolutions (ONNX imports) to NHWC
@@ -25,6 +26,11 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
     targets get their NHWC 3x3 stride-1 convolutions as Winograd F(4,3), weights
     transformed here, once (:mod:`simpletvm.winograd`): where measured, tuned, they ran
     about twice as fast as tuned direct convolutions.
+
+    With ``separate_residual_pads``, a pad whose result is added to a convolution's output
+    (a residual branch padded to more channels, as in BlazeFace's blocks) is kept out of
+    the convolution's fused operator (:func:`separate_residual_pads`): MetaSchedule cannot
+    schedule that operator with the pad inside.
     """
     import tvm
     from tvm import relax
@@ -48,11 +54,139 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
                 relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
+                *([_separate_residual_pads_pass()] if separate_residual_pads else []),
                 relax.transform.FuseOps(),
                 relax.transform.FuseTIR(),
                 *weight_prepack,
             ]
         )(mod)
+
+
+# relax OpPatternKind, as AnnotateTIROpPattern sets a PrimFunc's "op_pattern" (a pad of
+# the channels only reads each element at its own index: it is annotated elementwise)
+BROADCAST = 1  # elementwise (0) and broadcast (1) ops are at most this
+INJECTIVE = 2
+OUT_EWISE_FUSABLE = 4  # convolutions, matmuls: elementwise consumers fuse into them
+OPAQUE = 8  # fused with nothing
+
+
+def separate_residual_pads(mod):
+    """Keep residual pads out of the convolutions' fused operators.
+
+    A block whose shortcut is padded to more channels, ``relu(conv(h) + pad(x))``
+    (BlazeFace's), fuses into one operator holding the convolution, its epilogue and the
+    pad. MetaSchedule (TVM 0.27) cannot schedule it: generating its design space fails in
+    ``reverse-compute-at`` ("The primitive requires all the producer(s) of the given block
+    to be present under the target loop"), so the operator could not be tuned and kept
+    TVM's naive code. Here such a pad (a pad call whose result an elementwise or broadcast
+    op combines with a value computed from a convolution-like operator) calls a copy of
+    its PrimFunc marked opaque, so FuseOps leaves it a kernel of its own: the convolution's
+    operator then reads the padded tensor as an input, the residual-add pattern that
+    MetaSchedule schedules, and the pad is one cheap copy. Outputs are unchanged.
+
+    Works on a legalized module with op patterns annotated (between AnnotateTIROpPattern
+    and FuseOps). Returns ``(module, number of pads separated)``.
+    """
+    from tvm import relax
+
+    calls = {}  # the call_tir bindings to separate, by identity, -> their pad PrimFunc
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            calls.update(_residual_pad_calls(mod, func))
+    if not calls:
+        return mod, 0
+    mutator = _make_call_redirector()(mod)
+    copies = {}  # pad PrimFunc name -> its opaque copy, added by the builder (typed)
+    for name, gvar in {gv.name_hint: gv for gv in calls.values()}.items():
+        copies[name] = mutator.builder_.add_func(mod[gvar].with_attr("op_pattern", OPAQUE),
+                                                 f"{name}_residual")
+    mutator.targets = {call: copies[gvar.name_hint] for call, gvar in calls.items()}
+    for gvar, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get(), len(calls)
+
+
+def _residual_pad_calls(mod, func) -> dict:
+    """The pad calls of ``func`` that would fuse into a convolution's operator through an
+    elementwise op: ``{call: pad PrimFunc's GlobalVar}``."""
+    import tvm
+    from tvm import relax
+
+    bound: dict = {}  # var -> (callee GlobalVar, its op pattern, argument vars)
+    users: dict = {}  # var -> [var of each call_tir binding that reads it]
+
+    def visit(binding):
+        value = binding.value
+        if not (isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call)
+                and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_tir"):
+            return
+        callee = value.args[0]
+        prim = mod[callee] if isinstance(callee, tvm.ir.GlobalVar) else None
+        if not isinstance(prim, tvm.tirx.PrimFunc):
+            return
+        pattern = int(prim.attrs.get("op_pattern", OPAQUE)) if prim.attrs else OPAQUE
+        args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else [value.args[1]]
+        args = [a for a in args if isinstance(a, relax.Var)]
+        bound[binding.var] = (callee, pattern, args, value)
+        for arg in args:
+            users.setdefault(arg, []).append(binding.var)
+
+    body = func.body
+    for block in body.blocks if isinstance(body, relax.SeqExpr) else []:
+        for binding in block.bindings:
+            visit(binding)
+
+    def from_anchor(var, depth=0) -> bool:
+        """Computed by a convolution-like operator, maybe through elementwise ops."""
+        if var not in bound or depth > 8:
+            return False
+        _, pattern, args, _ = bound[var]
+        if pattern == OUT_EWISE_FUSABLE:
+            return True
+        return pattern <= BROADCAST and any(from_anchor(a, depth + 1) for a in args)
+
+    found = {}
+    for var, (callee, pattern, _, call) in bound.items():
+        if pattern > INJECTIVE or not callee.name_hint.startswith("pad"):
+            continue
+        for user in users.get(var, []):
+            _, user_pattern, user_args, _ = bound[user]
+            if user_pattern <= BROADCAST and any(
+                    a is not var and from_anchor(a) for a in user_args):
+                found[call] = callee
+                break
+    return found
+
+
+def _separate_residual_pads_pass():
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="SeparateResidualPads")
+    def separate(mod, _context):
+        return separate_residual_pads(mod)[0]
+
+    return separate
+
+
+def _make_call_redirector():
+    """A mutator that points given call_tir calls at other PrimFuncs."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class CallRedirector(relax.PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.targets = {}  # call -> GlobalVar of the PrimFunc it calls instead
+
+        def visit_call_(self, call):
+            for original, gvar in self.targets.items():
+                if call.same_as(original):
+                    return relax.Call(call.op, [gvar, *call.args[1:]], call.attrs,
+                                      call.ty_args)
+            return self.visit_expr_post_order(call)
+
+    return CallRedirector
 
 
 def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:

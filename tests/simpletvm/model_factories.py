@@ -34,3 +34,27 @@ def make_tiny_cnn_onnx(path, image_size: int = 32, seed: int = 0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.save(model, str(path))
     return path
+
+
+def make_residual_pad_block_keras(size: int = 16, channels: int = 16, out_channels: int = 24,
+                                  seed: int = 0):
+    """A BlazeFace-style block whose shortcut is padded to more channels, then a head:
+    ``relu(conv1x1(depthwise3x3(x)) + pad_channels(x))`` -> conv1x1.
+
+    Fused as imported, the 1x1 convolution, its bias, the channel pad and the residual add
+    and ReLU are one operator that MetaSchedule (TVM 0.27) cannot schedule
+    (``reverse-compute-at`` fails), as in a shipped face detector's blocks.
+    """
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((size, size, channels), name="x")
+    h = keras.layers.DepthwiseConv2D(3, padding="same")(inputs)
+    h = keras.layers.Conv2D(out_channels, 1)(h)
+    shortcut = keras.layers.Lambda(
+        lambda t: tf.pad(t, [[0, 0], [0, 0], [0, 0], [0, out_channels - channels]]),
+        name="pad_channels")(inputs)
+    h = keras.layers.ReLU()(keras.layers.Add()([h, shortcut]))
+    outputs = keras.layers.Conv2D(8, 1, name="head")(h)
+    return keras.Model(inputs, outputs)
