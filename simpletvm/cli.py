@@ -1,9 +1,13 @@
 """The ``simpletvm`` command: a quickstart, and one model at a time (tune, compile, run,
-benchmark), in the manner of TVM's former ``tvmc``. Bad input exits 2 with the fix."""
+benchmark), in the manner of TVM's former ``tvmc``. Bad input exits 2 with the fix; an
+unexpected error exits 1 with one line and the file holding its traceback."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -12,8 +16,70 @@ import typer
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Autotune deep-learning models with Apache TVM.")
 
+BAD_INPUT = 2
+UNEXPECTED = 1
+_active_contexts: list = []  # the BenchmarkingContext of the command running, if any
 
-@app.command()
+
+def _command(*args, **kwargs):
+    """``app.command``, with unexpected errors turned into one line and exit 1."""
+    def register(function):
+        return app.command(*args, **kwargs)(_guarded(function))
+    return register
+
+
+def _guarded(function):
+    """Run a command so that no raw traceback reaches the user: a SimpleTVM error (it
+    names the fix) exits 2; anything else prints one line and where its traceback was
+    logged (the run's log, or a file under the store) and exits 1."""
+    @functools.wraps(function)
+    def command(*args, **kwargs):
+        from .errors import SimpleTVMError
+
+        _active_contexts.clear()
+        try:
+            return function(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.BadParameter, KeyboardInterrupt):
+            raise  # typer's own: usage errors exit 2 with its message
+        except SimpleTVMError as error:
+            raise _refuse(_error_console(), error) from error
+        except Exception as error:  # noqa: BLE001 - the CLI edge: a message, not a traceback
+            where = _log_traceback(error, function.__name__, kwargs.get("store"))
+            gist = (str(error).strip().splitlines() or [""])[0][:200]
+            _error_console().print(
+                f"[red]error:[/red] unexpected {type(error).__name__}: {gist} (the full "
+                f"traceback is in {where}; please report it with that file)", highlight=False,
+                soft_wrap=True)  # one line, the path unbroken
+            raise typer.Exit(UNEXPECTED) from None
+    return command
+
+
+def _error_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _log_traceback(error: Exception, command: str, store: Optional[Path]) -> Path:
+    """Write the error's traceback to the run's log when the command has a run, else to
+    ``<store>/errors/<time>-<command>.log``; return the file."""
+    if _active_contexts:
+        ctx = _active_contexts[-1]
+        try:
+            ctx.logger.error("unexpected error in `simpletvm %s`", command, exc_info=error)
+            return ctx.store.log_path(ctx.run_id)
+        except Exception:  # noqa: BLE001 - the run's log is unusable: fall back to a file
+            pass
+    from .store import RunStore
+
+    directory = RunStore(store).root / "errors"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{command}.log"
+    path.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
+    return path
+
+
+@_command()
 def quickstart(
     model: str = typer.Option("mobilenetv2", help="built-in model: mobilenet, mobilenetv2, "
                               "resnet18, resnet50"),
@@ -40,6 +106,7 @@ def quickstart(
 
     console = Console()
     ctx = BenchmarkingContext("cpu", store=store)
+    _active_contexts.append(ctx)
     handler = RichHandler(console=console, show_path=False, show_time=False)
     handler.setLevel(logging.INFO)
     ctx.logger.addHandler(handler)
@@ -113,7 +180,7 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
                   f"{theirs / ours:.2f}x, SimpleTVM is {verdict}")
 
 
-@app.command()
+@_command()
 def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> None:
     """List the runs in the store with their model and evaluation."""
     import json
@@ -142,11 +209,49 @@ def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> N
 
 
 # ---- one model at a time -----------------------------------------------------------------
-BAD_INPUT = 2
 MODEL_HELP = ("a model file (.onnx, .tflite, .pb, .keras, .h5), a SavedModel directory, a "
               "TF Hub handle or a built-in name (mobilenet, mobilenetv2, resnet18, resnet50)")
 INPUT_SHAPE_HELP = ("fix an input's shape: NAME:1,224,224,3 or, for one input, 1,224,224,3 "
                     "(repeatable)")
+TRACKER_HELP = "HOST:PORT of a TVM RPC tracker whose servers of --device-key are the target"
+DEVICE_KEY_HELP = "the key the target device's RPC servers register under (with --tracker)"
+
+
+def _remote(tracker: Optional[str], device_key: Optional[str]) -> tuple[str, int] | None:
+    """``--tracker HOST:PORT --device-key KEY`` -> ``(host, port)`` once the tracker is
+    reached and has a server of KEY; None without ``--tracker``. Exits 2 naming the fix."""
+    if tracker is None:
+        if device_key is not None:
+            raise typer.BadParameter("a device key needs --tracker HOST:PORT, the RPC "
+                                     "tracker its servers register with",
+                                     param_hint="--device-key")
+        return None
+    host, _, port = tracker.rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter(f"{tracker!r} is not HOST:PORT (e.g. 127.0.0.1:9190)",
+                                 param_hint="--tracker")
+    if not device_key:
+        raise typer.BadParameter("give --device-key KEY, the key the target's RPC servers "
+                                 "register under (python -m tvm.exec.query_rpc_tracker "
+                                 f"--host {host} --port {port} lists them)",
+                                 param_hint="--device-key")
+    from .errors import SimpleTVMError
+    from .rpc import require_servers
+
+    try:
+        require_servers(host, int(port), device_key)
+    except SimpleTVMError as error:
+        message = str(error).replace("or leave rpc_tracker unset", "or leave out --tracker")
+        raise _refuse(_error_console(), SimpleTVMError(message)) from error
+    return host, int(port)
+
+
+def _where(device: dict) -> str:
+    """Where a step ran, from its ``device`` record."""
+    if device.get("runner") != "rpc":
+        return "this machine"
+    host, port = device["server"]
+    return f"RPC server {host}:{port} (key {device['device_key']})"
 
 
 def _input_shapes(values: list[str]) -> dict[str, list[int]] | None:
@@ -175,19 +280,21 @@ def _model_options(input_shape: list[str], image_size: Optional[int]) -> dict:
     return options
 
 
-def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False):
+def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False,
+             tracker: tuple[str, int] | None = None, device_key: Optional[str] = None):
     from rich.console import Console
     from rich.logging import RichHandler
 
     from . import BenchmarkingContext, SimpleTVM
 
     console = Console()
-    ctx = BenchmarkingContext(target, store=store)
+    ctx = BenchmarkingContext(target, store=store, device_key=device_key)
+    _active_contexts.append(ctx)
     if verbose:
         handler = RichHandler(console=console, show_path=False, show_time=False)
         handler.setLevel(logging.INFO)
         ctx.logger.addHandler(handler)
-    return console, ctx, SimpleTVM(ctx)
+    return console, ctx, SimpleTVM(ctx, rpc_tracker=tracker)
 
 
 def _refuse(console, error: Exception) -> typer.Exit:
@@ -215,7 +322,7 @@ def _tuning_progress(console, model: str, minutes: Optional[float]):
     return progress, on_stage
 
 
-@app.command()
+@_command()
 def tune(
     model: str = typer.Argument(..., help=MODEL_HELP),
     minutes: Optional[float] = typer.Option(None, min=0.01, help="wall-clock budget"),
@@ -228,13 +335,18 @@ def tune(
     target: str = typer.Option("cpu", help="cpu or cuda"),
     store: Optional[Path] = typer.Option(None, help="run store root"),
     seed: Optional[int] = typer.Option(None, help="search seed"),
+    tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": candidates are "
+                                          "profiled there"),
+    device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log every finished task"),
 ) -> None:
     """Autotune a model; its records go to the run store under a new run id (and to the
-    global database), for `simpletvm compile MODEL --records RUN_ID`."""
+    global database), for `simpletvm compile MODEL --records RUN_ID`. With --tracker,
+    candidates are profiled on the tracker's servers of --device-key."""
     from .errors import SimpleTVMError
 
-    console, ctx, stvm = _session(store, target, verbose)
+    remote = _remote(tracker, device_key)
+    console, ctx, stvm = _session(store, target, verbose, remote, device_key)
     try:
         stvm.from_model(model, **_model_options(input_shape, image_size))
         progress, on_stage = _tuning_progress(console, model, minutes)
@@ -254,7 +366,7 @@ def tune(
     console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR")
 
 
-@app.command(name="compile")
+@_command(name="compile")
 def compile_model(
     model: str = typer.Argument(..., help=MODEL_HELP),
     output: Path = typer.Option(..., "--output", "-o", help="directory for the module"),
@@ -277,16 +389,20 @@ def compile_model(
     console.print(f"compiled {model} with {records} records ({applied} applied) -> {output}")
 
 
-@app.command(name="run")
+@_command(name="run")
 def run_module(
     module: Path = typer.Argument(..., help="a directory written by `simpletvm compile`"),
     input: list[str] = typer.Option(..., "--input", "-i",  # noqa: A002 - tvmc's name
                                     help="x.npy for one input, NAME=x.npy for several"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the output "
                                           "here (.npy; .npz for several outputs)"),
+    tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": the module runs "
+                                          "there"),
+    device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
     store: Optional[Path] = typer.Option(None, help="run store root"),
 ) -> None:
-    """Run a compiled module on inputs saved with numpy.save."""
+    """Run a compiled module on inputs saved with numpy.save, here or, with --tracker, on
+    a server of --device-key."""
     import json
 
     import numpy as np
@@ -294,7 +410,8 @@ def run_module(
     from .api import METADATA_FILE
     from .errors import SimpleTVMError
 
-    console, ctx, stvm = _session(store)
+    remote = _remote(tracker, device_key)
+    console, ctx, stvm = _session(store, tracker=remote, device_key=device_key)
     metadata_path = module / METADATA_FILE
     if not metadata_path.exists():
         raise _refuse(console, FileNotFoundError(
@@ -309,6 +426,8 @@ def run_module(
     except (SimpleTVMError, ValueError, OSError) as error:
         raise _refuse(console, error) from error
     results = result if isinstance(result, list) else [result]
+    if remote is not None:
+        console.print(f"ran on {_where(ctx.steps[-1]['device'])}", highlight=False)
     if output is None:
         for index, array in enumerate(results):
             console.print(f"output {index}: shape {array.shape}, dtype {array.dtype}, "
@@ -322,7 +441,7 @@ def run_module(
         console.print(f"wrote {output} ({len(results)} outputs)")
 
 
-@app.command()
+@_command()
 def benchmark(
     model: str = typer.Argument(..., help=MODEL_HELP + ", or the run id of a `tune`"),
     records: str = typer.Option("global", help="records of the tuned build: global, best "
@@ -331,10 +450,14 @@ def benchmark(
     image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
     rounds: int = typer.Option(5, min=1, help="timing rounds, taken in turns"),
     calls: int = typer.Option(20, min=1, help="timed calls per round"),
+    tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": both builds are "
+                                          "timed there"),
+    device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
     store: Optional[Path] = typer.Option(None, help="run store root"),
 ) -> None:
     """Was tuning worth it here? The model untuned, tuned, and in ONNX Runtime or TFLite
-    when installed (for .onnx and .tflite files), timed side by side on one input."""
+    when installed (for .onnx and .tflite files), timed side by side on one input. With
+    --tracker, the two builds are timed on a server of --device-key (no peers there)."""
     import numpy as np
 
     from .comparison import simpletvm_runner, time_side_by_side
@@ -342,6 +465,7 @@ def benchmark(
     from .evaluation import random_inputs
     from .store import RunStore
 
+    remote = _remote(tracker, device_key)
     console, ctx, _ = _session(store)
     options = _model_options(input_shape, image_size)
     run_store = RunStore(store)
@@ -350,10 +474,13 @@ def benchmark(
     try:
         builds = {}
         for name, applied in (("untuned", None), (f"tuned ({records})", records)):
-            _, _, stvm = _session(store)
+            _, _, stvm = _session(store, tracker=remote, device_key=device_key)
             builds[name] = stvm.from_model(model, **options).build(records=applied)
     except (SimpleTVMError, ValueError) as error:
         raise _refuse(console, error) from error
+    if remote is not None:
+        _benchmark_remotely(console, model, builds, f"tuned ({records})", rounds * calls)
+        return
     specs = builds["untuned"].model.inputs
     example = random_inputs(specs)
     runners = {name: simpletvm_runner(stvm, example[0]) for name, stvm in builds.items()}
@@ -363,6 +490,21 @@ def benchmark(
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
     tuned = medians[f"tuned ({records})"]
     console.print(f"{model}: median per call from Python, {rounds} x {calls} calls in turns")
+    for name, median in medians.items():
+        console.print(f"  {name:<24} {median:>10.3f} ms  {median / tuned:>6.2f}x tuned")
+    console.print(f"tuning made it {medians['untuned'] / tuned:.2f}x faster than untuned")
+
+
+def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
+                        repeat: int) -> None:
+    """Time each build on a server of the device key, one after the other, in TVM's time
+    evaluator there (a call from here would time the network too)."""
+    medians, where = {}, ""
+    for name, stvm in builds.items():
+        evaluation = stvm.evaluate(repeat=repeat, warmup=3).last_evaluation
+        medians[name], where = evaluation["median_ms"], _where(evaluation["device"])
+    tuned = medians[tuned_name]
+    console.print(f"{model}: median of {repeat} runs on {where}", highlight=False)
     for name, median in medians.items():
         console.print(f"  {name:<24} {median:>10.3f} ms  {median / tuned:>6.2f}x tuned")
     console.print(f"tuning made it {medians['untuned'] / tuned:.2f}x faster than untuned")

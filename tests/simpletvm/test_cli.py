@@ -1,4 +1,5 @@
-"""`simpletvm tune / compile / run / benchmark`: one model at a time, bad input exits 2."""
+"""`simpletvm tune / compile / run / benchmark`: one model at a time, here or on an RPC
+server; bad input exits 2, an unexpected error exits 1 naming the log of its traceback."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from simpletvm.cli import app
+from simpletvm.rpc import LocalRPC
+
+KEY = "cli-device"
 
 
 def invoke(*args):
@@ -49,6 +53,12 @@ def test_compile_then_run_matches_onnxruntime(tmp_path, store, tiny_onnx, x):
     (["run", "{tmp}", "--input", "x.npy"], "holds no compiled module .* simpletvm compile"),
     (["tune", "{onnx}", "--input-shape", "x:1,three"], "is not NAME:1,224,224,3"),
     (["tune", "{onnx}", "--input-shape", "y:1,3,8,8"], "input_shapes names \\['y'\\]"),
+    (["run", "{tmp}", "-i", "x.npy", "--tracker", "127.0.0.1:1", "--device-key", "k"],
+     "cannot reach the RPC tracker at 127.0.0.1:1 .*rpc_tracker` or leave out --tracker"),
+    (["benchmark", "{onnx}", "--tracker", "tracker.lan", "--device-key", "k"],
+     "is not HOST:PORT"),
+    (["tune", "{onnx}", "--tracker", "127.0.0.1:9190"], "give --device-key KEY"),
+    (["run", "{tmp}", "-i", "x.npy", "--device-key", "k"], "needs --tracker HOST:PORT"),
 ])
 def test_bad_input_exits_2_naming_the_fix(tmp_path, store, tiny_onnx, args, message):
     args = [a.format(onnx=tiny_onnx, tmp=tmp_path) for a in args]
@@ -75,3 +85,94 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     for name in ("untuned", f"tuned ({run_id})", "onnxruntime"):
         assert re.search(re.escape(name) + r" [\d.]+ ms [\d.]+x tuned", text), text
     assert re.search(r"tuning made it [\d.]+x faster than untuned", text)
+
+
+def test_an_unexpected_error_is_one_line_naming_the_runs_log(store, tiny_onnx, tmp_path,
+                                                             monkeypatch):
+    from simpletvm.api import SimpleTVM
+
+    def build(self, records="global"):
+        raise RuntimeError("boom inside TVM\nwith a second line")
+
+    monkeypatch.setattr(SimpleTVM, "build", build)
+    result = invoke("compile", tiny_onnx, "-o", tmp_path / "out", "--store", store)
+    assert result.exit_code == 1, result.output
+    text = flat(result)
+    assert "Traceback" not in result.output and "second line" not in text
+    found = re.search(r"unexpected RuntimeError: boom inside TVM \(the full traceback is in "
+                      r"(\S+run\.log);", text)
+    assert found, text
+    log = open(found.group(1)).read()
+    assert "Traceback" in log and "boom inside TVM" in log and ", in build" in log
+
+
+def test_an_unexpected_error_without_a_run_is_logged_under_the_store(store, monkeypatch):
+    from simpletvm.store import RunStore
+
+    def run_ids(self):
+        raise KeyError("no such thing")
+
+    monkeypatch.setattr(RunStore, "run_ids", run_ids)
+    result = invoke("runs", "--store", store)
+    assert result.exit_code == 1, result.output
+    found = re.search(r"unexpected KeyError: 'no such thing' \(the full traceback is in "
+                      r"(\S+)\.log;", flat(result))
+    assert found, result.output
+    path = found.group(1) + ".log"
+    assert path.startswith(str(store / "errors")) and "Traceback" in open(path).read()
+
+
+# ---- on the target device, through an RPC tracker --------------------------------------
+@pytest.fixture(scope="module")
+def rpc():
+    with LocalRPC([KEY], servers=1) as local:
+        yield local
+
+
+def remote(rpc, key=KEY):
+    host, port = rpc.address
+    return ["--tracker", f"{host}:{port}", "--device-key", key]
+
+
+def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x):
+    module = tmp_path / "module"
+    assert invoke("compile", tiny_onnx, "--records", "none", "-o", module,
+                  "--store", store).exit_code == 0
+    result = invoke("run", module, "-i", x, "-o", tmp_path / "y.npy", *remote(rpc),
+                    "--store", store)
+    assert result.exit_code == 0, result.output
+    server = rpc.server_handles[0].port
+    assert re.search(rf"ran on RPC server [\d.]+:{server} \(key {KEY}\)", flat(result))
+    session = ort.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": np.load(x)})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
+
+    result = invoke("benchmark", tiny_onnx, "--rounds", "2", "--calls", "5", *remote(rpc),
+                    "--store", store)
+    assert result.exit_code == 0, result.output
+    text = flat(result)
+    assert re.search(rf"median of 10 runs on RPC server [\d.]+:{server} \(key {KEY}\)", text)
+    for name in ("untuned", "tuned (global)"):
+        assert re.search(re.escape(name) + r" [\d.]+ ms [\d.]+x tuned", text), text
+    assert "onnxruntime" not in text  # peers run here, not on the device
+
+
+def test_a_tracker_without_a_server_of_the_key_exits_2_naming_the_fix(rpc, store, tiny_onnx):
+    result = invoke("benchmark", tiny_onnx, *remote(rpc, "no-such-device"), "--store", store)
+    assert result.exit_code == 2, result.output
+    assert re.search(r"no RPC server with device key 'no-such-device' .* start one with "
+                     r"`python -m tvm.exec.rpc_server --tracker", flat(result)), result.output
+
+
+@pytest.mark.slow
+def test_tune_profiles_on_the_trackers_server(rpc, store, tiny_onnx):
+    import json
+
+    result = invoke("tune", tiny_onnx, "--total-trials", "6", "--seed", "0", *remote(rpc),
+                    "--store", store)
+    assert result.exit_code == 0, result.output
+    run_id = re.search(r"run id (\w{32})", flat(result)).group(1)
+    context = json.loads((store / "runs" / run_id / "context.json").read_text())
+    assert context["tuning"]["runner"] == "rpc" and context["tuning"]["device_key"] == KEY
+    assert {s["resource"] for s in context["stages"] if s["stage"] == "profile"} == {
+        f"device:{KEY}"}
