@@ -47,6 +47,7 @@ def design_space_error(stvm, fused, task_name) -> str | None:
     return None
 
 
+@pytest.mark.slow  # converts a Keras model
 def test_the_residual_pad_fuses_into_an_operator_metaschedule_cannot_schedule(block, store):
     model, _, _ = block
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(model)
@@ -68,7 +69,7 @@ def test_separating_residual_pads_leaves_other_models_alone(tiny_onnx, store):
     assert separate_residual_pads(stvm._fused)[1] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # tunes
 def test_autotune_skips_the_task_it_cannot_schedule_and_tunes_the_rest(block, store):
     model, x, expected = block
     ctx = BenchmarkingContext("cpu", store=store)
@@ -88,7 +89,7 @@ def test_autotune_skips_the_task_it_cannot_schedule_and_tunes_the_rest(block, st
     np.testing.assert_allclose(stvm.run(x), expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # tunes
 def test_with_the_residual_pad_separated_every_task_is_tuned(block, store):
     model, x, expected = block
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(model)
