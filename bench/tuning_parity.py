@@ -72,7 +72,7 @@ def main() -> None:
     builder = PersistentBuilder(target.kind, max_workers=os.cpu_count())
     start = time.perf_counter()
     database = ms.relax_integration.tune_relax(
-        ours._fused, {}, target.tvm_target(), work_dir,
+        ours.fused_module, {}, target.tvm_target(), work_dir,
         max_trials_global=args.trials * num_tasks, max_trials_per_task=args.trials,
         num_trials_per_iter=args.batch_size, builder=builder,
         runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
@@ -83,7 +83,7 @@ def main() -> None:
     )
     stock_s = time.perf_counter() - start
     builder.close()
-    executable = compile_fused(ours._fused, target, database)
+    executable = compile_fused(ours.fused_module, target, database)
     modules["MetaSchedule tune_relax"] = relax.VirtualMachine(executable, target.device())
     rows["MetaSchedule tune_relax"] = {"trials": len(database.get_all_tuning_records()),
                                        "tuning_s": stock_s}

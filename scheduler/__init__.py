@@ -9,7 +9,7 @@ from scheduler.backends import Backend, InProcessBackend, ProcessBackend, RayBac
 from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
 from scheduler.loop import Scheduler
 from scheduler.policies import POLICIES, Policy, Start, get_policy
-from scheduler.resources import client, device, devices
+from scheduler.resources import client, device, device_role, devices
 from scheduler.state import JobRecord, JobStatus, State
 from scheduler.trace import JobOutcome, StageRecord, Trace
 
@@ -35,6 +35,7 @@ __all__ = [
     "Trace",
     "client",
     "device",
+    "device_role",
     "devices",
     "get_backend",
     "get_policy",

@@ -12,9 +12,14 @@ def client(name: str = "client", capacity: int = 1) -> Resource:
     return Resource(name, CLIENT, capacity)
 
 
+def device_role(key: str) -> str:
+    """The role of the devices registered under ``key``: what a job's device stages name."""
+    return f"{DEVICE}:{key}"
+
+
 def device(name: str, key: str = "default") -> Resource:
     """One target device registered under ``key``; exclusive (capacity 1)."""
-    return Resource(name, f"{DEVICE}:{key}", 1)
+    return Resource(name, device_role(key), 1)
 
 
 def devices(key: str = "default", count: int = 1, prefix: str | None = None) -> list[Resource]:

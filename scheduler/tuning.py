@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.base import Job, Stage, StageResult
+from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.resources import device_role
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class TuningJobSpec:
     context_options: dict[str, Any] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
     tuning: dict[str, Any] = field(default_factory=dict)
+    records_to_driver: bool = False  # see :func:`record_writer`
 
     def __call__(self) -> Job:
         return TuningJobAdapter(self)
@@ -37,8 +39,9 @@ class TuningJobSpec:
 class TuningJobAdapter(Job):
     """A TuningJob seen through the scheduler's Job interface.
 
-    Records go to the store's database as each update stage measures them; when the
-    last stage has run, the run's BenchmarkingContext is saved.
+    Records go to the store's database as each update stage measures them, or, with
+    ``records_to_driver``, back to the driver with the stage's outcome; when the last
+    stage has run, the run's BenchmarkingContext is saved.
     """
 
     def __init__(self, spec: TuningJobSpec) -> None:
@@ -52,7 +55,8 @@ class TuningJobAdapter(Job):
         self.simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
             spec.model, **spec.model_options)
         self.tuning = self.simpletvm.tuning_job(TuningOptions(**spec.tuning), spec.tracker,
-                                                spec.device_key)
+                                                spec.device_key,
+                                                buffer_records=spec.records_to_driver)
 
     @property
     def job_id(self) -> str:
@@ -62,7 +66,8 @@ class TuningJobAdapter(Job):
         spec = self.tuning.next_stage()
         if spec is None:
             return None
-        return Stage(spec.kind, spec.resource, spec.task, spec.iteration)
+        role = device_role(self.spec.device_key) if spec.on_device else CLIENT
+        return Stage(spec.kind, role, spec.task, spec.iteration)
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
         ran = self.tuning.run_stage()
@@ -72,4 +77,26 @@ class TuningJobAdapter(Job):
             self.simpletvm.finish_scheduled_tuning(self.tuning, self.spec.tracker,
                                                    self.spec.device_key)
             self.simpletvm.context.save()
-        return StageResult()
+        return StageResult(details=measured_records(self.tuning))
+
+
+def measured_records(tuning) -> dict[str, Any]:
+    """A stage's details with the records its job measured, when they go to the driver."""
+    from simpletvm.tuning.records import RecordBuffer
+
+    records = tuning.records
+    return {"records": records.drain()} if isinstance(records, RecordBuffer) else {}
+
+
+def record_writer(store: str):
+    """An ``on_stage`` listener for :meth:`Scheduler.run` that writes the records jobs
+    return (``records_to_driver``) into ``store``'s database: the driver is its single
+    writer, so jobs on other machines need no shared file system for records."""
+    from simpletvm.tuning.records import open_records
+
+    records = open_records(store)
+
+    def write(job_id: str, record, details: dict[str, Any]) -> None:
+        for workload_key, workload_json, rows, run_id in details.get("records", ()):
+            records.add(workload_key, workload_json, rows, run_id)
+    return write

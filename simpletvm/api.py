@@ -77,6 +77,13 @@ class SimpleTVM:
         self._require("vm", "built", "loaded")
         return self._vm
 
+    @property
+    def fused_module(self):
+        """The imported model after lowering: what tuning takes its tasks from and
+        build() compiles (a TuningJob built by hand takes it too)."""
+        self._require("fused_module", "imported", "built")
+        return self._fused
+
     # ---- steps ----------------------------------------------------------------------
     def from_model(self, source: Any, *, output_name: str | list[str] | None = None,
                    output_size: int | None = None, input_shapes: Any = None,
@@ -141,18 +148,22 @@ class SimpleTVM:
         return self
 
     def tuning_job(self, options: TuningOptions, tracker: tuple[str, int] | None = None,
-                   device_key: str = "local"):
+                   device_key: str = "local", buffer_records: bool = False):
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
         ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
-        same job stage by stage instead."""
+        same job stage by stage instead. ``buffer_records``: the job's records wait in
+        ``job.records`` (a :class:`~.tuning.records.RecordBuffer`) for the caller to
+        drain and hand to the store's single writer."""
         self._require("tuning_job()", "imported", "built")
         from .rpc import require_servers
         from .tuning.job import TuningJob
+        from .tuning.records import RecordBuffer
 
         remote = tracker is not None
+        records = open_records(self.store.root)
         job = TuningJob(
             self._fused, self.target, options,
-            records=open_records(self.store.root),
+            records=RecordBuffer(records.path) if buffer_records else records,
             runner=self._rpc_runner(options, tracker, device_key) if remote else None,
             device_resource=f"device:{device_key}",
             device_check=partial(require_servers, *tracker, device_key) if remote else None,

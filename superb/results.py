@@ -20,10 +20,10 @@ from typing import Any
 
 from simpletvm.store import (RunStore, append_lines, atomic_write_json, atomic_write_text,
                              file_lock, read_json_lines)
+from simpletvm.tuning.plan import STAGES  # the tuning stages' one definition
 
 from .plan import Plan, Run
 
-STAGES = ("select", "build", "profile", "update")
 EVALUATION = ("count", "mean", "median", "std", "min", "max", "p90")
 
 # runs.csv: these columns, with one param:<name> column per parameter after "run_id"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.resources import device_role
 
 IMPORT, TUNE, COMPILE, EVALUATE = "import", "tune", "compile", "evaluate"
 
@@ -37,6 +38,7 @@ class RunSpec:
     log: str
     attempt: int = 1
     tracker: tuple[str, int] | None = None
+    records_to_driver: bool = False  # return measured records with each stage (Ray)
 
     @property
     def job_id(self) -> str:
@@ -44,7 +46,7 @@ class RunSpec:
 
     @property
     def device_role(self) -> str:
-        return f"device:{self.device_key}"
+        return device_role(self.device_key)
 
     def __call__(self) -> Job:
         return RunJob(self)
@@ -85,7 +87,8 @@ class RunJob(Job):
         step = self._steps[0]
         if step == TUNE:
             stage = self.tuning.next_stage()
-            return Stage(stage.kind, stage.resource, stage.task, stage.iteration)
+            return Stage(stage.kind, self.spec.device_role if stage.on_device else CLIENT,
+                         stage.task, stage.iteration)
         return Stage(step, self.spec.device_role if step == EVALUATE else CLIENT)
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
@@ -94,22 +97,26 @@ class RunJob(Job):
         except Exception as error:  # noqa: BLE001 - a failed run is a row, not a crash
             traceback.print_exc()
             self.context.save()
-            return StageResult("error", _error_text(error), details=self.progress())
+            return StageResult("error", _error_text(error), details=self.stage_details())
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
         if not self._steps:
             self.context.save()
-        return StageResult(details=self.progress())
+        return StageResult(details=self.stage_details())
 
-    def progress(self) -> dict[str, Any]:
-        """What a display shows of this run: its step, tasks and trials, best estimate."""
+    def stage_details(self) -> dict[str, Any]:
+        """What the stage reports: the run's step, tasks and trials, best estimate (for the
+        display), and with ``records_to_driver`` the records it measured."""
         details: dict[str, Any] = {"step": self._steps[0] if self._steps else "done",
                                    "pid": os.getpid(),
                                    "context_path": str(self.context.store.context_path(
                                        self.context.run_id))}
         if self.tuning is not None:
+            from scheduler.tuning import measured_records
             from simpletvm.tuning.options import UNCAPPED_TRIALS
+
+            details.update(measured_records(self.tuning))
 
             summary, options = self.tuning.summary(), self.tuning.options
             per_task = options.per_task_trials()
@@ -131,7 +138,9 @@ class RunJob(Job):
         if self.tuned:
             options = TuningOptions(**self.calls["autotune"])
             self.context.record_parameters("autotune", **options.to_dict())
-            self.tuning = self.simpletvm.tuning_job(options, self.tracker, self.spec.device_key)
+            self.tuning = self.simpletvm.tuning_job(
+                options, self.tracker, self.spec.device_key,
+                buffer_records=self.spec.records_to_driver)
         self._steps.pop(0)
         if self.tuned and self.tuning.is_complete():  # resumed after its last stage
             self._finish_tuning()

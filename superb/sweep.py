@@ -49,6 +49,7 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
     actors: on a local Ray instance started for the sweep, or on the cluster at
     ``ray_address``. ``job_factory(**fields)`` makes each run's job (tests pass fakes).
     """
+    from scheduler.tuning import record_writer
     from simpletvm.store import RunStore
 
     from .infra import LocalInfrastructure
@@ -81,7 +82,8 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
         scheduler = stack.enter_context(_scheduler(keys, jobs, policy, backend, ray_address))
         sweep = _Sweep(plan, experiment, progress, state, tracker, run_store.root,
                        project_commit(), run_timeout, scheduler, job_factory, summary,
-                       list(pending), jobs, fail_fast)
+                       list(pending), jobs, fail_fast,
+                       record_writer(str(run_store.root)) if backend == "ray" else None)
         stack.callback(sweep.stop_timers)
         sweep.start_more()
         trace = scheduler.run(on_stage=sweep.stage_ended, on_job_end=sweep.job_ended)
@@ -127,6 +129,7 @@ class _Sweep:
     waiting: list[Run]
     jobs: int
     fail_fast: bool
+    records: Callable | None = None  # writes the records jobs return (Ray: no shared FS)
     in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
     timers: dict[str, threading.Timer] = field(default_factory=dict)
     stopped: bool = False
@@ -147,7 +150,8 @@ class _Sweep:
         spec = self.job_factory(
             key=run.key, run_id=run_id, params=params, store=str(self.store_root),
             device_key=device_key(params), log=str(self.experiment.log_file(run)),
-            attempt=attempt, tracker=tuple(self.tracker) if self.tracker else None)
+            attempt=attempt, tracker=tuple(self.tracker) if self.tracker else None,
+            records_to_driver=self.records is not None)
         self.in_flight[run.key] = {"run": run, "attempt": attempt, "run_id": run_id,
                                    "started": time.time(), "details": None}
         label = run.label(self.plan.varying) or run.label()
@@ -162,6 +166,8 @@ class _Sweep:
         self.scheduler.submit(spec, job_id=run.key)
 
     def stage_ended(self, key: str, record, details: dict[str, Any]) -> None:
+        if self.records is not None:
+            self.records(key, record, details)
         flight = self.in_flight.get(key)
         if flight is not None and details:
             if flight["details"] is None and details.get("pid"):

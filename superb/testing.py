@@ -36,6 +36,7 @@ class FakeRunSpec:
     log: str
     attempt: int = 1
     tracker: tuple[str, int] | None = None
+    records_to_driver: bool = False
 
     @property
     def job_id(self) -> str:

@@ -49,17 +49,17 @@ class RecordDatabase(PyDatabase):
         self._workload_json: dict[str, Any] = {}
 
     def has_workload(self, mod) -> bool:
-        key = _key(mod)
+        key = workload_key(mod)
         return key in self._workloads or self.records.workload_json(key) is not None
 
     def commit_workload(self, mod) -> Workload:
-        key = _key(mod)
+        key = workload_key(mod)
         if key not in self._workloads:
             self._workloads[key] = Workload(mod)
         return self._workloads[key]
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
-        key = _key(record.workload.mod)
+        key = workload_key(record.workload.mod)
         if key not in self._workload_json:
             self._workload_json[key] = record.workload.as_json()
         self.records.add(key, self._workload_json[key], [record_as_json(record)],
@@ -68,7 +68,7 @@ class RecordDatabase(PyDatabase):
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k <= 0:
             return []
-        key = _key(workload.mod)
+        key = workload_key(workload.mod)
         rows = self.records.top(key, self.target_key, top_k, best_only=self.scope == "best",
                                 run_id=self.run_id if self.scope == "run" else None)
         return [TuningRecord.from_json(row, workload) for row in rows]
@@ -86,7 +86,7 @@ class RecordDatabase(PyDatabase):
                                   target=self.target_key, best_only=self.scope == "best")
 
 
-def _key(mod) -> str:
+def workload_key(mod) -> str:
     """A workload's key: its structural hash, as MetaSchedule's ``Workload`` computes it."""
     return str(tvm_ffi.structural_hash(mod))
 

@@ -232,6 +232,31 @@ class RecordStore:
         return local.connection
 
 
+
+class RecordBuffer(RecordStore):
+    """A store whose writes wait to be collected (:meth:`drain`) instead of reaching the
+    database: a job on another machine hands its measured records to the process that
+    owns the store with each stage's outcome, so that process is the single writer and
+    no shared file system is needed for records. Reads go to ``path`` as usual."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(path)
+        self._pending: list[tuple[str, Any, list[list], str | None]] = []
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+    def add(self, workload_key: str, workload_json: Any, records: Iterable[list],
+            run_id: str | None = None) -> int:
+        records = list(records)
+        self._pending.append((workload_key, workload_json, records, run_id))
+        return len(records)
+
+    def drain(self) -> list[tuple[str, Any, list[list], str | None]]:
+        """The writes since the last drain, as :meth:`RecordStore.add`'s arguments."""
+        pending, self._pending = self._pending, []
+        return pending
+
 def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str | None, float]],
            workloads: dict[str, Any]) -> int:
     """Insert ``(workload key, record JSON, run id, time)`` rows inside the caller's

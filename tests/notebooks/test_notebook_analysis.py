@@ -8,7 +8,6 @@ trials in all keep their tuning to two of the model's five tasks.
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from ipykernel.kernelspec import write_kernel_spec
 from nbclient import NotebookClient
 
+from simpletvm.testing import tiny_cnn_onnx
 from superb.results import STAGES, Experiment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,14 +25,6 @@ NOTEBOOK = REPO / "notebooks" / "superb_analysis.ipynb"
 KERNEL = "superb-analysis-test"
 # latency, stages, tuning curves, and one Gantt chart per trace CSV
 PLOTS_WITHOUT_TRACES = 3
-
-
-def make_tiny_onnx(path: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "notebook_tests_model_factories", REPO / "tests" / "simpletvm" / "model_factories.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_tiny_cnn_onnx(path)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +35,7 @@ def swept(tmp_path_factory):
     from superb.cli import app
 
     root = tmp_path_factory.mktemp("analysis")
-    model = make_tiny_onnx(root / "tiny.onnx")
+    model = tiny_cnn_onnx(root / "tiny.onnx")
     grid = root / "grid.yaml"
     grid.write_text(textwrap.dedent(f"""
         name: analysed

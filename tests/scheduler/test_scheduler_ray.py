@@ -18,12 +18,12 @@ import pytest
 from scheduler import RayBackend, Resource, Scheduler, Stage, StageResult, client, devices
 from scheduler.backends.ray import JobActor
 from scheduler.testing import STAGE_KINDS, MockJob
-from scheduler.tuning import TuningJobSpec
+from scheduler.tuning import TuningJobSpec, record_writer
+from simpletvm.testing import tiny_cnn_onnx
+from simpletvm.tuning.records import open_records
 
 from scheduler_helpers import by_job
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simpletvm"))
-from model_factories import make_tiny_cnn_onnx  # noqa: E402
 
 
 def test_a_pinned_actor_reports_client_stages_under_its_node_role() -> None:
@@ -189,17 +189,24 @@ FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1,
 def test_two_tuning_jobs_tune_on_two_nodes(cluster, tmp_path: Path) -> None:
     from simpletvm.rpc import LocalRPC
 
-    model = str(make_tiny_cnn_onnx(tmp_path / "tiny.onnx"))
+    model = str(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
     store = tmp_path / "store"
     backend = RayBackend()
     with LocalRPC(["ray-cpu"], servers=1) as rpc:
         specs = [TuningJobSpec(f"job{i}", model, rpc.address, "ray-cpu", store=str(store),
-                               run_id=f"{i}" * 32, tuning=FAST) for i in range(2)]
+                               run_id=f"{i}" * 32, tuning=FAST, records_to_driver=True)
+                 for i in range(2)]
         with Scheduler([*backend.clients(), *devices("ray-cpu", 1)], "round-robin", backend) as scheduler:
             for spec in specs:
                 scheduler.submit(spec)
-            trace = scheduler.run()
+            trace = scheduler.run(on_stage=record_writer(str(store)))
     assert not trace.failed, trace.failed
+    # the jobs returned their records with each stage; the driver wrote them all
+    records = open_records(store)
+    for spec in specs:
+        context = json.loads((store / "runs" / spec.run_id / "context.json").read_text())
+        measured = context["tuning"]["trials"] - context["tuning"]["errors"]
+        assert records.count(run_id=spec.run_id) == measured > 0
     assert trace.overlaps() == []
     for spec in specs:
         assert [r.stage for r in trace.records if r.job == spec.job_id][:4] == ["select", "build", "profile", "update"]

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from scheduler import Scheduler, client, devices
 from scheduler.tuning import TuningJobSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simpletvm"))
-from model_factories import make_tiny_cnn_onnx  # noqa: E402
+from simpletvm.testing import tiny_cnn_onnx
 
 # real TuningJobs tune the tiny model
 pytestmark = pytest.mark.slow
@@ -24,7 +20,7 @@ FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1,
 def test_two_tuning_jobs_interleave_without_overlapping_profiles(tmp_path):
     from simpletvm.rpc import LocalRPC
 
-    model = str(make_tiny_cnn_onnx(tmp_path / "tiny.onnx"))
+    model = str(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
     store = str(tmp_path / "store")
     with LocalRPC(["sched-cpu"], servers=1) as rpc:
         specs = [TuningJobSpec(f"job{i}", model, rpc.address, "sched-cpu", store=store,

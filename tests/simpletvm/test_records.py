@@ -9,7 +9,8 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from simpletvm.tuning.records import RecordStore, canonical_json, open_records, target_key
+from simpletvm.tuning.records import (RecordBuffer, RecordStore, canonical_json, open_records,
+                                      target_key)
 
 SKYLAKE = {"kind": "llvm", "mcpu": "skylake", "keys": ["cpu"]}
 ZNVER3 = {"kind": "llvm", "mcpu": "znver3", "keys": ["cpu"]}
@@ -81,6 +82,24 @@ def test_best_record_is_kept_per_workload_and_target_on_insert(tmp_path):
     assert len(records) == 5 and records.count(run_id="b") == 2
     assert records.count(best_only=True) == 2 and records.has_run("c")
     assert not records.has_run("d")
+
+
+def test_a_buffer_holds_writes_for_the_single_writer_and_reads_the_store(tmp_path):
+    """A job on another machine buffers its records; the driver writes what it drains."""
+    import pickle
+
+    path = tmp_path / "records.sqlite"
+    store = RecordStore(path)
+    store.add("w1", {"w": 1}, [_record(0, 0.002)], run_id="earlier")
+    buffer = pickle.loads(pickle.dumps(RecordBuffer(path)))  # as a job receives it
+    assert buffer.add("w1", {"w": 1}, [_record(1, 0.001), _record(2, 0.003)], "r") == 2
+    assert store.count() == 1 and buffer.count() == 1  # nothing written yet ...
+    assert buffer.run_counts("earlier") == {"w1": 1}  # ... and reads see the store
+    drained = buffer.drain()
+    assert buffer.drain() == []
+    for arguments in drained:
+        store.add(*arguments)
+    assert store.count(run_id="r") == 2 and store.run_counts("r") == {"w1": 2}
 
 
 def _legacy_store(root) -> None:

@@ -20,6 +20,17 @@ TUNE = "trials=8, batch_size=4, population=32, genetic_iterations=1, seed=3"  # 
 pytestmark = pytest.mark.slow
 
 
+def _measured_traces(store, run_id: str) -> list[tuple[int, str]]:
+    """(workload, trace) of every record the run committed."""
+    import json
+    import sqlite3
+
+    with sqlite3.connect(f"file:{store / 'records.sqlite'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT workload_id, json FROM records WHERE run_id = ?",
+                          (run_id,)).fetchall()
+    return [(workload, json.dumps(json.loads(text)[0])) for workload, text in rows]
+
+
 def test_resume_after_sigkill_measures_nothing_twice(tmp_path, tiny_onnx):
     store, run_id = tmp_path / "store", "resume" + "0" * 26
     records = RecordStore(store / "records.sqlite")
@@ -47,6 +58,8 @@ def test_resume_after_sigkill_measures_nothing_twice(tmp_path, tiny_onnx):
     stvm.autotune(trials=8, batch_size=4, population=32, genetic_iterations=1, seed=3)
     after = collections.Counter(records.run_counts(run_id))
     assert all(after[w] >= n for w, n in before.items())
+    measured = _measured_traces(store, run_id)
+    assert len(measured) == len(set(measured)), "a candidate was measured twice"
     assert max(after.values()) <= 8, "a task measured more than its budget: repeats"
     summary = stvm.tuning_summary
     assert summary["errors"] == 0

@@ -64,7 +64,7 @@ def test_a_dead_server_fails_the_profile_stage_which_reruns_on_a_new_server(stor
         ctx = BenchmarkingContext("cpu", device_key="flaky", store=store)
         stvm = SimpleTVM(ctx, rpc_tracker=local.address).from_model(tiny_onnx)
         options = TuningOptions(**FAST)
-        job = TuningJob(stvm._fused, stvm.target, options,
+        job = TuningJob(stvm.fused_module, stvm.target, options,
                         records=RecordStore(tmp_records := store / "records.sqlite"),
                         runner=stvm._rpc_runner(options, local.address, "flaky"),
                         device_resource="device:flaky",

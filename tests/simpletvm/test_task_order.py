@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from simpletvm.tuning.job import MIN_FIRST_ROUND, first_round_trials
+from simpletvm.tuning.plan import MIN_FIRST_ROUND, first_round_trials
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.tasks import TaskProgress, expected_gain, next_task
 

@@ -93,7 +93,7 @@ def test_transfer_learning_seeds_the_search_from_every_run(tuned):
 
     def job(transfer: bool, run_id: str) -> TuningJob:
         return TuningJob(
-            stvm._fused, stvm.target, TuningOptions(trials=8, transfer_learning=transfer),
+            stvm.fused_module, stvm.target, TuningOptions(trials=8, transfer_learning=transfer),
             records=open_records(tuned["store"]), run_id=run_id)
 
     assert len(job(True, "warm")._database) == stvm.tuning_summary["trials"]
@@ -104,7 +104,7 @@ def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
     stvm = tuned["stvm"]
     options = TuningOptions(trials=64, batch_size=4, early_stopping=4, transfer_learning=False,
                             seed=1, **FAST_SEARCH)
-    job = TuningJob(stvm._fused, resolve_target("cpu"), options,
+    job = TuningJob(stvm.fused_module, resolve_target("cpu"), options,
                     records=RecordStore(tmp_path / "r.sqlite"))
     job.run()
     assert job.is_complete() and job.next_stage() is None
@@ -118,9 +118,9 @@ def test_global_trial_budget_caps_the_job(tuned, tmp_path):
     stvm = tuned["stvm"]
     options = TuningOptions(trials=8, total_trials=10, batch_size=4, transfer_learning=False,
                             seed=2, **FAST_SEARCH)
-    job = TuningJob(stvm._fused, stvm.target, options,
+    job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"))
-    assert job.next_stage().kind == "select" and job.next_stage().resource == "client"
+    assert job.next_stage().kind == "select" and not job.next_stage().on_device
     job.run()
     assert job.trials <= 10
     # a budget below tasks x batch size is shared out: no task is left untuned
@@ -131,7 +131,7 @@ def test_a_budget_too_small_for_every_task_is_named(tuned, tmp_path):
     stvm = tuned["stvm"]
     options = TuningOptions(trials=8, total_trials=3, transfer_learning=False, **FAST_SEARCH)
     with pytest.warns(UserWarning, match="total_trials=3 cannot measure all 6 tasks"):
-        TuningJob(stvm._fused, stvm.target, options,
+        TuningJob(stvm.fused_module, stvm.target, options,
                   records=RecordStore(tmp_path / "r.sqlite"))
 
 
@@ -139,7 +139,7 @@ def test_a_wall_clock_budget_ends_the_job(tuned, tmp_path):
     stvm = tuned["stvm"]
     options = TuningOptions(trials=64, minutes=1e-4, transfer_learning=False, seed=3,
                             **FAST_SEARCH)
-    job = TuningJob(stvm._fused, stvm.target, options,
+    job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"))
     job.run()
     # the budget ran out during the first iteration, yet every task was measured once
@@ -166,7 +166,7 @@ def test_candidates_that_fail_to_build_are_recorded_and_the_job_goes_on(tuned, t
     stvm = tuned["stvm"]
     options = TuningOptions(trials=2, batch_size=2, build_timeout=0.001,
                             transfer_learning=False, seed=4, **FAST_SEARCH)
-    job = TuningJob(stvm._fused, stvm.target, options,
+    job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
                     context=stvm.context)
     job.run()
@@ -183,7 +183,7 @@ def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     options = TuningOptions(trials=16, total_trials=32, batch_size=4, transfer_learning=False,
                             seed=5, **FAST_SEARCH)
     context = BenchmarkingContext("cpu", store=tmp_path / "store")
-    job = TuningJob(stvm._fused, stvm.target, options,
+    job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
                     context=context)
     job.run()
@@ -213,7 +213,7 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
     from simpletvm.lowering import compile_fused, extract_tasks
 
     stvm = tuned["stvm"]
-    victim = extract_tasks(stvm._fused, stvm.target)[0].task_name
+    victim = extract_tasks(stvm.fused_module, stvm.target)[0].task_name
     original = ms.TuneContext.pre_tuning
 
     def pre_tuning(self, *args, **kwargs):
@@ -226,7 +226,7 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
     options = TuningOptions(trials=4, batch_size=4, transfer_learning=False, seed=6,
                             **FAST_SEARCH)
     records = RecordStore(tmp_path / "r.sqlite")
-    job = TuningJob(stvm._fused, stvm.target, options, records=records, run_id="skip")
+    job = TuningJob(stvm.fused_module, stvm.target, options, records=records, run_id="skip")
     job.run()
     summary = job.summary()
     assert [s["task"] for s in summary["skipped_tasks"]] == [victim]
@@ -234,7 +234,7 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
     others = [t for t in summary["tasks"] if t["task"] != victim]
     assert all(t["trials"] >= 1 and t["best_latency_s"] for t in others)
     # the skipped task keeps TVM's default schedule; the model builds and is right
-    executable = compile_fused(stvm._fused, stvm.target, RecordDatabase(
+    executable = compile_fused(stvm.fused_module, stvm.target, RecordDatabase(
         records, stvm.target.tvm_target(), scope="run", run_id="skip"))
     vm = relax.VirtualMachine(executable, stvm.target.device())
     output = vm["main"](tvm.runtime.tensor(tuned["x"])).numpy()
@@ -258,7 +258,7 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
     stvm = tuned["stvm"]
     options = TuningOptions(trials=32, batch_size=4, transfer_learning=False, seed=7,
                             **FAST_SEARCH)
-    job = TuningJob(stvm._fused, stvm.target, options,
+    job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
                     runner=LostDevice())
     job.run()

@@ -3,29 +3,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import textwrap
 from pathlib import Path
 
 import pytest
-from superb_helpers import REPO
+
+from simpletvm.testing import tiny_cnn_onnx
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _model_factories():
-    path = REPO / "tests" / "simpletvm" / "model_factories.py"
-    spec = importlib.util.spec_from_file_location("superb_tests_model_factories", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def tiny_onnx(tmp_path_factory):
-    return _model_factories().make_tiny_cnn_onnx(
-        tmp_path_factory.mktemp("models") / "tiny.onnx")
+    return tiny_cnn_onnx(tmp_path_factory.mktemp("models") / "tiny.onnx")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from scheduler import Trace
+from simpletvm.tuning.records import open_records
 from superb.results import Experiment
 
 
@@ -56,6 +57,11 @@ def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_on
     experiment = Experiment(store / "superb" / "on-ray")
     runs = pd.read_csv(experiment.runs_csv)
     assert list(runs["status"]) == ["ok", "ok"] and (runs["trials"] >= 5).all()
+    # the actors returned their records with each stage; superb wrote them to the store
+    records = open_records(store)
+    for run_id, trials, errors in runs[["run_id", "trials", "tuning_errors"]].itertuples(
+            index=False):
+        assert records.count(run_id=run_id) == trials - errors > 0
     trace = Trace.from_csv(next(experiment.dir.glob("trace-*.csv")))
     assert trace.overlaps() == []
     # client stages ran on the Ray node's own client slot, one job's at a time

@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pandas as pd
+import pytest
 
 from superb_helpers import REPO, run_superb, superb_command, superb_env
 from simpletvm.store import read_json_lines
@@ -93,3 +94,57 @@ def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, 
     assert "interrupted" in stderr and "resume" in stderr
     assert not alive(run_pid)
     assert events(log, "finished") == []
+
+
+def _run_records(store, run_id: str) -> list[tuple[int, str, str]]:
+    """(workload, trace, run_secs) of every record the run committed to the store."""
+    import json
+    import sqlite3
+
+    with sqlite3.connect(f"file:{store / 'records.sqlite'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT workload_id, json FROM records WHERE run_id = ?",
+                          (run_id,)).fetchall()
+    return [(workload, json.dumps(json.loads(text)[0]), json.dumps(json.loads(text)[1]))
+            for workload, text in rows]
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_mid_tuning_resumes_the_tuning(write_grid, store, tiny_onnx):
+    """SIGKILL superb while a tuned run is tuning; the same command continues that run
+    under its run id from the records it measured: none measured twice, the trial budget
+    kept, one row, exit code 0."""
+    grid = write_grid(f"""
+        name: tuning-killed
+        fixed: {{model: {tiny_onnx}, total_trials: 24, batch_size: 4, population: 32,
+                 genetic_iterations: 1, transfer_learning: false, seed: 3,
+                 evaluate_repeat: 5}}
+        grid: {{trials: [12]}}
+    """)
+    log = store / "superb" / "tuning-killed" / "log.jsonl"
+    process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
+                               env=superb_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: events(log, "running") and (store / "records.sqlite").exists()
+                 and len(_run_records(store, events(log, "started")[0]["run_id"])) >= 8,
+                 process, timeout=300)
+        process.kill()
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    run_id = events(log, "started")[0]["run_id"]
+    before = _run_records(store, run_id)
+    assert 8 <= len(before) < 24 and events(log, "finished") == []
+
+    result = run_superb("run", grid, "--store", store, timeout=600)
+    assert result.returncode == 0, result.stderr
+    runs = pd.read_csv(store / "superb" / "tuning-killed" / "runs.csv")
+    assert len(runs) == 1 and runs["status"][0] == "ok" and runs["run_id"][0] == run_id
+    assert runs["attempt"][0] == 2
+    after = _run_records(store, run_id)
+    assert set(before) <= set(after)  # what the killed attempt measured is kept ...
+    measured = [(workload, trace) for workload, trace, _ in after]
+    assert len(measured) == len(set(measured))  # ... and nothing was measured again
+    assert len(after) <= 24 and runs["trials"][0] <= 24  # one budget for both attempts
+    assert runs["trials"][0] >= len(after)

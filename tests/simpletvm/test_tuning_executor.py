@@ -1,0 +1,69 @@
+"""TuningJob carrying out its plan with MetaSchedule's real search, and the fake builder
+and runner of simpletvm.testing in place of compiling and timing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from simpletvm import BenchmarkingContext, SimpleTVM
+from simpletvm.testing import fake_builder, fake_runner
+from simpletvm.tuning.job import TuningJob
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.records import RecordStore
+
+pytestmark = pytest.mark.slow  # MetaSchedule's search runs for real
+
+SEARCH = {"population": 32, "genetic_iterations": 1, "transfer_learning": False}
+
+
+@pytest.fixture(scope="module")
+def fused(tiny_onnx, tmp_path_factory):
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path_factory.mktemp("store")))
+    return stvm.from_model(tiny_onnx)
+
+
+def job_of(stvm, records, run_id, seed=0, **options):
+    return TuningJob(stvm.fused_module, stvm.target,
+                     TuningOptions(batch_size=4, seed=seed, **SEARCH, **options),
+                     records=records, builder=fake_builder(), runner=fake_runner(seed),
+                     run_id=run_id)
+
+
+def measured(path, run_id) -> list[tuple[int, str]]:
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT workload_id, json FROM records WHERE run_id = ?",
+                          (run_id,)).fetchall()
+    return [(workload, json.dumps(json.loads(text)[0])) for workload, text in rows]
+
+
+def test_the_job_spends_its_budget_and_commits_every_measurement(fused, tmp_path):
+    records = RecordStore(tmp_path / "records.sqlite")
+    job = job_of(fused, records, "a" * 32, total_trials=20)
+    stages = []
+    while not job.is_complete():
+        stages.append(job.run_stage())
+    job.finalize()
+    assert job.trials == 20 and records.count(run_id="a" * 32) == 20
+    kinds = [stage.kind for stage in stages]
+    assert kinds[:4] == ["select", "build", "profile", "update"]
+    assert {stage.kind for stage in stages if stage.on_device} == {"profile"}
+    assert all(p.history for p in job.progress)  # every task measured
+
+
+def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_path):
+    records, run_id = RecordStore(tmp_path / "records.sqlite"), "b" * 32
+    first = job_of(fused, records, run_id, seed=1, trials=12)
+    while records.count(run_id=run_id) < 10:
+        first.run_stage()  # then stopped without finishing, as by a SIGKILL
+    before = measured(tmp_path / "records.sqlite", run_id)
+
+    second = job_of(fused, records, run_id, seed=1, trials=12)  # same seed: same search
+    assert second.trials == len(before)  # what the stopped job measured counts
+    second.run()
+    after = measured(tmp_path / "records.sqlite", run_id)
+    assert set(before) <= set(after) and len(after) == len(set(after))
+    assert all(p.trials <= 12 for p in second.progress)
+    assert second.trials == len(after)
