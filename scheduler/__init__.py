@@ -6,16 +6,17 @@ trace functions that draw or tabulate.
 """
 
 from scheduler.backends import Backend, InProcessBackend, ProcessBackend, RayBackend, get_backend
-from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
+from scheduler.base import Job, JobFactory, Resource, Stage, StageResult, StageStatus
 from scheduler.loop import Scheduler
 from scheduler.policies import POLICIES, Policy, Start, get_policy
 from scheduler.resources import client, device, device_role, devices
 from scheduler.state import JobRecord, JobStatus, State
-from scheduler.trace import JobOutcome, StageRecord, Trace
+from scheduler.trace import FailureCause, JobOutcome, StageRecord, Trace
 
 __all__ = [
     "POLICIES",
     "Backend",
+    "FailureCause",
     "InProcessBackend",
     "Job",
     "JobFactory",
@@ -30,6 +31,7 @@ __all__ = [
     "Stage",
     "StageRecord",
     "StageResult",
+    "StageStatus",
     "Start",
     "State",
     "Trace",

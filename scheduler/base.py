@@ -13,10 +13,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 CLIENT = "client"
 DEVICE = "device"
+
+
+class StageStatus(StrEnum):
+    """How a stage ended."""
+
+    OK = "ok"
+    ERROR = "error"
 
 
 def kind_of(role: str) -> str:
@@ -55,13 +63,13 @@ class StageResult:
     what the stage measured.
     """
 
-    status: str = "ok"
+    status: StageStatus = StageStatus.OK
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == StageStatus.OK
 
 
 class Job(ABC):

@@ -10,11 +10,11 @@ from types import TracebackType
 from typing import Any, Callable
 
 from scheduler.backends import Backend, WorkerDied, get_backend
-from scheduler.base import Job, JobFactory, Resource
+from scheduler.base import Job, JobFactory, Resource, StageStatus
 from scheduler.policies import Policy, Start, get_policy
 from scheduler.resources import ResourcePool
 from scheduler.state import JobStatus, State
-from scheduler.trace import JobOutcome, StageRecord, Trace
+from scheduler.trace import FailureCause, JobOutcome, StageRecord, Trace
 
 
 StageListener = Callable[[str, StageRecord, dict[str, Any]], None]
@@ -159,7 +159,7 @@ class Scheduler:
             self._cancelled[job_id] = reason
             self.backend.cancel(job_id)
             if record is not None and job_id not in running:
-                self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, "cancelled")
+                self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, FailureCause.CANCELLED)
 
     def _add_job(self, job_id: str, job: Job | JobFactory) -> Future:
         try:
@@ -176,10 +176,11 @@ class Scheduler:
         except Exception as exc:
             self.state.add_job(job_id, None)
             reason = self._cancelled.get(job_id) or f"could not start: {_describe(exc)}"
-            self._fail(job_id, reason, self.state.time, trace, self._cause(job_id, exc, "start"))
+            self._fail(job_id, reason, self.state.time, trace,
+                       self._cause(job_id, exc, FailureCause.START))
             return
         record = self.state.add_job(job_id, first)
-        trace.jobs[job_id] = JobOutcome("running", self.state.time, self.state.time)
+        trace.jobs[job_id] = JobOutcome(JobStatus.RUNNING, self.state.time, self.state.time)
         if record.status is JobStatus.DONE:
             self._done(job_id, trace)
         else:
@@ -202,23 +203,24 @@ class Scheduler:
         record = state.jobs[job_id]
         stage, resource, started = record.stage, record.resource, record.started_at
         assert stage is not None and resource is not None and started is not None
-        cause = "stage"
+        cause = FailureCause.STAGE
         try:
             outcome = future.result()
             error = None if outcome.result.ok else (outcome.result.error or "stage reported an error")
         except Exception as exc:
             outcome, error = None, self._cancelled.get(job_id) or _describe(exc)
-            cause = self._cause(job_id, exc, "stage")
+            cause = self._cause(job_id, exc, FailureCause.STAGE)
         stage_record = StageRecord(
             job_id, stage.task, stage.iteration, stage.kind, resource,
             state.pool.resources[resource].role, started, state.time,
-            "ok" if error is None else "error", error or "",
+            StageStatus.OK if error is None else StageStatus.ERROR, error or "",
         )
         trace.records.append(stage_record)
         if self._on_stage is not None:
             self._on_stage(job_id, stage_record, outcome.result.details if outcome else {})
         if job_id in self._cancelled:
-            self._fail(job_id, self._cancelled[job_id], trace.jobs[job_id].arrived, trace, "cancelled")
+            self._fail(job_id, self._cancelled[job_id], trace.jobs[job_id].arrived, trace,
+                       FailureCause.CANCELLED)
             return
         if outcome is None or error is not None:
             self._fail(job_id, f"{stage.kind} on {resource}: {error}", trace.jobs[job_id].arrived, trace, cause)
@@ -233,20 +235,21 @@ class Scheduler:
     def _done(self, job_id: str, trace: Trace) -> None:
         self.backend.release(job_id)
         self.policy.job_removed(job_id)
-        trace.jobs[job_id] = JobOutcome("done", trace.jobs[job_id].arrived, self.state.time)
+        trace.jobs[job_id] = JobOutcome(JobStatus.DONE, trace.jobs[job_id].arrived, self.state.time)
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
 
-    def _cause(self, job_id: str, exc: BaseException, otherwise: str) -> str:
+    def _cause(self, job_id: str, exc: BaseException, otherwise: FailureCause) -> FailureCause:
         if job_id in self._cancelled:
-            return "cancelled"
-        return "worker" if isinstance(exc, WorkerDied) else otherwise
+            return FailureCause.CANCELLED
+        return FailureCause.WORKER if isinstance(exc, WorkerDied) else otherwise
 
-    def _fail(self, job_id: str, error: str, arrived: float, trace: Trace, cause: str) -> None:
+    def _fail(self, job_id: str, error: str, arrived: float, trace: Trace,
+              cause: FailureCause) -> None:
         retired = self.state.fail(job_id, error, resource_fault=job_id not in self._cancelled)
         self.backend.release(job_id)
         self.policy.job_removed(job_id)
-        trace.jobs[job_id] = JobOutcome("failed", arrived, self.state.time, error, cause)
+        trace.jobs[job_id] = JobOutcome(JobStatus.FAILED, arrived, self.state.time, error, cause)
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
         if retired is None:
@@ -265,4 +268,4 @@ class Scheduler:
             known = sorted(self.state.pool.roles())
             reason = f"no resource in rotation for {role!r} (roles: {', '.join(known)}; retired: "
             reason += f"{', '.join(sorted(self.state.pool.retired)) or 'none'})"
-            self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, "resource")
+            self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, FailureCause.RESOURCE)

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from scheduler.base import Resource, Stage
 from scheduler.resources import ResourcePool
 
 
-class JobStatus(str, Enum):
+class JobStatus(StrEnum):
     READY = "ready"
     RUNNING = "running"
     DONE = "done"

@@ -9,10 +9,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scheduler.base import Resource, kind_of
+from scheduler.base import Resource, StageStatus, kind_of
+from scheduler.state import JobStatus
 
 if TYPE_CHECKING:
     import pandas
@@ -30,12 +32,22 @@ class StageRecord:
     role: str
     start: float
     end: float
-    status: str = "ok"
+    status: StageStatus = StageStatus.OK
     error: str = ""
 
     @property
     def kind(self) -> str:
         return kind_of(self.role)
+
+
+class FailureCause(StrEnum):
+    """What failed a job (see :class:`JobOutcome`)."""
+
+    STAGE = "stage"
+    WORKER = "worker"
+    CANCELLED = "cancelled"
+    START = "start"
+    RESOURCE = "resource"
 
 
 @dataclass(frozen=True)
@@ -49,11 +61,11 @@ class JobOutcome:
     "resource" (no resource left for its next stage).
     """
 
-    status: str
+    status: JobStatus
     arrived: float
     finished: float
     error: str = ""
-    cause: str = ""
+    cause: FailureCause | None = None
 
 
 _COLUMNS = [f.name for f in fields(StageRecord)]
@@ -101,7 +113,7 @@ class Trace:
     @property
     def failed(self) -> dict[str, str]:
         """Failed jobs and why."""
-        return {job: o.error for job, o in self.jobs.items() if o.status == "failed"}
+        return {job: o.error for job, o in self.jobs.items() if o.status == JobStatus.FAILED}
 
     def _capacity(self, name: str) -> int:
         for resource in self.resources:
@@ -230,8 +242,8 @@ class Trace:
                 width = record.end - record.start
                 axes.barh(
                     row, width, left=record.start, height=0.6, color=colour[record.job],
-                    edgecolor="red" if record.status != "ok" else "black", linewidth=0.5,
-                    hatch="//" if record.status != "ok" else None,
+                    edgecolor="red" if record.status != StageStatus.OK else "black", linewidth=0.5,
+                    hatch="//" if record.status != StageStatus.OK else None,
                 )
                 if width > 0.03 * span:
                     axes.text(record.start + width / 2, row, record.stage[:1].upper(),
@@ -246,5 +258,5 @@ class Trace:
 
 
 def _parse_record(row: dict[str, str]) -> StageRecord:
-    converters = {"int": int, "float": float, "str": str}
+    converters = {"int": int, "float": float, "str": str, "StageStatus": StageStatus}
     return StageRecord(**{k: converters[str(_TYPES[k])](row[k]) for k in _COLUMNS})

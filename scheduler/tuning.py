@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.base import CLIENT, Job, Stage, StageResult, StageStatus
 from scheduler.resources import device_role
 
 
@@ -72,7 +72,7 @@ class TuningJobAdapter(Job):
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
         ran = self.tuning.run_stage()
         if (ran.kind, ran.task, ran.iteration) != (stage.kind, stage.task, stage.iteration):
-            return StageResult("error", f"ran {ran} but the scheduler asked for {stage}")
+            return StageResult(StageStatus.ERROR, f"ran {ran} but the scheduler asked for {stage}")
         if self.tuning.is_complete():
             self.simpletvm.finish_scheduled_tuning(self.tuning, self.spec.tracker,
                                                    self.spec.device_key)

@@ -101,7 +101,7 @@ class SweepProgress:
     def finish_run(self, key: str, status: str, wall_s: float, detail: str) -> None:
         view = self.runs.pop(key, None)
         self.finished += 1
-        self.ok += status == "ok"
+        self.ok += status == "ok"  # a RunStatus
         self.failed += status != "ok"
         if view is not None:
             self.kind_durations.setdefault(view.kind, []).append(wall_s)

@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,15 @@ STAGE_FIELDS = ["task", "task_name", "iteration", "stage", "resource", "start", 
                 "duration_s"]
 
 
+class RunStatus(StrEnum):
+    """How a run ended, as its row's ``status`` says."""
+
+    OK = "ok"
+    FAILED = "failed"  # SimpleTVM raised (the error names what)
+    CRASHED = "crashed"  # its process died
+    TIMEOUT = "timeout"  # stopped at --run-timeout
+
+
 class ExperimentBusy(Exception):
     """Another superb process is running this experiment."""
 
@@ -68,7 +78,7 @@ class LogState:
 
     def is_complete(self, key: str, retry_failed: bool = False) -> bool:
         row = self.rows.get(key)
-        return row is not None and (row["status"] == "ok" or not retry_failed)
+        return row is not None and (row["status"] == RunStatus.OK or not retry_failed)
 
 
 class Experiment:

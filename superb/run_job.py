@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.base import CLIENT, Job, Stage, StageResult, StageStatus
 from scheduler.resources import device_role
 
 IMPORT, TUNE, COMPILE, EVALUATE = "import", "tune", "compile", "evaluate"
@@ -97,7 +97,7 @@ class RunJob(Job):
         except Exception as error:  # noqa: BLE001 - a failed run is a row, not a crash
             traceback.print_exc()
             self.context.save()
-            return StageResult("error", _error_text(error), details=self.stage_details())
+            return StageResult(StageStatus.ERROR, _error_text(error), details=self.stage_details())
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

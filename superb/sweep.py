@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .plan import Plan, Run, device_key
 from .progress import QuietProgress
-from .results import Experiment, make_row, read_context
+from .results import Experiment, RunStatus, make_row, read_context
 from .run_job import RunSpec
 
 
@@ -66,7 +66,8 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
         pending = [run for run in plan.runs if not state.is_complete(run.key, retry_failed)]
         summary = SweepSummary(experiment, len(plan.runs), len(plan.runs) - len(pending))
         summary.failures = [row for key, row in state.rows.items()
-                            if key in order and row["status"] != "ok" and not retry_failed]
+                            if key in order and row["status"] != RunStatus.OK
+                            and not retry_failed]
         if not pending:
             return summary
         keys = sorted({device_key(plan.resolved_params(run)) for run in pending})
@@ -183,8 +184,7 @@ class _Sweep:
             timer.cancel()
         run, details = flight["run"], flight["details"] or {}
         wall = time.time() - flight["started"]
-        status, error = _status(outcome, details, self.run_timeout,
-                                self.experiment.log_file(run))
+        status, error = _status(outcome, details, self.experiment.log_file(run))
         context_path = details.get("context_path") or str(
             self.store_root / "runs" / flight["run_id"] / "context.json")
         context = read_context(context_path)
@@ -196,7 +196,7 @@ class _Sweep:
         self.experiment.write_csvs([r.key for r in self.plan.runs])
         self.progress.finish_run(key, status, wall, _detail(row))
         self.summary.ran += 1
-        if status != "ok":
+        if status != RunStatus.OK:
             self.summary.failures.append(row)
             if self.fail_fast and not self.stopped:
                 self.stopped = True
@@ -212,7 +212,7 @@ class _Sweep:
 class RunOutcome:
     """How one run ended, as its row records it."""
 
-    status: str  # ok, failed, crashed, timeout
+    status: RunStatus
     error: str | None
     run_id: str
     wall_s: float
@@ -221,21 +221,23 @@ class RunOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == RunStatus.OK
 
 
-def _status(outcome, details: dict[str, Any], run_timeout: float | None,
-            log: Path) -> tuple[str, str | None]:
-    """ok; failed (the job reported an error); timeout; crashed (its process died)."""
-    if outcome.status == "done":
-        return "ok", None
-    if outcome.cause == "cancelled":
-        return "timeout", outcome.error
-    if outcome.cause == "worker":
+def _status(outcome, details: dict[str, Any], log: Path) -> tuple[RunStatus, str | None]:
+    """How the run's job ended, as the run's status and error."""
+    from scheduler import FailureCause, JobStatus
+
+    if outcome.status == JobStatus.DONE:
+        return RunStatus.OK, None
+    if outcome.cause == FailureCause.CANCELLED:
+        return RunStatus.TIMEOUT, outcome.error
+    if outcome.cause == FailureCause.WORKER:
         last = _last_line(log)
         text = f"the run's process died ({outcome.error.rsplit('(', 1)[-1].rstrip(')')})"
-        return "crashed", f"{text}; last output: {last}" if last else text
-    return "failed", outcome.error.split(": ", 1)[-1] if details else outcome.error
+        return RunStatus.CRASHED, f"{text}; last output: {last}" if last else text
+    # "<stage> on <resource>: <error>" when the job reported it
+    return RunStatus.FAILED, outcome.error.split(": ", 1)[-1] if details else outcome.error
 
 
 def _simpletvm_seconds(context: dict[str, Any] | None) -> float | None:
@@ -260,7 +262,7 @@ def _last_line(path: Path, limit: int = 300) -> str:
 
 
 def _detail(row: dict[str, Any]) -> str:
-    if row["status"] != "ok":
+    if row["status"] != RunStatus.OK:
         return f": {row['error']}"
     parts = []
     if row.get("trials"):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.base import CLIENT, Job, Stage, StageResult, StageStatus
 
 STAGE_S = 0.01
 TUNING = [("select", False), ("build", False), ("profile", True), ("update", False)]
@@ -76,7 +76,7 @@ class FakeRunJob(Job):
         if self.model == "hang":
             time.sleep(3600)
         if self.model == "fail":
-            return StageResult("error", "ModelImportError: a fake failure",
+            return StageResult(StageStatus.ERROR, "ModelImportError: a fake failure",
                                details={"step": stage.kind, "pid": os.getpid()})
         time.sleep(self.stage_s)
         self.stages.pop(0)

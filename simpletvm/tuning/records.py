@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sqlite3
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -234,14 +236,18 @@ class RecordStore:
 
 
 class RecordBuffer(RecordStore):
-    """A store whose writes wait to be collected (:meth:`drain`) instead of reaching the
+    """A store whose writes wait to be collected (:meth:`drain`) instead of reaching its
     database: a job on another machine hands its measured records to the process that
     owns the store with each stage's outcome, so that process is the single writer and
-    no shared file system is needed for records. Reads go to ``path`` as usual."""
+    no shared file system is needed for records.
+
+    Reads go to ``path`` as usual, except a run's own records (what its build and a
+    resumed search ask for), which a private copy in this process answers too."""
 
     def __init__(self, path: str | os.PathLike):
         super().__init__(path)
         self._pending: list[tuple[str, Any, list[list], str | None]] = []
+        self._own: RecordStore | None = None
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["path"])
@@ -250,12 +256,32 @@ class RecordBuffer(RecordStore):
             run_id: str | None = None) -> int:
         records = list(records)
         self._pending.append((workload_key, workload_json, records, run_id))
-        return len(records)
+        if self._own is None:
+            self._own = RecordStore(Path(tempfile.mkdtemp(prefix="simpletvm-records-"))
+                                    / "own.sqlite")
+        return self._own.add(workload_key, workload_json, records, run_id)
 
     def drain(self) -> list[tuple[str, Any, list[list], str | None]]:
         """The writes since the last drain, as :meth:`RecordStore.add`'s arguments."""
         pending, self._pending = self._pending, []
         return pending
+
+    def top(self, workload_key: str, target: str, limit: int, *,
+            run_id: str | None = None, best_only: bool = False) -> list[list]:
+        found = super().top(workload_key, target, limit, run_id=run_id, best_only=best_only)
+        if run_id is None or self._own is None:
+            return found
+        own = self._own.top(workload_key, target, limit, run_id=run_id)
+        merged = {canonical_json(record): record for record in found + own}
+        return sorted(merged.values(), key=lambda r: record_latency(r) or math.inf)[:limit]
+
+    def workload_json(self, key: str) -> Any | None:
+        found = super().workload_json(key)
+        return found if found is not None or self._own is None else self._own.workload_json(key)
+
+    def has_run(self, run_id: str) -> bool:
+        return super().has_run(run_id) or (self._own is not None and self._own.has_run(run_id))
+
 
 def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str | None, float]],
            workloads: dict[str, Any]) -> int:

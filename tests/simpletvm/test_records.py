@@ -95,6 +95,8 @@ def test_a_buffer_holds_writes_for_the_single_writer_and_reads_the_store(tmp_pat
     assert buffer.add("w1", {"w": 1}, [_record(1, 0.001), _record(2, 0.003)], "r") == 2
     assert store.count() == 1 and buffer.count() == 1  # nothing written yet ...
     assert buffer.run_counts("earlier") == {"w1": 1}  # ... and reads see the store
+    own = buffer.top("w1", target_key(SKYLAKE), 5, run_id="r")  # the run's build sees them
+    assert [record[1][0] for record in own] == [0.001, 0.003]
     drained = buffer.drain()
     assert buffer.drain() == []
     for arguments in drained:
