@@ -1,0 +1,136 @@
+"""Where a tuned model's measured latency departs from its tuning estimate, kernel by kernel.
+
+The estimate is the sum over tasks of (calls per model run) x (the task's best measured
+latency), each candidate timed alone with the caches flushed. This script profiles the
+saved module in place (Relax VM profiler: every kernel call timed inside the real model
+run) and puts each task's estimate beside its time in situ, plus what the model spends
+outside the tuned kernels (other calls, the VM itself). Run it on a quiet machine.
+
+    python bench/kernels_in_situ.py --run-id RUN_ID --store DIR --model resnet18
+                                    [--image-size 224] [--runs 20]
+                                    [--out bench/results/kernels_in_situ.json]
+
+RUN_ID is a tuned run whose module was saved (``bench/peers.py`` prints them); its
+records must be in DIR's record database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def task_estimates(model: str, image_size: int, store: str, run_id: str) -> list[dict]:
+    """Per task of the model as SimpleTVM lowers it: name, calls per run, best latency."""
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.lowering import extract_tasks
+    from simpletvm.tuning.database import workload_key
+    from simpletvm.tuning.records import open_records, record_latency, target_key
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
+        model, image_size=image_size)
+    records = open_records(store)
+    key = target_key(json.loads(str(stvm.target.tvm_target())))
+    tasks = []
+    for task in extract_tasks(stvm.fused_module, stvm.target):
+        best = records.top(workload_key(task.dispatched[0]), key, 1, run_id=run_id)
+        tasks.append({"task": task.task_name, "weight": int(task.weight),
+                      "best_ms": record_latency(best[0]) * 1e3 if best else None})
+    return tasks
+
+
+def profile_in_situ(store: str, run_id: str, runs: int) -> tuple[dict[str, float], float]:
+    """Per kernel name, its total ms per model run inside the model (timed around each
+    VM call by an instrument); and the median ms of a whole model run without it."""
+    import os
+
+    import tvm
+    from tvm import relax
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.native_output import redirected
+
+    with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
+        stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+        library = tvm.runtime.load_module(str(stvm.store.module_dir(run_id) / "model.so"))
+        vm = relax.VirtualMachine(library, tvm.cpu())
+    spec = stvm.model.inputs[0]
+    data = tvm.runtime.tensor(
+        np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu())
+    for _ in range(5):
+        vm["main"](data)
+    whole = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        vm["main"](data)
+        whole.append((time.perf_counter() - start) * 1e3)
+
+    started: dict[str, float] = {}
+    per_run: dict[str, float] = {}
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        now = time.perf_counter()
+        if before_run:
+            started[symbol] = now
+        else:
+            per_run[symbol] = per_run.get(symbol, 0.0) + (now - started.pop(symbol)) * 1e3
+        return 0  # go on as usual
+
+    vm.set_instrument(instrument)
+    totals: dict[str, list[float]] = {}
+    for _ in range(runs + 1):
+        per_run.clear()
+        vm["main"](data)
+        for name, ms in per_run.items():
+            totals.setdefault(name, []).append(ms)
+    return ({name: statistics.median(values[1:]) for name, values in totals.items()},
+            statistics.median(whole))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--model", required=True, help="the built-in model the run tuned")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
+    args = parser.parse_args()
+
+    tasks = task_estimates(args.model, args.image_size, args.store, args.run_id)
+    in_situ, whole_ms = profile_in_situ(args.store, args.run_id, args.runs)
+    rows = []
+    for task in tasks:
+        estimate = task["best_ms"] * task["weight"] if task["best_ms"] is not None else None
+        measured = in_situ.pop(task["task"], None)
+        rows.append({**task, "estimate_ms": estimate, "in_situ_ms": measured,
+                     "ratio": measured / estimate if measured and estimate else None})
+    rows.sort(key=lambda row: -(row["in_situ_ms"] or 0))
+    others = dict(sorted(in_situ.items(), key=lambda item: -item[1]))
+    estimate = sum(row["estimate_ms"] or 0 for row in rows)
+    kernels = sum(row["in_situ_ms"] or 0 for row in rows)
+    print(f"{'task':<48} {'calls':>5} {'estimate ms':>11} {'in situ ms':>10} {'ratio':>6}")
+    for row in rows:
+        ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
+        print(f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.3f} "
+              f"{row['in_situ_ms'] or 0:>10.3f} {ratio:>6}")
+    print(f"\ntuned kernels: estimate {estimate:.3f} ms, in situ {kernels:.3f} ms "
+          f"({kernels / estimate:.2f}x)")
+    print(f"other calls in situ: {sum(others.values()):.3f} ms "
+          + ", ".join(f"{name} {ms:.3f}" for name, ms in list(others.items())[:6]))
+    print(f"whole model without the profiler: {whole_ms:.3f} ms "
+          f"({whole_ms / estimate:.2f}x the estimate)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"run_id": args.run_id, "model": args.model,
+                                    "tasks": rows, "other_calls_ms": others,
+                                    "estimate_ms": estimate, "kernels_in_situ_ms": kernels,
+                                    "whole_ms": whole_ms}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
