@@ -23,6 +23,21 @@ from .relax_ir import static_shape
 
 KERNEL_SIZE = 3
 OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable
+TILE_SIZES = (4, 2)  # F(4,3) saves most multiplications; F(2,3) keeps weights smaller
+# Each transformed weight is read once per output tile, and U is (m+2)^2/9 times the
+# direct weights (4x for F(4,3)): with few tiles the layer streams weights instead of
+# computing. ResNet-18's 512-channel 7x7 layers as F(4,3) (4 tiles) ran 1.5x their tuned
+# estimate inside the model; its 14x14 ones (16 tiles) within 10%.
+MIN_TILES = 16
+
+
+def tile_size_for(out_h: int, out_w: int) -> int | None:
+    """The Winograd tile a layer of this output size gets: the largest of TILE_SIZES
+    that still gives MIN_TILES tiles to reuse each weight over, or None (direct)."""
+    for m in TILE_SIZES:
+        if -(-out_h // m) * -(-out_w // m) >= MIN_TILES:
+            return m
+    return None
 
 
 def winograd_eligible(call, min_channels: int = 16) -> bool:
@@ -64,12 +79,14 @@ def winograd_eligible(call, min_channels: int = 16) -> bool:
     return min(dims["I"], dims["O"]) >= min_channels
 
 
-def apply_winograd(mod, tile_size: int = 4, min_channels: int = 16):
-    """Rewrite every eligible conv2d of ``mod`` to a Winograd F(tile_size, 3) call_tir.
+def apply_winograd(mod, tile_size: int | None = None, min_channels: int = 16):
+    """Rewrite every eligible conv2d of ``mod`` to a Winograd F(m, 3) call_tir, m chosen
+    per layer by :func:`tile_size_for` (a layer with too few tiles stays direct), or
+    ``tile_size`` for all.
 
     Returns ``(module, number of rewritten convolutions)``; the input is left unchanged.
     The conv's padding goes into the operator, its weight is replaced by the transformed
-    weight U of shape (alpha, alpha, CO, CI), alpha = tile_size + 2.
+    weight U of shape (alpha, alpha, CO, CI), alpha = m + 2.
     """
     from tvm import relax
 
@@ -169,6 +186,13 @@ def _matrices_f64(tile_size: int):
     return _cook_toom_convolution(points, tile_size, KERNEL_SIZE)
 
 
+def _output_size(call) -> tuple[int, int]:
+    """(H, W) out of a stride-1 3x3 NHWC conv2d."""
+    _, h, w, _ = static_shape(call.args[0])
+    top, left, bottom, right = (int(p) for p in call.attrs.padding)
+    return h + top + bottom - KERNEL_SIZE + 1, w + left + right - KERNEL_SIZE + 1
+
+
 def _weight_hwio(call) -> np.ndarray:
     layout = call.attrs.kernel_layout
     weight = call.args[1].value.numpy()
@@ -195,13 +219,16 @@ def _make_rewriter():
             if not winograd_eligible(folded, self.min_channels):
                 return call
             call = folded
-            kernel_pack = transform_weight(_weight_hwio(call), self.tile_size)
+            tile_size = self.tile_size or tile_size_for(*_output_size(call))
+            if tile_size is None:
+                return call
+            kernel_pack = transform_weight(_weight_hwio(call), tile_size)
             self.count += 1
             # call_te: int64 shapes and indices, as LegalizeOps gives the neighbours
             # FuseTIR merges this function with
             return self.builder_.call_te(
                 winograd_conv2d_nhwc, call.args[0], relax.const(kernel_pack),
-                padding=tuple(call.attrs.padding), tile_size=self.tile_size,
+                padding=tuple(call.attrs.padding), tile_size=tile_size,
                 primfunc_name_hint="conv2d_winograd_nhwc",
                 # fusable with the elementwise ops that follow: AnnotateTIROpPattern
                 # finds this pattern itself today and keeps a preset (nonzero) one, so a

@@ -11,7 +11,8 @@ import pytest
 
 from simpletvm.lowering import compile_fused, extract_tasks, fuse
 from simpletvm.targets import resolve_target
-from simpletvm.winograd import apply_winograd, transform_weight, winograd_eligible
+from simpletvm.winograd import (apply_winograd, tile_size_for, transform_weight,
+                                winograd_eligible)
 
 KERNEL_SHAPES = {  # (input channels per group, output channels, kernel size) -> shape
     "HWIO": lambda ci, co, k: (k, k, ci, co), "OHWI": lambda ci, co, k: (co, k, k, ci),
@@ -89,10 +90,11 @@ def block_names(prim_mod) -> set[str]:
     (13, 9, 16, 16, (0, 0, 0, 0), "HWIO"),    # 'valid', odd: 11x7 out
     (6, 10, 16, 16, (0, 1, 2, 1), "HWIO"),    # asymmetric padding
 ])
-def test_winograd_matches_direct_convolution(h, w, ci, co, padding, kernel_layout):
+@pytest.mark.parametrize("tile_size", [4, 2])
+def test_winograd_matches_direct_convolution(h, w, ci, co, padding, kernel_layout, tile_size):
     same = ci == co and padding == (1, 1, 1, 1)
     mod = conv_model(h, w, ci, co, padding, kernel_layout=kernel_layout, residual=same)
-    rewritten, count = apply_winograd(mod)
+    rewritten, count = apply_winograd(mod, tile_size=tile_size)
     assert count == 1
     assert "relax.nn.conv2d" not in rewritten["main"].script()
     assert "R.nn.conv2d" in mod["main"].script()  # the input module is left as it was
@@ -137,6 +139,27 @@ def test_ineligible_convolutions_are_left_alone(kwargs):
     rewritten, count = apply_winograd(mod)
     assert count == 0
     tvm.ir.assert_structural_equal(rewritten, mod)
+
+
+@pytest.mark.parametrize("h,w,tile", [
+    (56, 56, 4), (28, 28, 4), (14, 14, 4), (13, 13, 4),  # at least 16 tiles of 4x4
+    (12, 12, 2), (7, 7, 2),  # 9 and 4 tiles of 4x4: F(2,3) reuses each weight 36, 16 times
+    (6, 6, None), (4, 10, None),  # too few tiles even of 2x2: the direct convolution
+])
+def test_the_tile_is_chosen_by_how_often_each_weight_is_reused(h, w, tile):
+    mod = conv_model(h, w, 16, 16)  # 'same' padding: the output is h x w
+    assert tile_size_for(h, w) == tile
+    rewritten, count = apply_winograd(mod)
+    assert count == (tile is not None)
+    if tile is not None:  # U is (m + 2) x (m + 2) x CO x CI
+        import tvm
+        from tvm import relax
+
+        weights = []
+        relax.analysis.post_order_visit(rewritten["main"], lambda e: weights.append(
+            tuple(e.value.shape)) if isinstance(e, tvm.ir.expr.GenericConst)
+            and len(e.value.shape) == 4 else None)
+        assert weights == [(tile + 2, tile + 2, 16, 16)]
 
 
 def test_channel_threshold():
