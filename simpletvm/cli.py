@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 import traceback
 from pathlib import Path
@@ -18,6 +19,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 BAD_INPUT = 2
 UNEXPECTED = 1
+
+
+@app.callback()
+def _options(verbose: bool = typer.Option(
+        False, "--verbose", help="show TVM's native log lines on the terminal (without it "
+        "they go to the run's log)")) -> None:
+    if verbose:
+        from .native_output import VERBOSE_VARIABLE
+
+        os.environ[VERBOSE_VARIABLE] = "1"
 _active_contexts: list = []  # the BenchmarkingContext of the command running, if any
 
 
