@@ -122,6 +122,16 @@ def test_an_unexpected_error_without_a_run_is_logged_under_the_store(store, monk
     assert path.startswith(str(store / "errors")) and "Traceback" in open(path).read()
 
 
+def test_verbose_keeps_native_log_lines_on_the_terminal(store, monkeypatch):
+    from simpletvm.native_output import VERBOSE_VARIABLE, verbose
+
+    monkeypatch.setenv(VERBOSE_VARIABLE, "0")  # restored after the test
+    assert not verbose()
+    result = invoke("--verbose", "runs", "--store", store)
+    assert result.exit_code == 0, result.output
+    assert verbose()
+
+
 # ---- on the target device, through an RPC tracker --------------------------------------
 @pytest.fixture(scope="module")
 def rpc():
