@@ -222,14 +222,19 @@ class RecordStore:
     def _connection(self) -> sqlite3.Connection:
         local = self._local
         if getattr(local, "pid", None) != os.getpid():  # never reuse one across a fork
+            from ..store import file_lock
+
             self.path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
                                          isolation_level=None)
-            connection.execute("PRAGMA journal_mode = WAL")
+            # switching a new file to WAL answers "database is locked" at once, without
+            # the busy timeout, when another process does the same: set up one at a time
+            with file_lock(self.path):
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.executescript(SCHEMA)
             # WAL + NORMAL: a killed process loses nothing committed; only a power cut can
             # drop the last transactions, and never corrupts the file
             connection.execute("PRAGMA synchronous = NORMAL")
-            connection.executescript(SCHEMA)
             local.connection, local.pid = connection, os.getpid()
         return local.connection
 

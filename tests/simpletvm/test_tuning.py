@@ -9,6 +9,7 @@ import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.targets import resolve_target
+from simpletvm.testing import fake_builder, fake_runner
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.database import RecordDatabase
@@ -105,7 +106,8 @@ def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
     options = TuningOptions(trials=64, batch_size=4, early_stopping=4, transfer_learning=False,
                             seed=1, **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, resolve_target("cpu"), options,
-                    records=RecordStore(tmp_path / "r.sqlite"))
+                    records=RecordStore(tmp_path / "r.sqlite"),
+                    builder=fake_builder(), runner=fake_runner(1))
     job.run()
     assert job.is_complete() and job.next_stage() is None
     for progress in job.progress:
@@ -119,7 +121,8 @@ def test_global_trial_budget_caps_the_job(tuned, tmp_path):
     options = TuningOptions(trials=8, total_trials=10, batch_size=4, transfer_learning=False,
                             seed=2, **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"))
+                    records=RecordStore(tmp_path / "r.sqlite"),
+                    builder=fake_builder(), runner=fake_runner(2))
     assert job.next_stage().kind == "select" and not job.next_stage().on_device
     job.run()
     assert job.trials <= 10
@@ -140,7 +143,8 @@ def test_a_wall_clock_budget_ends_the_job(tuned, tmp_path):
     options = TuningOptions(trials=64, minutes=1e-4, transfer_learning=False, seed=3,
                             **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"))
+                    records=RecordStore(tmp_path / "r.sqlite"),
+                    builder=fake_builder(), runner=fake_runner(3))
     job.run()
     # the budget ran out during the first iteration, yet every task was measured once
     # (an unmeasured task would keep its naive schedule): then nothing more
@@ -260,7 +264,7 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
                             **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
-                    runner=LostDevice())
+                    builder=fake_builder(), runner=LostDevice())
     job.run()
     summary = job.summary()
     assert job.is_complete() and summary["skipped_tasks"]
