@@ -16,31 +16,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from scheduler.base import CLIENT, Job, Stage, StageResult, StageStatus
+
+from .run_job import RunSpec
 
 STAGE_S = 0.01
 TUNING = [("select", False), ("build", False), ("profile", True), ("update", False)]
 
 
 @dataclass(frozen=True)
-class FakeRunSpec:
-    """Takes what :class:`superb.run_job.RunSpec` takes; builds a :class:`FakeRunJob`."""
-
-    key: str
-    run_id: str
-    params: dict[str, Any]
-    store: str
-    device_key: str
-    log: str
-    attempt: int = 1
-    tracker: tuple[str, int] | None = None
-    records_to_driver: bool = False
-
-    @property
-    def job_id(self) -> str:
-        return self.key
+class FakeRunSpec(RunSpec):
+    """A :class:`superb.run_job.RunSpec` that builds a :class:`FakeRunJob`."""
 
     def __call__(self) -> Job:
         return FakeRunJob(self)
