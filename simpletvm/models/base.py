@@ -125,3 +125,15 @@ def static_shapes(
 
 def _unknown(size: int | None) -> bool:
     return size is None or size <= 0
+
+
+def unsupported_operators_error(source: str, described_format: str,
+                                missing: dict[str, tuple[int, str]], advice: str):
+    """One ModelImportError naming every operator TVM cannot import: its type, how many
+    nodes use it and the first of them (``missing``: type -> (count, first node))."""
+    from ..errors import ModelImportError
+
+    listed = ", ".join(f"{op} x{count} (first: {first!r})"
+                       for op, (count, first) in sorted(missing.items()))
+    return ModelImportError(f"TVM cannot import {source} ({described_format}): unsupported "
+                            f"operators {listed}. {advice}")

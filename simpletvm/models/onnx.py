@@ -7,7 +7,8 @@ from typing import Any
 
 from ..errors import ModelImportError
 from ..relax_ir import static_shape
-from .base import ImportedModel, InputDims, TensorSpec, normalize_shapes, static_shapes
+from .base import (ImportedModel, InputDims, TensorSpec, normalize_shapes, static_shapes,
+                   unsupported_operators_error)
 from .onnx_rewrite import rewrite_for_import
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
@@ -105,12 +106,10 @@ def refuse_unsupported_operators(model, source: str) -> None:
     missing = unsupported_operators(model)
     if not missing:
         return
-    listed = ", ".join(f"{op} x{count} (first: {first!r})"
-                       for op, (count, first) in sorted(missing.items()))
-    raise ModelImportError(
-        f"TVM cannot import {source} (ONNX, opset {_opset(model)}): unsupported operators "
-        f"{listed}. Try exporting with another opset (13 to 20) or to another format "
-        "(.tflite for TensorFlow models), or replace these operators before export")
+    raise unsupported_operators_error(
+        source, f"ONNX, opset {_opset(model)}", missing,
+        "Try exporting with another opset (13 to 20) or to another format (.tflite for "
+        "TensorFlow models), or replace these operators before export")
 
 
 def _opset(model) -> int | str:

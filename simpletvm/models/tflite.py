@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import ModelImportError
 from ..native_output import redirected
-from .base import ImportedModel, TensorSpec, normalize_shapes, pick_shape
+from .base import (ImportedModel, TensorSpec, normalize_shapes, pick_shape,
+                   unsupported_operators_error)
 
 _ADVICE = ("Try converting the model with TFLite's builtin operators only (no Flex/"
            "SELECT_TF_OPS or custom operators), exporting it to ONNX instead (tf2onnx, "
@@ -109,11 +110,9 @@ def refuse_unsupported_operators(converter, model, source: str) -> None:
                         relax.BlockBuilder()).unsupported_operators()
     if not missing:
         return
-    listed = ", ".join(f"{op} x{count} (first: {first!r})"
-                       for op, (count, first) in sorted(missing.items()))
-    raise ModelImportError(
-        f"TVM cannot import {source} (TFLite, schema version {model.Version()}): unsupported "
-        f"operators {listed}. {_ADVICE}, or replace these operators before conversion")
+    raise unsupported_operators_error(
+        source, f"TFLite, schema version {model.Version()}", missing,
+        f"{_ADVICE}, or replace these operators before conversion")
 
 
 def transpose_convs_nchw(mod):
