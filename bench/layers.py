@@ -59,12 +59,21 @@ LAYERS = [
     Layer("b", "dw3x3 144 56x56", 56, 144, 144, 3, groups=144),
     Layer("c", "3x3 128->128 28x28", 28, 128, 128, 3),
     Layer("d", "3x3 64->64 56x56", 56, 64, 64, 3),
+    Layer("e", "3x3 256->256 14x14", 14, 256, 256, 3),
+    Layer("f", "3x3 512->512 7x7", 7, 512, 512, 3),
 ]
+WINOGRAD_TILES = {"NHWC winograd F(4,3)": 4, "NHWC winograd F(2,3)": 2}
 
 
-def variants_of(layer: Layer) -> list[str]:
+def variants_of(layer: Layer, wanted: str | None = None) -> list[str]:
+    """The layouts and Winograd tiles of ``layer`` (those in ``wanted``, comma-separated
+    keys nchw, nhwc, f4, f2, when given); NHWC direct always, as the reference."""
     eligible = layer.kernel == 3 and layer.groups == 1  # every layer here is stride 1
-    return ["NCHW", "NHWC"] + (["NHWC winograd"] if eligible else [])
+    variants = {"nchw": "NCHW", "nhwc": "NHWC"}
+    if eligible:
+        variants |= {"f4": "NHWC winograd F(4,3)", "f2": "NHWC winograd F(2,3)"}
+    keys = wanted.split(",") if wanted else list(variants)
+    return [name for key, name in variants.items() if key in keys or key == "nhwc"]
 
 
 def weight_hwio(layer: Layer, seed: int = 0) -> np.ndarray:
@@ -125,6 +134,19 @@ def tune_and_build(fused, target, options, records_dir: str) -> tuple:
     return relax.VirtualMachine(executable, target.device()), job.summary(), all(scheduled)
 
 
+def cold_samples(vm, repeat: int, evict: np.ndarray) -> list[float]:
+    """Seconds of ``repeat`` single calls, each after writing ``evict`` (larger than the
+    last-level cache): the layer's weights come from memory, as inside a model whose
+    weights exceed the cache."""
+    samples = []
+    for _ in range(repeat):
+        evict += 1.0
+        start = time.perf_counter()
+        vm.invoke_stateful("main")
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=64, help="per variant (one task each)")
@@ -132,10 +154,13 @@ def main() -> None:
     parser.add_argument("--population", type=int, help="default: TuningOptions'")
     parser.add_argument("--genetic-iterations", type=int, help="default: TuningOptions'")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-d")
+    parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-f")
+    parser.add_argument("--variants", help="comma-separated: nchw,nhwc,f4,f2 (default: all)")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, alternating")
     parser.add_argument("--repeat", type=int, default=20, help="samples per round")
     parser.add_argument("--min-repeat-ms", type=int, default=20, help="per sample")
+    parser.add_argument("--cold", action="store_true",
+                        help="time single calls with the caches evicted before each")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
 
@@ -145,6 +170,7 @@ def main() -> None:
     from simpletvm.lowering import fuse
     from simpletvm.targets import resolve_target
     from simpletvm.tuning.options import TuningOptions
+    from simpletvm.winograd import apply_winograd
 
     target = resolve_target("cpu")
     device = target.device()
@@ -156,15 +182,18 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="simpletvm-layers-")
     layers = [layer for layer in LAYERS if layer.key in args.layers.split(",")]
 
+    evict = np.zeros(64 * 2**20 // 4, dtype="float32")  # 64 MB: twice a 32 MB L3
     built: dict[tuple[str, str], dict] = {}
     for layer in layers:
         weight = weight_hwio(layer)
         x_nhwc = np.random.default_rng(1).standard_normal(
             (1, layer.size, layer.size, layer.in_channels)).astype("float32")
-        for variant in variants_of(layer):
+        for variant in variants_of(layer, args.variants):
             layout = variant.split()[0]
-            fused = fuse(conv_module(layer, layout, weight), target,
-                         winograd=variant.endswith("winograd"))
+            module = conv_module(layer, layout, weight)
+            if variant in WINOGRAD_TILES:
+                module, _ = apply_winograd(module, tile_size=WINOGRAD_TILES[variant])
+            fused = fuse(module, target, winograd=False)
             start = time.perf_counter()
             vm, summary, applied = tune_and_build(
                 fused, target, options, os.path.join(work, f"{layer.key}-{variant}"))
@@ -187,6 +216,9 @@ def main() -> None:
             vm = entry["vm"]
             vm.set_input("main", *entry["inputs"])
             vm.invoke_stateful("main")  # warm-up: caches, thread pool
+            if args.cold:
+                entry["samples"].extend(cold_samples(vm, args.repeat, evict))
+                continue
             timer = vm.time_evaluator("invoke_stateful", device, number=1, repeat=args.repeat,
                                       min_repeat_ms=args.min_repeat_ms)
             entry["samples"].extend(float(s) for s in timer("main").results)
@@ -195,7 +227,7 @@ def main() -> None:
     for layer in layers:
         reference = built[(layer.key, "NHWC")]
         reference_ms = float(np.median(reference["samples"])) * 1e3
-        for variant in variants_of(layer):
+        for variant in variants_of(layer, args.variants):
             entry = built[(layer.key, variant)]
             median_ms = float(np.median(entry["samples"])) * 1e3
             error = float(np.abs(entry["output_nhwc"] - reference["output_nhwc"]).max()

@@ -54,7 +54,7 @@ class SimpleTVM:
         self.context.target_spec = self.target.spec
         self.model: ImportedModel | None = None
         self.state = "new"  # then "imported" (from_model), "built" (build) or "loaded"
-        self._fused = None
+        self._forms = None  # the imported model lowered: ConvForms
         self._executable = None
         self._vm = None
         self._library_file: Path | None = None  # the exported module, once exported
@@ -79,36 +79,47 @@ class SimpleTVM:
 
     @property
     def fused_module(self):
-        """The imported model after lowering: what tuning takes its tasks from and
-        build() compiles (a TuningJob built by hand takes it too)."""
+        """The imported model after lowering, each layer in its default form: what a
+        TuningJob built by hand takes (tuning also takes the tasks of contested layers'
+        other forms, :attr:`conv_forms`; build() compiles each layer's fastest)."""
         self._require("fused_module", "imported", "built")
-        return self._fused
+        return self._forms.default
+
+    @property
+    def conv_forms(self):
+        """The model's :class:`~simpletvm.conv_forms.ConvForms`: its lowering in every
+        form tuning measures."""
+        self._require("conv_forms", "imported", "built")
+        return self._forms
 
     # ---- steps ----------------------------------------------------------------------
     def from_model(self, source: Any, *, output_name: str | list[str] | None = None,
                    output_size: int | None = None, input_shapes: Any = None,
                    batch_size: int = 1, format: str | None = None,  # noqa: A002
-                   signature: str = "serving_default", **options: Any) -> "SimpleTVM":
+                   signature: str = "serving_default", lowering: dict[str, Any] | None = None,
+                   **options: Any) -> "SimpleTVM":
         """Import a model: a built-in name (``"mobilenetv2"``, ``"resnet18"``...), a
         SavedModel directory, a frozen ``.pb`` (with ``output_name``), a ``.keras``/``.h5``
         file, a TF Hub handle, a ``.tflite`` or ``.onnx`` file, or a Keras/ONNX object.
 
         ``input_shapes`` fixes unknown dimensions; ``options`` configure built-in models
-        (``image_size``, ``classes``, ``seed``, ``alpha``).
+        (``image_size``, ``classes``, ``seed``, ``alpha``); ``lowering`` passes options to
+        :func:`simpletvm.lowering.fuse` (``winograd``, ``layout``,
+        ``separate_residual_pads``).
         """
-        from .lowering import fuse
+        from .conv_forms import ConvForms
 
         with self.context.step("from_model", source=str(source)) as step:
             self.context.record_parameters(
                 "from_model", source=str(source), output_name=output_name,
                 output_size=output_size, input_shapes=input_shapes, batch_size=batch_size,
-                format=format, signature=signature, **options)
+                format=format, signature=signature, lowering=lowering, **options)
             model = import_model(
                 source, format=format, output_name=output_name, output_size=output_size,
                 input_shapes=input_shapes, batch_size=batch_size, signature=signature,
                 cache_dir=self.store.root / "zoo", **options)
             self.model = model
-            self._fused = fuse(model.mod, self.target)
+            self._forms = ConvForms(model.mod, self.target, **(lowering or {}))
             self._executable = self._vm = None
             self._built_from = None
             self.state = "imported"
@@ -162,7 +173,7 @@ class SimpleTVM:
         remote = tracker is not None
         records = open_records(self.store.root)
         job = TuningJob(
-            self._fused, self.target, options,
+            self._forms, self.target, options,
             records=RecordBuffer(records.path) if buffer_records else records,
             runner=self._rpc_runner(options, tracker, device_key) if remote else None,
             device_resource=f"device:{device_key}",
@@ -206,12 +217,18 @@ class SimpleTVM:
         """
         self._require("build()", "imported", "built")
         from .lowering import compile_fused
+        from .tuning.database import best_latency_s
 
         with self.context.step("build", records=records) as step:
             self.context.record_parameters("build", records=records)
             database = self._records_database(records)
             step["records_applied"] = len(database) if database is not None else 0
-            self._executable = compile_fused(self._fused, self.target, database)
+            fused = self._forms.default
+            if database is not None:
+                fused, choices = self._forms.choose(partial(best_latency_s, database))
+                if choices:
+                    step["conv_forms"] = [choice.describe() for choice in choices]
+            self._executable = compile_fused(fused, self.target, database)
             # code for another CPU runs only on a device of that kind, through RPC
             self._vm = self._new_vm(self._executable) if self.target.runs_here else None
             self._library_file = None
@@ -257,7 +274,7 @@ class SimpleTVM:
                 [TensorSpec.from_dict(d) for d in metadata["outputs"]],
                 metadata["model"].get("source", run_id), "saved", {"loaded_from": run_id})
             self.context.model = {**metadata["model"], "loaded_from": run_id}
-            self._fused = None
+            self._forms = None
             self._built_from = metadata.get("records")  # what the saved build applied
             self.state = "loaded"
         return self

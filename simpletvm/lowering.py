@@ -12,7 +12,7 @@ from .targets import ResolvedTarget
 
 
 def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | None = "NHWC",
-         separate_residual_pads: bool = True):
+         separate_residual_pads: bool = True, winograd_forms=None):
     """Legalize and fuse a Relax module into the PrimFuncs that tuning works on.
 
     On CPUs, ``layout="NHWC"`` first converts NCHW 2-D convolutions (ONNX imports) to NHWC
@@ -25,7 +25,9 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
     :func:`compile_fused` then repacks them once, at build time. With ``winograd``, CPU
     targets get their NHWC 3x3 stride-1 convolutions as Winograd F(4,3), weights
     transformed here, once (:mod:`simpletvm.winograd`): where measured, tuned, they ran
-    about twice as fast as tuned direct convolutions.
+    about twice as fast as tuned direct convolutions. ``winograd_forms`` sets the form
+    of given layers (``{ConvSignature: tile size or None}``, see
+    :mod:`simpletvm.conv_forms`); the others get their default form.
 
     With ``separate_residual_pads``, a pad whose result is added to a convolution's output
     (a residual branch padded to more channels, as in BlazeFace's blocks) is kept out of
@@ -35,16 +37,11 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
     import tvm
     from tvm import relax
 
-    if layout not in (None, "NHWC"):
-        raise ValueError(f"layout must be 'NHWC' or None, not {layout!r}")
-    if layout == "NHWC" and target.device_type == "cpu":
-        from .layout import to_nhwc
-
-        mod, _ = to_nhwc(mod)
+    mod = to_layout(mod, target, layout)
     if winograd and target.device_type == "cpu":
         from .winograd import apply_winograd
 
-        mod, _ = apply_winograd(mod)
+        mod, _ = apply_winograd(mod, forms=winograd_forms)
     weight_prepack = [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
     with target.tvm_target():
         return tvm.transform.Sequential(
@@ -60,6 +57,17 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
                 *weight_prepack,
             ]
         )(mod)
+
+
+def to_layout(mod, target: ResolvedTarget, layout: str | None = "NHWC"):
+    """The module in the layout :func:`fuse` converts it to before rewriting layers."""
+    if layout not in (None, "NHWC"):
+        raise ValueError(f"layout must be 'NHWC' or None, not {layout!r}")
+    if layout == "NHWC" and target.device_type == "cpu":
+        from .layout import to_nhwc
+
+        mod, _ = to_nhwc(mod)
+    return mod
 
 
 # relax OpPatternKind, as AnnotateTIROpPattern sets a PrimFunc's "op_pattern" (a pad of
@@ -190,11 +198,22 @@ def _make_call_redirector():
 
 
 def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
-    """MetaSchedule's tunable tasks of a fused module, heaviest (by weight) first."""
+    """MetaSchedule's tunable tasks of a fused module, or of several (each workload
+    once, as the first module that has it weighs it): the first module's in its order,
+    heaviest (by weight) first, then the others' new ones."""
     from tvm.s_tir import meta_schedule as ms
 
-    tasks = ms.relax_integration.extract_tasks(fused_mod, target.tvm_target())
-    return [t for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False)]
+    from .tuning.database import workload_key
+
+    modules = fused_mod if isinstance(fused_mod, (list, tuple)) else [fused_mod]
+    tasks, seen = [], set()
+    for module in modules:
+        for task in ms.relax_integration.extract_tasks(module, target.tvm_target()):
+            key = workload_key(task.dispatched[0])
+            if key not in seen and not task.mod.attrs.get("tirx.is_scheduled", False):
+                seen.add(key)
+                tasks.append(task)
+    return tasks
 
 
 def compile_fused(fused_mod, target: ResolvedTarget, database=None):

@@ -15,7 +15,9 @@ it does for a direct convolution.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,15 +31,47 @@ TILE_SIZES = (4, 2)  # F(4,3) saves most multiplications; F(2,3) keeps weights s
 # computing. ResNet-18's 512-channel 7x7 layers as F(4,3) (4 tiles) ran 1.5x their tuned
 # estimate inside the model; its 14x14 ones (16 tiles) within 10%.
 MIN_TILES = 16
+# Below this many tiles the layer is likely to stream its weights, and whether the next
+# smaller form (fewer weight bytes, more multiplications) is faster in the model is
+# measured, not guessed: both forms are tuned (:mod:`simpletvm.conv_forms`).
+CONTESTED_TILES = 2 * MIN_TILES
+
+
+class ConvSignature(NamedTuple):
+    """What makes two convolutions the same layer to the rewrite: the NHWC input shape,
+    the output channels and the padding (top, left, bottom, right)."""
+
+    data_shape: tuple[int, ...]
+    out_channels: int
+    padding: tuple[int, ...]
+
+    def __str__(self) -> str:
+        _, h, w, c = self.data_shape
+        return f"3x3 {c}->{self.out_channels} at {h}x{w}"
+
+
+def tile_count(out_h: int, out_w: int, tile_size: int) -> int:
+    return -(-out_h // tile_size) * -(-out_w // tile_size)
 
 
 def tile_size_for(out_h: int, out_w: int) -> int | None:
     """The Winograd tile a layer of this output size gets: the largest of TILE_SIZES
     that still gives MIN_TILES tiles to reuse each weight over, or None (direct)."""
     for m in TILE_SIZES:
-        if -(-out_h // m) * -(-out_w // m) >= MIN_TILES:
+        if tile_count(out_h, out_w, m) >= MIN_TILES:
             return m
     return None
+
+
+def forms_for(out_h: int, out_w: int) -> tuple[int | None, ...]:
+    """The forms (tile sizes, None: direct) a layer of this output size is tuned in:
+    :func:`tile_size_for`'s first, then, when that gives fewer than CONTESTED_TILES
+    tiles, the next smaller form."""
+    first = tile_size_for(out_h, out_w)
+    if first is None or tile_count(out_h, out_w, first) >= CONTESTED_TILES:
+        return (first,)
+    smaller = [m for m in TILE_SIZES if m < first]
+    return (first, smaller[0] if smaller else None)
 
 
 def winograd_eligible(call, min_channels: int = 16) -> bool:
@@ -79,10 +113,12 @@ def winograd_eligible(call, min_channels: int = 16) -> bool:
     return min(dims["I"], dims["O"]) >= min_channels
 
 
-def apply_winograd(mod, tile_size: int | None = None, min_channels: int = 16):
+def apply_winograd(mod, tile_size: int | None = None, min_channels: int = 16,
+                   forms: Mapping[ConvSignature, int | None] | None = None):
     """Rewrite every eligible conv2d of ``mod`` to a Winograd F(m, 3) call_tir, m chosen
-    per layer by :func:`tile_size_for` (a layer with too few tiles stays direct), or
-    ``tile_size`` for all.
+    per layer by ``forms`` (by signature; None keeps the layer direct), else by
+    :func:`tile_size_for` (a layer with too few tiles stays direct), or ``tile_size`` for
+    all.
 
     Returns ``(module, number of rewritten convolutions)``; the input is left unchanged.
     The conv's padding goes into the operator, its weight is replaced by the transformed
@@ -90,7 +126,7 @@ def apply_winograd(mod, tile_size: int | None = None, min_channels: int = 16):
     """
     from tvm import relax
 
-    rewriter = _make_rewriter()(mod, tile_size, min_channels)
+    rewriter = _make_rewriter()(mod, tile_size, min_channels, dict(forms or {}))
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
@@ -98,6 +134,19 @@ def apply_winograd(mod, tile_size: int | None = None, min_channels: int = 16):
         return mod, 0
     # weight permutations folded into U (ConvertLayout's) are left unused: drop them
     return relax.transform.DeadCodeElimination()(rewriter.builder_.get()), rewriter.count
+
+
+def contested_layers(mod, min_channels: int = 16) -> dict[ConvSignature, tuple[int | None, ...]]:
+    """The eligible layers of ``mod`` with more than one form to tune (:func:`forms_for`),
+    by signature, each with its forms (the default first)."""
+    from tvm import relax
+
+    rewriter = _make_rewriter()(mod, None, min_channels, {}, survey=True)
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            rewriter.visit_expr(func)
+    return {signature: forms for signature, forms in rewriter.surveyed.items()
+            if len(forms) > 1}
 
 
 def transform_weight(weight_hwio: np.ndarray, tile_size: int = 4) -> np.ndarray:
@@ -186,6 +235,13 @@ def _matrices_f64(tile_size: int):
     return _cook_toom_convolution(points, tile_size, KERNEL_SIZE)
 
 
+def conv_signature(call) -> ConvSignature:
+    """The signature of an eligible conv2d call."""
+    out_channels = dict(zip(call.attrs.kernel_layout, call.args[1].value.shape))["O"]
+    return ConvSignature(tuple(static_shape(call.args[0])), int(out_channels),
+                         tuple(int(p) for p in call.attrs.padding))
+
+
 def _output_size(call) -> tuple[int, int]:
     """(H, W) out of a stride-1 3x3 NHWC conv2d."""
     _, h, w, _ = static_shape(call.args[0])
@@ -207,10 +263,13 @@ def _make_rewriter():
 
     @relax.expr_functor.mutator
     class WinogradRewriter(relax.PyExprMutator):
-        def __init__(self, mod, tile_size, min_channels):
+        def __init__(self, mod, tile_size, min_channels, forms, survey=False):
             super().__init__(mod)
             self.tile_size = tile_size
             self.min_channels = min_channels
+            self.forms = forms
+            self.survey = survey  # only note each layer's forms in ``surveyed``
+            self.surveyed: dict[ConvSignature, tuple[int | None, ...]] = {}
             self.count = 0
 
         def visit_call_(self, call):
@@ -219,7 +278,14 @@ def _make_rewriter():
             if not winograd_eligible(folded, self.min_channels):
                 return call
             call = folded
-            tile_size = self.tile_size or tile_size_for(*_output_size(call))
+            signature = conv_signature(call)
+            if self.survey:
+                self.surveyed[signature] = forms_for(*_output_size(call))
+                return call
+            if signature in self.forms:
+                tile_size = self.forms[signature]
+            else:
+                tile_size = self.tile_size or tile_size_for(*_output_size(call))
             if tile_size is None:
                 return call
             kernel_pack = transform_weight(_weight_hwio(call), tile_size)
@@ -229,7 +295,7 @@ def _make_rewriter():
             return self.builder_.call_te(
                 winograd_conv2d_nhwc, call.args[0], relax.const(kernel_pack),
                 padding=tuple(call.attrs.padding), tile_size=tile_size,
-                primfunc_name_hint="conv2d_winograd_nhwc",
+                primfunc_name_hint=f"conv2d_winograd_f{tile_size}_nhwc",
                 # fusable with the elementwise ops that follow: AnnotateTIROpPattern
                 # finds this pattern itself today and keeps a preset (nonzero) one, so a
                 # change in its analysis cannot cost the epilogue fusion

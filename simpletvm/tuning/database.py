@@ -110,3 +110,16 @@ def record_as_json(record: TuningRecord) -> list:
         return tvm.ir.save_json(value)
 
     return plain(ms_database._ffi_api.TuningRecordAsJSON(record))
+
+
+def best_latency_s(database, task) -> float | None:
+    """A tuning task's best measured latency in ``database`` (any MetaSchedule
+    database): the mean run time of its fastest record, or None when it has none."""
+    mod = task.dispatched[0]
+    if not database.has_workload(mod):
+        return None
+    best = database.get_top_k(database.commit_workload(mod), 1)
+    if not best or not best[0].run_secs:
+        return None
+    seconds = [float(s) for s in best[0].run_secs]
+    return sum(seconds) / len(seconds)

@@ -17,6 +17,7 @@ import uuid
 import warnings
 from typing import Any, Callable
 
+from ..conv_forms import ConvForms
 from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
@@ -34,7 +35,9 @@ class TuningJob:
     carries them out with MetaSchedule and reports what happened back to it.
 
     Args:
-        fused_mod: the module after :func:`simpletvm.lowering.fuse`.
+        fused_mod: the module after :func:`simpletvm.lowering.fuse`, or a model's
+            :class:`~simpletvm.conv_forms.ConvForms` (the tasks of every form of its
+            contested layers, the rival forms' tasks known to the plan).
         target: where the tuned code will run.
         options: tuning parameters.
         records: the store's tuning records: every measured record is committed there
@@ -84,13 +87,17 @@ class TuningJob:
         self.run_id = run_id or uuid.uuid4().hex
         self._tvm_target = target.tvm_target()
         self._num_threads = num_threads or "physical"
-        self.tasks = extract_tasks(fused_mod, target)
+        forms = fused_mod if isinstance(fused_mod, ConvForms) else None
+        self.tasks = extract_tasks(forms.modules() if forms else fused_mod, target)
         measured_before = records.run_counts(self.run_id)
         self._keys = [workload_key(t.dispatched[0]) for t in self.tasks]
+        index = {key: i for i, key in enumerate(self._keys)}
         self.plan = TuningPlan(
             [t.task_name for t in self.tasks], [int(t.weight) for t in self.tasks],
             [task_flops(t) for t in self.tasks], options,
-            measured_before=[measured_before.get(key, 0) for key in self._keys])
+            measured_before=[measured_before.get(key, 0) for key in self._keys],
+            rivals=[([index[k] for k in r.default_tasks], [index[k] for k in r.variant_tasks])
+                    for r in (forms.rivalries if forms else [])])
         self._database = RecordDatabase(
             records, self._tvm_target, run_id=self.run_id,
             scope="all" if options.transfer_learning else "run")

@@ -68,13 +68,19 @@ class TuningPlan:
         options: the job's options.
         measured_before: per task, the trials a stopped run under the same id measured;
             they count against every budget and are never measured again.
+        rivals: pairs of task groups of which the model is built with one only (a
+            layer in two forms, :mod:`simpletvm.conv_forms`): the estimate counts the
+            faster group, and the slower group's tasks are measured further only when
+            their expected gain exceeds the gap.
         clock: seconds (``time.time``); tests pass their own.
     """
 
     def __init__(self, names: Sequence[str], weights: Sequence[int], flops: Sequence[float],
                  options: TuningOptions, measured_before: Sequence[int] | None = None,
+                 rivals: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
                  clock: Callable[[], float] = time.time):
         self.options = options
+        self.rivals = [(list(a), list(b)) for a, b in rivals]
         self.progress = [TaskProgress(name, int(weight)) for name, weight in zip(names, weights)]
         self.first_round = first_round_trials(
             [f * int(w) for f, w in zip(flops, weights)], options)
@@ -211,7 +217,24 @@ class TuningPlan:
         for progress in self.progress:  # spent before a resume: nothing left to measure
             if not progress.done and progress.trials >= self.options.per_task_trials():
                 progress.done = True
-        return next_task(self.progress, self.options.task_scheduler)
+        return next_task(self.progress, self.options.task_scheduler, self._handicaps())
+
+    def _group_latency(self, group: Sequence[int]) -> float:
+        """Calls x best latency of a group's tasks (inf until each has a measurement)."""
+        return sum(self.progress[i].weight * self.progress[i].best_latency_s for i in group)
+
+    def _losers(self) -> dict[int, float]:
+        """Tasks of the slower group of each measured rivalry -> the gap in seconds."""
+        losers: dict[int, float] = {}
+        for first, second in self.rivals:
+            a, b = self._group_latency(first), self._group_latency(second)
+            if math.isfinite(a) and math.isfinite(b):
+                loser, gap = (second, b - a) if b >= a else (first, a - b)
+                losers.update({index: gap for index in loser})
+        return losers
+
+    def _handicaps(self) -> dict[int, float]:
+        return self._losers() if self.options.task_scheduler == "gradient" else {}
 
     # ---- what it amounts to -----------------------------------------------------------
     def summary(self) -> dict:
@@ -224,8 +247,12 @@ class TuningPlan:
              "skipped": p.skipped}
             for p in self.progress
         ]
-        estimate = sum(p.weight * p.best_latency_s for p in self.progress
-                       if math.isfinite(p.best_latency_s))
+        unmeasured_rivals = {index for first, second in self.rivals
+                             if not math.isfinite(self._group_latency(second))
+                             for index in second}
+        left_out = set(self._losers()) | unmeasured_rivals
+        estimate = sum(p.weight * p.best_latency_s for index, p in enumerate(self.progress)
+                       if math.isfinite(p.best_latency_s) and index not in left_out)
         return {"tasks": tasks, "num_tasks": len(self.progress), "trials": self.trials,
                 "errors": sum(p.errors for p in self.progress),
                 "estimated_latency_s": estimate,

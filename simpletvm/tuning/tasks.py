@@ -14,7 +14,7 @@ each task to the end of its budget before the next, the thesis' order.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 TASK_SCHEDULERS = ("gradient", "sequential")
@@ -41,8 +41,13 @@ class TaskProgress:
         self.history.append(self.best_latency_s)
 
 
-def next_task(progress: Sequence[TaskProgress], order: str = "gradient") -> int | None:
-    """Index of the task to measure next, or None when every task is done."""
+def next_task(progress: Sequence[TaskProgress], order: str = "gradient",
+              handicap: Mapping[int, float] | None = None) -> int | None:
+    """Index of the task to measure next, or None when every task is done.
+
+    ``handicap``: seconds a task's gain must exceed before it lowers the model's
+    latency at all (a task of a layer's form that is slower than the layer's other form
+    by that much)."""
     alive = [index for index, task in enumerate(progress) if not task.done]
     if not alive:
         return None
@@ -51,7 +56,9 @@ def next_task(progress: Sequence[TaskProgress], order: str = "gradient") -> int 
     unmeasured = [index for index in alive if not progress[index].history]
     if unmeasured:
         return unmeasured[0]
-    return max(alive, key=lambda index: (expected_gain(progress[index]), -index))
+    handicap = handicap or {}
+    return max(alive, key=lambda index: (
+        expected_gain(progress[index]) - handicap.get(index, 0.0), -index))
 
 
 def expected_gain(task: TaskProgress) -> float:

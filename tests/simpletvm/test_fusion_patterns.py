@@ -58,10 +58,10 @@ def test_the_residual_pad_fuses_into_an_operator_metaschedule_cannot_schedule(bl
     error = design_space_error(stvm, as_imported, name)
     assert error and "reverse-compute-at" in error
     # the lowering SimpleTVM uses keeps the pad a kernel of its own: schedulable
-    names = [t.task_name for t in extract_tasks(stvm._fused, stvm.target)]
+    names = [t.task_name for t in extract_tasks(stvm.fused_module, stvm.target)]
     name = residual_task(names)
     assert "pad" not in name and any(n.startswith("pad_residual") for n in names)
-    assert design_space_error(stvm, stvm._fused, name) is None
+    assert design_space_error(stvm, stvm.fused_module, name) is None
 
 
 def test_separating_residual_pads_leaves_other_models_alone(tiny_onnx, store):
@@ -69,16 +69,15 @@ def test_separating_residual_pads_leaves_other_models_alone(tiny_onnx, store):
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
     plain = fuse(stvm.model.mod, stvm.target, separate_residual_pads=False)
-    tvm.ir.assert_structural_equal(stvm._fused, plain)
+    tvm.ir.assert_structural_equal(stvm.fused_module, plain)
 
 
 @pytest.mark.slow  # tunes
 def test_autotune_skips_the_task_it_cannot_schedule_and_tunes_the_rest(block, store):
     model, x, expected = block
     ctx = BenchmarkingContext("cpu", store=store)
-    stvm = SimpleTVM(ctx).from_model(model)
     # the lowering as it was before residual pads were separated
-    stvm._fused = fuse(stvm.model.mod, stvm.target, separate_residual_pads=False)
+    stvm = SimpleTVM(ctx).from_model(model, lowering={"separate_residual_pads": False})
     stvm.autotune(**FAST)
     summary = stvm.tuning_summary
     [skipped] = summary["skipped_tasks"]

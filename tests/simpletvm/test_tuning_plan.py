@@ -145,3 +145,33 @@ def test_the_estimate_weighs_each_task_by_its_calls():
     run_to_end(plan, {0: 0.002, 1: 0.001}.get)
     assert plan.summary()["estimated_latency_s"] == pytest.approx(3 * 0.002 + 0.001)
     assert math.isclose(plan.summary()["tasks"][0]["best_latency_s"], 0.002)
+
+
+def test_rival_forms_count_once_and_the_slower_one_gets_less_budget():
+    # t0 is shared; t1 and t2 are one layer in two forms, t2 the slower by 3 ms
+    latency = {0: 1e-3, 1: 2e-3, 2: 5e-3}.__getitem__
+    options = TuningOptions(total_trials=240, batch_size=8)
+    rivals = plan_of([0, 0, 0], options, rivals=[([1], [2])])
+    plain = plan_of([0, 0, 0], options)
+    with_rivals, without = run_to_end(rivals, latency), run_to_end(plain, latency)
+    assert rivals.summary()["estimated_latency_s"] == pytest.approx(3e-3)  # t0 + t1
+    assert plain.summary()["estimated_latency_s"] == pytest.approx(8e-3)
+    measured = lambda iterations, task: sum(n for t, n in iterations if t == task)
+    assert 0 < measured(with_rivals, 2) < measured(without, 2)
+    assert measured(with_rivals, 1) > measured(without, 1)
+
+
+def test_the_faster_rival_is_the_one_the_estimate_counts():
+    latency = {0: 1e-3, 1: 4e-3, 2: 1.5e-3}.__getitem__  # the alternative form wins
+    plan = plan_of([0, 0, 0], TuningOptions(total_trials=60, batch_size=8),
+                   rivals=[([1], [2])])
+    run_to_end(plan, latency)
+    assert plan.summary()["estimated_latency_s"] == pytest.approx(2.5e-3)
+
+
+def test_an_unmeasured_rival_form_is_left_out_of_the_estimate():
+    plan = plan_of([0, 0, 0], TuningOptions(batch_size=8), rivals=[([1], [2])])
+    for _ in range(2):  # the first round reaches t0 and t1 only
+        iterate(plan, {0: 1e-3, 1: 2e-3}.__getitem__)
+    assert plan.task == 2
+    assert plan.summary()["estimated_latency_s"] == pytest.approx(3e-3)

@@ -178,7 +178,7 @@ def test_fuse_puts_bias_relu_and_residual_into_the_winograd_task():
     assert call_tir_count(fused) == 1  # conv, bias, ReLU and residual add: one kernel
     tasks = extract_tasks(fused, target)
     assert len(tasks) == 1
-    assert "winograd_nhwc_add_relu_add" in tasks[0].task_name
+    assert "winograd_f4_nhwc_add_relu_add" in tasks[0].task_name
     names = block_names(tasks[0].dispatched[0])
     assert {"data_pack", "bgemm", "inverse", "compute"} <= names  # compute: the ReLU
     assert sum(name.startswith("T_add") for name in names) == 2  # bias, residual

@@ -1,0 +1,139 @@
+"""Each convolution in the form that measures fastest: Winograd F(4,3), F(2,3) or direct.
+
+A Winograd layer with few output tiles reads each of its transformed weights (up to 4x
+the direct ones) only a few times, so whether it beats the next smaller form depends on
+the machine's memory as much as on the multiplications saved. ResNet-18's 512-channel
+7x7 layers as F(4,3) ran 1.5x their estimate inside the model. Such contested layers
+(:func:`simpletvm.winograd.contested_layers`) are tuned in both forms: tuning takes its
+tasks from the model in its default forms and from one variant per contested layer and
+alternative form. The build then compares, per layer, the tasks that differ between the
+two modules, their calls times their best measured latencies, and compiles each layer
+in the faster form. A form whose tasks are not all measured is not chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable
+
+from .lowering import extract_tasks, fuse, to_layout
+from .targets import ResolvedTarget
+from .winograd import ConvSignature, contested_layers
+
+
+def form_name(tile_size: int | None) -> str:
+    return "direct" if tile_size is None else f"F({tile_size},3)"
+
+
+@dataclass(frozen=True)
+class FormChoice:
+    """The form a contested layer is built in, and the estimate behind the choice: per
+    form, the ms of the tasks that only it has (None: not all of them measured)."""
+
+    layer: ConvSignature
+    chosen: int | None
+    estimate_ms: dict[str, float | None]
+    estimate_s: float | None  # of the chosen form's own tasks
+
+    def describe(self) -> dict[str, Any]:
+        return {"layer": str(self.layer), "form": form_name(self.chosen),
+                "estimate_ms": self.estimate_ms}
+
+
+class ConvForms:
+    """The fused modules of a model's forms: its default one, and a variant per contested
+    layer and alternative form (fused on first use)."""
+
+    def __init__(self, mod, target: ResolvedTarget, **lowering: Any):
+        self._mod = mod
+        self._target = target
+        self._lowering = lowering
+        self.default = fuse(mod, target, **lowering)
+        if target.device_type == "cpu" and lowering.get("winograd", True):
+            self.contested = contested_layers(to_layout(mod, target, lowering.get("layout", "NHWC")))
+        else:
+            self.contested = {}
+
+    @cached_property
+    def variants(self) -> dict[tuple[ConvSignature, int | None], Any]:
+        """(layer, alternative form) -> the model fused with that layer in that form."""
+        return {(layer, form): fuse(self._mod, self._target, winograd_forms={layer: form},
+                                    **self._lowering)
+                for layer, forms in self.contested.items() for form in forms[1:]}
+
+    def modules(self) -> list:
+        """Every module tuning takes tasks from: the default one first."""
+        return [self.default, *self.variants.values()]
+
+    @cached_property
+    def rivalries(self) -> list[Rivalry]:
+        """Per contested layer and alternative form, the tasks only the default module
+        has and those only the variant has."""
+        default_tasks = _tasks_by_key(self.default, self._target)
+        rivalries = []
+        for (layer, form), variant in self.variants.items():
+            variant_tasks = _tasks_by_key(variant, self._target)
+            rivalries.append(Rivalry(
+                layer, self.contested[layer][0], form,
+                {k: t for k, t in default_tasks.items() if k not in variant_tasks},
+                {k: t for k, t in variant_tasks.items() if k not in default_tasks}))
+        return rivalries
+
+    def choose(self, latency_s: Callable[[Any], float | None]) -> tuple[Any, list[FormChoice]]:
+        """The module to build, each contested layer in its fastest measured form, and
+        the choices; ``latency_s(task)`` is a task's best measured latency or None."""
+        if not self.contested:
+            return self.default, []
+        chosen: dict[ConvSignature, FormChoice] = {}
+        for rivalry in self.rivalries:
+            default_s = _estimate(rivalry.default_tasks, latency_s)
+            variant_s = _estimate(rivalry.variant_tasks, latency_s)
+            previous = chosen.get(rivalry.layer)
+            estimate = {**(previous.estimate_ms if previous else {}),
+                        form_name(rivalry.default_form): _ms(default_s),
+                        form_name(rivalry.form): _ms(variant_s)}
+            best, best_s = (previous.chosen, previous.estimate_s) if previous \
+                else (rivalry.default_form, default_s)
+            if variant_s is not None and default_s is not None and variant_s < default_s \
+                    and (best_s is None or variant_s < best_s):
+                best, best_s = rivalry.form, variant_s
+            chosen[rivalry.layer] = FormChoice(rivalry.layer, best, estimate, best_s)
+        choices = list(chosen.values())
+        if all(choice.chosen == self.contested[choice.layer][0] for choice in choices):
+            return self.default, choices
+        forms = {choice.layer: choice.chosen for choice in choices}
+        return fuse(self._mod, self._target, winograd_forms=forms, **self._lowering), choices
+
+
+@dataclass(frozen=True)
+class Rivalry:
+    """One contested layer in its default form against an alternative one: the tasks
+    (by workload key) that only the model in each form has."""
+
+    layer: ConvSignature
+    default_form: int | None
+    form: int | None
+    default_tasks: dict[str, Any]
+    variant_tasks: dict[str, Any]
+
+
+def _tasks_by_key(fused, target) -> dict[str, Any]:
+    from .tuning.database import workload_key
+
+    return {workload_key(task.dispatched[0]): task for task in extract_tasks(fused, target)}
+
+
+def _estimate(tasks: dict[str, Any], latency_s: Callable[[Any], float | None]) -> float | None:
+    """Calls x best latency of ``tasks``, or None when one of them has no measurement."""
+    total = 0.0
+    for task in tasks.values():
+        latency = latency_s(task)
+        if latency is None:
+            return None
+        total += int(task.weight) * latency
+    return total
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1e3, 4)

@@ -1,0 +1,158 @@
+"""Contested layers tuned in two forms, built in the faster: which layers are contested,
+the tasks each form adds, the choice by measured latency, and the built model's output.
+
+Models are built with Relax's BlockBuilder (no TensorFlow); weights from seeded rngs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simpletvm.conv_forms import ConvForms
+from simpletvm.lowering import compile_fused, extract_tasks
+from simpletvm.targets import resolve_target
+from simpletvm.winograd import ConvSignature, forms_for
+
+
+def two_layer_model(seed: int = 0):
+    """conv3x3 16->16 at 28x28 (not contested) -> stride-2 pool -> conv3x3 16->16 at
+    14x14 (F(4,3) gives 16 tiles: contested with F(2,3)), each with ReLU."""
+    from tvm import relax
+
+    rng = np.random.default_rng(seed)
+    weights = [rng.standard_normal((3, 3, 16, 16)).astype("float32") / 12 for _ in range(2)]
+    x = relax.Var("x", relax.TensorType((1, 28, 28, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(
+                x, relax.const(weights[0]), padding=1, data_layout="NHWC",
+                kernel_layout="HWIO")))
+            y = bb.emit(relax.op.nn.max_pool2d(y, 2, 2, layout="NHWC"))
+            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(
+                y, relax.const(weights[1]), padding=1, data_layout="NHWC",
+                kernel_layout="HWIO")))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get(), weights
+
+
+def reference(x, weights):
+    def conv_relu(h, w):
+        padded = np.pad(h, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        out = np.zeros(h.shape[:3] + (w.shape[3],), dtype="float64")
+        for i in range(3):
+            for j in range(3):
+                out += padded[:, i:i + h.shape[1], j:j + h.shape[2], :] @ w[i, j]
+        return np.maximum(out, 0)
+
+    h = conv_relu(x, weights[0])
+    h = h.reshape(1, 14, 2, 14, 2, 16).max(axis=(2, 4))
+    return conv_relu(h, weights[1])
+
+
+@pytest.mark.parametrize("size, forms", [
+    (56, (4,)), (28, (4,)),  # many tiles: F(4,3) only
+    (14, (4, 2)),  # 16 tiles of 4x4: F(2,3) measured too
+    (7, (2, None)),  # 16 tiles of 2x2: direct measured too
+    (3, (None,)),  # too few tiles for any Winograd form
+])
+def test_layers_with_few_tiles_are_tuned_in_the_next_smaller_form_too(size, forms):
+    assert forms_for(size, size) == forms
+
+
+def test_the_contested_layer_gets_a_variant_whose_tasks_rival_the_default_ones():
+    mod, _ = two_layer_model()
+    forms = ConvForms(mod, resolve_target("cpu"))
+    assert forms.contested == {ConvSignature((1, 14, 14, 16), 16, (1, 1, 1, 1)): (4, 2)}
+    assert len(forms.modules()) == 2
+    [rivalry] = forms.rivalries
+    assert (rivalry.default_form, rivalry.form) == (4, 2)
+    [default_task] = rivalry.default_tasks.values()
+    [variant_task] = rivalry.variant_tasks.values()
+    assert "winograd_f4" in default_task.task_name
+    assert "winograd_f2" in variant_task.task_name
+    names = [t.task_name for t in extract_tasks(forms.modules(), resolve_target("cpu"))]
+    assert len(names) == len(extract_tasks(forms.default, resolve_target("cpu"))) + 1
+    assert sum("winograd_f2" in name for name in names) == 1
+
+
+def chosen_form(forms: ConvForms, latency_by_form):
+    """choose() with each task's latency given by its Winograd form in its name."""
+    def latency_s(task):
+        for form, latency in latency_by_form.items():
+            if form in task.task_name:
+                return latency
+        return 1e-4  # the layers that are not contested
+    return forms.choose(latency_s)
+
+
+def test_build_takes_the_form_that_measured_faster():
+    mod, _ = two_layer_model()
+    forms = ConvForms(mod, resolve_target("cpu"))
+    module, [choice] = chosen_form(forms, {"winograd_f4": 3e-4, "winograd_f2": 2e-4})
+    assert choice.chosen == 2 and choice.estimate_ms == {"F(4,3)": 0.3, "F(2,3)": 0.2}
+    names = [t.task_name for t in extract_tasks(module, resolve_target("cpu"))]
+    assert sum("winograd_f2" in n for n in names) == 1
+    assert sum("winograd_f4" in n for n in names) == 1  # the 28x28 layer keeps F(4,3)
+    module, [choice] = chosen_form(forms, {"winograd_f4": 2e-4, "winograd_f2": 3e-4})
+    assert choice.chosen == 4 and module is forms.default
+
+
+def test_a_form_not_measured_is_not_chosen():
+    mod, _ = two_layer_model()
+    forms = ConvForms(mod, resolve_target("cpu"))
+    module, [choice] = chosen_form(forms, {"winograd_f4": 3e-4, "winograd_f2": None})
+    assert choice.chosen == 4 and module is forms.default
+    assert choice.describe() == {"layer": "3x3 16->16 at 14x14", "form": "F(4,3)",
+                                 "estimate_ms": {"F(4,3)": 0.3, "F(2,3)": None}}
+
+
+def test_without_winograd_nothing_is_contested():
+    mod, _ = two_layer_model()
+    forms = ConvForms(mod, resolve_target("cpu"), winograd=False)
+    assert forms.contested == {} and forms.modules() == [forms.default]
+
+
+def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
+    """Tuning with the fake builder and runner (random latencies), records in a real
+    store: the job measures both forms, the plan's estimate counts the faster, and the
+    model built with the records computes the same numbers as numpy."""
+    import tvm
+    from tvm import relax
+
+    from simpletvm.testing import fake_builder, fake_runner
+    from simpletvm.tuning.database import RecordDatabase, best_latency_s
+    from simpletvm.tuning.job import TuningJob
+    from simpletvm.tuning.options import TuningOptions
+    from simpletvm.tuning.records import RecordStore
+
+    target = resolve_target("cpu")
+    mod, weights = two_layer_model()
+    forms = ConvForms(mod, target)
+    records = RecordStore(tmp_path / "records.sqlite")
+    job = TuningJob(forms, target, TuningOptions(trials=4, batch_size=2, population=8),
+                    records=records, builder=fake_builder(), runner=fake_runner(seed=3),
+                    run_id="forms")
+    job.run()
+    [rivalry] = forms.rivalries
+    assert len(job.tasks) == len(extract_tasks(forms.default, target)) + 1
+    database = RecordDatabase(records, target.tvm_target(), scope="run", run_id="forms")
+    latency = {key: best_latency_s(database, task) for key, task in
+               [*rivalry.default_tasks.items(), *rivalry.variant_tasks.items()]}
+    assert all(latency.values())
+    module, [choice] = forms.choose(lambda task: best_latency_s(database, task))
+    default_s, = (latency[k] for k in rivalry.default_tasks)
+    variant_s, = (latency[k] for k in rivalry.variant_tasks)
+    assert choice.chosen == (2 if variant_s < default_s else 4)
+    summary = job.summary()
+    [(loser_key, loser)] = (rivalry.default_tasks if variant_s < default_s
+                            else rivalry.variant_tasks).items()
+    every_task = sum(t["weight"] * t["best_latency_s"] for t in summary["tasks"])
+    assert summary["estimated_latency_s"] == pytest.approx(
+        every_task - int(loser.weight) * latency[loser_key])
+    vm = relax.VirtualMachine(compile_fused(module, target, database), tvm.cpu())
+    x = np.random.default_rng(1).standard_normal((1, 28, 28, 16)).astype("float32")
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
+                               reference(x, weights), rtol=1e-4, atol=1e-4)
