@@ -1,0 +1,85 @@
+"""The quickstart's tuned module against TFLite (XNNPACK), in many rounds.
+
+The quickstart compares its module with TFLite in 5 rounds of 20 calls; at 0.2 ms a call
+one noisy round moves that median, and TFLite's figure once moved 1.7x between two runs
+of the command. This script loads a saved run (the quickstart prints its run id), builds
+TFLite's model from the same built-in Keras model (same options, same seeded weights),
+checks that both compute the same output, then times both in alternating rounds (each
+turn opening with untimed warm-up calls) and reports the medians, the ratio and in how
+many rounds SimpleTVM was the faster.
+
+    python bench/quickstart_tflite.py --run-id RUN [--store DIR] [--rounds 40]
+                                      [--calls 50] [--out bench/results/quickstart_tflite.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-id", required=True, help="a saved quickstart run")
+    parser.add_argument("--store", help="run store root (default: SimpleTVM's)")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--calls", type=int, default=50, help="timed calls per round")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/quickstart_tflite.json"))
+    args = parser.parse_args()
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.comparison import simpletvm_runner, time_side_by_side, tflite_runner
+    from simpletvm.models.tflite import keras_to_tflite
+    from simpletvm.models.zoo import build_keras_model
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store)).load(args.run_id)
+    builtin = dict(stvm.context.model.get("builtin") or {})
+    if not builtin:
+        raise SystemExit(f"run {args.run_id} is not of a built-in model: nothing to "
+                         "rebuild TFLite's model from")
+    model = builtin.pop("name")
+    options = {key: value for key, value in builtin.items()
+               if key not in ("batch_norm", "batch_size")}
+    threads = stvm.target.spec.get("num-cores", os.cpu_count())
+    size = options["image_size"]
+    example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
+    runners = {"simpletvm": simpletvm_runner(stvm, example),
+               "tflite": tflite_runner(keras_to_tflite(build_keras_model(model, **options)),
+                                       example, threads)}
+    difference = float(np.abs(runners["simpletvm"]() - runners["tflite"]()).max())
+    if difference > 1e-4:
+        raise SystemExit(f"the saved module and TFLite disagree (max |diff| {difference:.3g}):"
+                         " is the run a quickstart of this model?")
+
+    samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
+    per_round = {name: np.median(np.reshape(s, (args.rounds, args.calls)), axis=1) * 1e3
+                 for name, s in samples.items()}
+    medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+    ratios = per_round["simpletvm"] / per_round["tflite"]
+    result = {
+        "run_id": args.run_id, "model": model, "options": options, "threads": threads,
+        "rounds": args.rounds, "calls": args.calls, "max_abs_difference": difference,
+        "median_ms": medians,
+        "p90_ms": {name: float(np.percentile(s, 90)) * 1e3 for name, s in samples.items()},
+        "ratio": medians["simpletvm"] / medians["tflite"],
+        "rounds_simpletvm_faster": int((ratios < 1).sum()),
+        "round_ratio_quartiles": [float(q) for q in np.percentile(ratios, [25, 50, 75])],
+    }
+    print(f"{model} {options}, {threads} threads, {args.rounds} rounds x {args.calls} calls")
+    for name in runners:
+        print(f"  {name:<10} median {medians[name]:.3f} ms, p90 {result['p90_ms'][name]:.3f} ms")
+    quartiles = ", ".join(f"{q:.2f}" for q in result["round_ratio_quartiles"])
+    print(f"  SimpleTVM / TFLite {result['ratio']:.2f}; per round: quartiles {quartiles}; "
+          f"SimpleTVM faster in {result['rounds_simpletvm_faster']} of {args.rounds} rounds")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
