@@ -1,10 +1,15 @@
 """The adapter that lets the scheduler drive SimpleTVM's TuningJob.
 
-The rest of the scheduler knows nothing of TVM; this module imports simpletvm only
-inside the worker process that builds the job, from a picklable :class:`TuningJobSpec`.
-Each job profiles through the RPC tracker on servers of its device key; with one server
-per device resource, the scheduler's exclusive device use means the tracker always has
-a free server when a profile stage starts.
+The rest of the scheduler knows nothing of TVM; this module imports SimpleTVM's tuning
+only inside the worker process that builds the job, from a picklable
+:class:`TuningJobSpec` (the driver imports ``simpletvm.rpc``, which loads no TVM, to
+name devices).
+Each job profiles through the RPC tracker on servers of its device key. A profile stage
+reaches the server of the device resource the scheduler granted it: a resource named
+``<key>.<n>`` is the one server registered under that RPC key (:func:`rpc_devices`,
+``LocalRPC(..., key_per_server=True)``); any other name stands for all servers of the
+key, which the tracker hands out, and is exclusive only as the key's one resource
+(:func:`simpletvm.rpc.server_key`).
 """
 
 from __future__ import annotations
@@ -12,8 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult, StageStatus
-from scheduler.resources import device_role
+from scheduler.base import CLIENT, DEVICE, Job, Resource, Stage, StageResult, StageStatus
+from scheduler.resources import device, device_role
+
+
+def rpc_devices(key: str, count: int) -> list[Resource]:
+    """``count`` devices of ``key``, each named by the RPC key its own server registers
+    under (:func:`simpletvm.rpc.device_keys`): a stage granted one profiles on that
+    server and no other."""
+    from simpletvm.rpc import device_keys
+
+    return [device(name, key) for name in device_keys(key, count)]
 
 
 @dataclass(frozen=True)
@@ -46,16 +60,18 @@ class TuningJobAdapter(Job):
 
     def __init__(self, spec: TuningJobSpec) -> None:
         from simpletvm import BenchmarkingContext, SimpleTVM
+        from simpletvm.rpc import DeviceGrant
         from simpletvm.tuning import TuningOptions
 
         self.spec = spec
+        self.device = DeviceGrant(spec.device_key)
         context = BenchmarkingContext(spec.target, device_key=spec.device_key,
                                       store=spec.store, run_id=spec.run_id,
                                       **spec.context_options)
         self.simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
             spec.model, **spec.model_options)
         self.tuning = self.simpletvm.tuning_job(TuningOptions(**spec.tuning), spec.tracker,
-                                                spec.device_key,
+                                                self.device,
                                                 buffer_records=spec.records_to_driver)
 
     @property
@@ -70,6 +86,8 @@ class TuningJobAdapter(Job):
         return Stage(spec.kind, role, spec.task, spec.iteration)
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
+        if stage.resource_kind == DEVICE:
+            self.device.grant(resource_name)
         ran = self.tuning.run_stage()
         if (ran.kind, ran.task, ran.iteration) != (stage.kind, stage.task, stage.iteration):
             return StageResult(StageStatus.ERROR, f"ran {ran} but the scheduler asked for {stage}")

@@ -5,12 +5,20 @@ Profiling goes through an RPC server registered with a tracker under a device ke
 gives a job exclusive use of it. Without a tracker of the user's, SimpleTVM starts a
 local tracker and one server for the duration of autotuning, as the thesis' did.
 A built module runs, or is timed, on such a server through :func:`remote_module`.
+
+The tracker hands out any free server of a key. When a scheduler owns several devices
+of one key, each device's server registers under a key of its own, ``<key>.<n>``
+(:func:`device_keys`), the scheduler's device resource carries that name, and a stage
+granted the resource asks the tracker for that key only (:func:`server_key`,
+:class:`DeviceGrant`): no other job's stage can be handed that server meanwhile.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +63,41 @@ def require_servers(host: str, port: int, key: str) -> None:
             f"no RPC server with device key {key!r} is registered at {host}:{port}: "
             f"it stopped or was never started; start one with `python -m tvm.exec.rpc_server "
             f"--tracker {host}:{port} --key {key}` (or `superb server`) and run again")
+
+
+def device_keys(key: str, count: int) -> list[str]:
+    """The RPC keys of ``count`` devices of ``key`` whose servers register one device each
+    (``LocalRPC(..., key_per_server=True)``): ``<key>.0``, ``<key>.1``, ... A scheduler's
+    device resource named so stands for that one server."""
+    return [f"{key}.{index}" for index in range(count)]
+
+
+def server_key(key: str, resource_name: str) -> str:
+    """The RPC key a stage granted the device resource ``resource_name`` of device key
+    ``key`` profiles or evaluates under: the resource's name when it names a server of
+    its own (``<key>.<anything>``, see :func:`device_keys`), else ``key`` itself (the one
+    resource stands for every server of ``key``, and the tracker picks a free one)."""
+    return resource_name if resource_name.startswith(f"{key}.") else key
+
+
+@dataclass
+class DeviceGrant:
+    """Which server of device key ``key`` a job's device stages reach.
+
+    Until a scheduler grants a device, ``server_key`` is ``key``: any free server of it,
+    what a job running alone wants. A scheduler's adapter calls :meth:`grant` with each
+    device stage's resource before the stage runs, so the stage reaches the server of
+    the device the scheduler reserved for it.
+    """
+
+    key: str
+    server_key: str = ""
+
+    def __post_init__(self) -> None:
+        self.server_key = self.server_key or self.key
+
+    def grant(self, resource_name: str) -> None:
+        self.server_key = server_key(self.key, resource_name)
 
 
 def free_servers(host: str, port: int, key: str) -> int:
@@ -151,6 +194,10 @@ class LocalRPC:
     """A tracker (unless ``tracker`` names a running one) plus ``servers`` servers for
     each device key, on this machine.
 
+    The servers of a key register under it, and the tracker hands out any free one; with
+    ``key_per_server`` each registers under a key of its own (:func:`device_keys`), one
+    device each, for a scheduler to grant. With ``log_dir``, each server logs its
+    sessions (who connected, what it loaded) to ``<log_dir>/<its RPC key>.log``.
     Ports are the first free ones in TVM's ranges (the tracker's ``port`` when given).
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -160,8 +207,10 @@ class LocalRPC:
     host: str = LOOPBACK
     tracker: tuple[str, int] | None = None
     port: int | None = None
+    key_per_server: bool = False
+    log_dir: Path | None = None
     _tracker: object = field(default=None, init=False, repr=False)
-    _servers: list = field(default_factory=list, init=False, repr=False)
+    _servers: dict = field(default_factory=dict, init=False, repr=False)  # handle -> key
 
     @property
     def key(self) -> str:
@@ -177,6 +226,11 @@ class LocalRPC:
         host = self.host if self.host not in ("0.0.0.0", "") else LOOPBACK
         return host, int(self._tracker.port)
 
+    def server_keys(self, key: str) -> list[str]:
+        """The RPC keys the servers of device key ``key`` register under (one per server
+        with ``key_per_server``, else ``key`` once)."""
+        return device_keys(key, self.servers) if self.key_per_server else [key]
+
     def start(self, timeout: float = 30.0) -> "LocalRPC":
         from tvm.rpc.tracker import Tracker
 
@@ -184,29 +238,45 @@ class LocalRPC:
             if self.tracker is None:
                 low, high = (self.port, self.port + 1) if self.port else TRACKER_PORTS
                 self._tracker = Tracker(self.host, low, high, silent=True)
-            for key in self.keys:
-                for _ in range(self.servers):
-                    self.add_server(key)
-            for key in self.keys:
-                wait_for_servers(*self.address, key, self.servers, timeout)
+            registered = {name: 1 if self.key_per_server else self.servers
+                          for key in self.keys for name in self.server_keys(key)}
+            for name, count in registered.items():
+                for _ in range(count):
+                    self.add_server(name)
+            for name, count in registered.items():
+                wait_for_servers(*self.address, name, count, timeout)
         except BaseException:
             self.stop()
             raise
         return self
 
     def add_server(self, key: str):
-        """Start one more server of ``key``; returns it (``.proc`` is its process)."""
+        """Start one more server registered under ``key``; returns it (``.proc`` is its
+        process, ``.port`` its port)."""
         from tvm.rpc.server import Server
 
+        log = None if self.log_dir is None else Path(self.log_dir) / f"{key}.log"
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
         server = Server(self.host, *SERVER_PORTS, tracker_addr=self.address, key=key,
-                        silent=True)
-        self._servers.append(server)
+                        silent=log is None,
+                        server_init_callback=partial(_log_sessions_to, str(log)) if log else None)
+        self._servers[server] = key
         return server
 
     @property
     def server_handles(self) -> list:
         """The servers started so far (``terminate()`` stops one)."""
         return list(self._servers)
+
+    def server_of(self, key: str):
+        """The first server started under the RPC key ``key`` (with ``key_per_server``,
+        the one device a resource of that name stands for)."""
+        for server, registered in self._servers.items():
+            if registered == key:
+                return server
+        raise KeyError(f"no server of this LocalRPC registers under {key!r}; "
+                       f"keys: {sorted(set(self._servers.values()))}")
 
     def stop(self) -> None:
         for server in self._servers:
@@ -221,3 +291,13 @@ class LocalRPC:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _log_sessions_to(path: str) -> None:
+    """In a server's process, before it starts: TVM's server log goes to ``path``."""
+    server_log = logging.getLogger("RPCServer")  # tvm.rpc.server's logger
+    for handler in list(server_log.handlers):
+        server_log.removeHandler(handler)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    server_log.addHandler(handler)

@@ -4,7 +4,8 @@ Its stages: ``import`` (client: from_model, and the tuning job's setup for a tun
 the tuning stages (select, build and update on the client, profile on the device),
 ``compile`` (client: build, and save when asked) and ``evaluate`` (device: exclusive,
 like profiling, so no evaluation overlaps another job's profile on that device). An
-untuned run has no tuning stages.
+untuned run has no tuning stages. A device stage reaches the server of the device
+resource it was granted (:class:`simpletvm.rpc.DeviceGrant`).
 
 The job lives in a worker process of its own (the scheduler's process backend): its
 output goes to the run's log file, and its BenchmarkingContext is saved when it ends,
@@ -20,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult, StageStatus
+from scheduler.base import CLIENT, DEVICE, Job, Stage, StageResult, StageStatus
 from scheduler.resources import device_role
 
 IMPORT, TUNE, COMPILE, EVALUATE = "import", "tune", "compile", "evaluate"
@@ -57,6 +58,7 @@ class RunJob(Job):
 
     def __init__(self, spec: RunSpec) -> None:
         from simpletvm import BenchmarkingContext, SimpleTVM
+        from simpletvm.rpc import DeviceGrant
 
         from .grid import calls_for
 
@@ -73,6 +75,7 @@ class RunJob(Job):
         if self.tracker:
             self.context.device_key = spec.device_key
         self.simpletvm = SimpleTVM(self.context, rpc_tracker=self.tracker)
+        self.device = DeviceGrant(spec.device_key)
         self.tuning = None
         self._steps = [IMPORT, *([TUNE] if self.tuned else []), COMPILE,
                        *([EVALUATE] if self.calls["evaluate"] is not None else [])]
@@ -92,6 +95,8 @@ class RunJob(Job):
         return Stage(step, self.spec.device_role if step == EVALUATE else CLIENT)
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
+        if stage.resource_kind == DEVICE:
+            self.device.grant(resource_name)
         try:
             getattr(self, f"_{self._steps[0]}")(stage)
         except Exception as error:  # noqa: BLE001 - a failed run is a row, not a crash
@@ -139,7 +144,7 @@ class RunJob(Job):
             options = TuningOptions(**self.calls["autotune"])
             self.context.record_parameters("autotune", **options.to_dict())
             self.tuning = self.simpletvm.tuning_job(
-                options, self.tracker, self.spec.device_key,
+                options, self.tracker, self.device,
                 buffer_records=self.spec.records_to_driver)
         self._steps.pop(0)
         if self.tuned and self.tuning.is_complete():  # resumed after its last stage
@@ -163,6 +168,8 @@ class RunJob(Job):
         self._steps.pop(0)
 
     def _evaluate(self, stage: Stage) -> None:
+        if self.tracker:  # run() and evaluate() go to the servers of the context's key
+            self.context.device_key = self.device.server_key
         self.simpletvm.evaluate(**self.calls["evaluate"])
         self._steps.pop(0)
 

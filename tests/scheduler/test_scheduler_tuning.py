@@ -40,3 +40,34 @@ def test_two_tuning_jobs_interleave_without_overlapping_profiles(tmp_path):
     # the jobs really shared the resources: one job's stage started while the other's ran
     intervals = sorted((r.start, r.end, r.job) for r in trace.records)
     assert any(a[2] != b[2] and b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
+
+
+def test_two_jobs_on_two_boards_profile_on_the_server_of_the_granted_board(tmp_path):
+    from scheduler.tuning import rpc_devices
+    from simpletvm.rpc import LocalRPC
+
+    model = str(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
+    store = str(tmp_path / "store")
+    with LocalRPC(["boards"], servers=2, key_per_server=True, log_dir=tmp_path / "rpc") as rpc:
+        specs = [TuningJobSpec(f"job{i}", model, rpc.address, "boards", store=store,
+                               run_id=f"{i}" * 32, tuning=FAST) for i in range(2)]
+        with Scheduler([client(), *rpc_devices("boards", 2)], policy="round-robin") as scheduler:
+            for spec in specs:
+                scheduler.submit(spec)
+            trace = scheduler.run()
+    assert not trace.failed, {j: o for j, o in trace.jobs.items()}
+    assert trace.overlaps() == []
+    profiles = [r for r in trace.records if r.stage == "profile"]
+    assert {r.resource for r in profiles} == {"boards.0", "boards.1"}
+    candidates = {}  # (job, task, iteration) of a profile stage -> candidates it measured
+    for spec in specs:
+        context = json.loads((tmp_path / "store" / "runs" / spec.run_id / "context.json")
+                             .read_text())
+        assert context["tuning"]["errors"] == 0
+        candidates.update({(spec.job_id, s["task"], s["iteration"]): s["batch_size"]
+                           for s in context["stages"] if s["stage"] == "profile"})
+    # one RPC session per candidate, on the server of the board each stage was granted
+    for board in ("boards.0", "boards.1"):
+        sessions = (tmp_path / "rpc" / f"{board}.log").read_text().count("connected from")
+        assert sessions == sum(candidates[(r.job, r.task, r.iteration)]
+                               for r in profiles if r.resource == board) > 0

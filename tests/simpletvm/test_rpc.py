@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
-from simpletvm.rpc import LocalRPC, free_servers, tracker_summary
+from simpletvm.rpc import DeviceGrant, LocalRPC, device_keys, free_servers, tracker_summary
 
 FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0}
 
@@ -21,6 +21,16 @@ def test_local_rpc_registers_its_servers(rpc):
     assert host == "127.0.0.1" and 9190 <= port <= 9199
     assert free_servers(host, port, "test-device") == 2
     assert len(tracker_summary(host, port)["server_info"]) == 2
+
+
+def test_a_granted_device_is_its_own_server_or_any_server_of_its_key():
+    assert device_keys("rpi4", 2) == ["rpi4.0", "rpi4.1"]
+    grant = DeviceGrant("rpi4")
+    assert grant.server_key == "rpi4"  # alone: any free server of the key
+    grant.grant("rpi4.1")
+    assert grant.server_key == "rpi4.1"  # a device with a server of its own
+    grant.grant("rpi40")  # scheduler.devices("rpi4", n) names: the key's servers, as before
+    assert grant.server_key == "rpi4"
 
 
 @pytest.mark.slow
