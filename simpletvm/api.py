@@ -10,7 +10,7 @@ import json
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from .store import atomic_write_json
 from .targets import ResolvedTarget, resolve_target, use_runtime_threads
 from .tuning.options import TuningOptions
 from .tuning.records import open_records
+
+if TYPE_CHECKING:
+    from .rpc import DeviceGrant
 
 MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
@@ -159,25 +162,30 @@ class SimpleTVM:
         return self
 
     def tuning_job(self, options: TuningOptions, tracker: tuple[str, int] | None = None,
-                   device_key: str = "local", buffer_records: bool = False):
+                   device_key: str | DeviceGrant = "local", buffer_records: bool = False):
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
         ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
-        same job stage by stage instead. ``buffer_records``: the job's records wait in
-        ``job.records`` (a :class:`~.tuning.records.RecordBuffer`) for the caller to
-        drain and hand to the store's single writer."""
+        same job stage by stage instead, passing a :class:`~.rpc.DeviceGrant` as
+        ``device_key`` that it points at each profile stage's device. ``buffer_records``:
+        the job's records wait in ``job.records`` (a
+        :class:`~.tuning.records.RecordBuffer`) for the caller to drain and hand to the
+        store's single writer."""
         self._require("tuning_job()", "imported", "built")
-        from .rpc import require_servers
+        from .rpc import DeviceGrant
         from .tuning.job import TuningJob
         from .tuning.records import RecordBuffer
+        from .tuning.runner import DeviceRunner
 
-        remote = tracker is not None
+        device = device_key if isinstance(device_key, DeviceGrant) else DeviceGrant(device_key)
+        runner = (DeviceRunner(tracker, device, partial(self._rpc_runner, options, tracker))
+                  if tracker is not None else None)
         records = open_records(self.store.root)
         job = TuningJob(
             self._forms, self.target, options,
             records=RecordBuffer(records.path) if buffer_records else records,
-            runner=self._rpc_runner(options, tracker, device_key) if remote else None,
-            device_resource=f"device:{device_key}",
-            device_check=partial(require_servers, *tracker, device_key) if remote else None,
+            runner=runner,
+            device_resource=device,
+            device_check=runner.require_device if runner is not None else None,
             context=self.context,
             num_threads=self.context.num_threads,
             run_id=self.context.run_id,
@@ -393,6 +401,7 @@ class SimpleTVM:
         return nullcontext()
 
     def _rpc_runner(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
+        """MetaSchedule's RPC runner on servers registered under ``device_key``."""
         from tvm.s_tir import meta_schedule as ms
 
         from .tuning.job import evaluator_config

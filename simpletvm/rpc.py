@@ -99,6 +99,10 @@ class DeviceGrant:
     def grant(self, resource_name: str) -> None:
         self.server_key = server_key(self.key, resource_name)
 
+    def __str__(self) -> str:
+        """The device as a run's context records its stages: ``device:<server key>``."""
+        return f"device:{self.server_key}"
+
 
 def free_servers(host: str, port: int, key: str) -> int:
     """How many servers of ``key`` the tracker can hand out now."""

@@ -47,7 +47,9 @@ class TuningJob:
             workers on this machine).
         runner: a MetaSchedule runner for the profile stage (default: local device).
             :mod:`simpletvm.testing` has fakes of both.
-        device_resource: the name the context records for profile stages.
+        device_resource: the name the context records for profile stages: a str, or an
+            object whose str() names the device of the stage (a
+            :class:`~simpletvm.rpc.DeviceGrant`).
         device_check: called before each profile stage; raises when the device is gone
             (the stage then fails and can be run again once a device is back).
         context: a BenchmarkingContext that receives every stage's timing.
@@ -65,7 +67,7 @@ class TuningJob:
         records: RecordStore,
         builder=None,
         runner=None,
-        device_resource: str = "device:local",
+        device_resource: Any = "device:local",
         device_check: Callable[[], None] | None = None,
         context=None,
         num_threads: int | None = None,
@@ -159,7 +161,7 @@ class TuningJob:
             progress = self.progress[spec.task]
             self.context.record_stage(
                 task=spec.task, task_name=spec.task_name, iteration=spec.iteration,
-                stage=spec.kind, resource=self.device_resource if spec.on_device else CLIENT,
+                stage=spec.kind, resource=str(self.device_resource) if spec.on_device else CLIENT,
                 start=start, end=end,
                 best_latency_s=(progress.best_latency_s
                                 if math.isfinite(progress.best_latency_s) else None),
