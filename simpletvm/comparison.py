@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .evaluation import MIN_WARMUP_S, warm_up
+
 Runner = Callable[[], np.ndarray]
 
 
@@ -52,18 +54,19 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
 
 
 def time_side_by_side(runners: dict[str, Runner], rounds: int, calls: int,
-                      warmup: int) -> dict[str, list[float]]:
+                      warmup: int, warmup_s: float = MIN_WARMUP_S) -> dict[str, list[float]]:
     """Per-call seconds of every runner, the runners taking turns round by round, so
     drift on a shared machine hits all alike.
 
-    Each turn starts with ``warmup`` untimed calls: the runner before it leaves the
-    caches holding its own data (a 160 ms untuned TVM call slowed the tuned one after it
-    by a quarter), and a runner is timed in its steady state, not in its neighbour's."""
+    Each turn starts with ``warmup`` untimed calls, and at least ``warmup_s`` of them:
+    the runner before it leaves the caches holding its own data (a 160 ms untuned TVM
+    call slowed the tuned one after it by a quarter), a machine that idled runs its first
+    20-50 ms of calls slowly (:data:`~simpletvm.evaluation.MIN_WARMUP_S`), and a runner
+    is timed in its steady state, not in its neighbour's."""
     samples: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, infer in runners.items():
-            for _ in range(warmup):
-                infer()
+            warm_up(infer, warmup, warmup_s)
             for _ in range(calls):
                 start = time.perf_counter()
                 infer()

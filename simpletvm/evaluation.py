@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -39,14 +40,30 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
+# A machine that idled (a build, an import) runs the first 20-50 ms of calls slowly: a
+# 0.23 ms model measured 0.49-0.54 ms in its first 20 ms of back-to-back calls, 0.25 ms
+# from 20 to 50 ms, 0.23 ms after (2-core VM, znver5), and an evaluate() right after
+# load() reported 0.49 ms for it. The warm-up runs at least this long.
+MIN_WARMUP_S = 0.2
+
+
+def warm_up(call, calls: int, seconds: float = MIN_WARMUP_S) -> None:
+    """Run ``call`` ``calls`` times and for at least ``seconds``."""
+    deadline = time.perf_counter() + seconds
+    done = 0
+    while done < calls or time.perf_counter() < deadline:
+        call()
+        done += 1
+
+
 def time_vm(vm, device, inputs: list, warmup: int, repeat: int, number: int) -> list[float]:
-    """``repeat`` samples, each the mean of ``number`` runs, after ``warmup`` runs.
+    """``repeat`` samples, each the mean of ``number`` runs, after ``warmup`` runs and
+    at least MIN_WARMUP_S of them.
 
     Timing happens inside TVM's C++ time evaluator, so Python overhead is not counted.
     """
     vm.set_input("main", *inputs)
-    for _ in range(warmup):
-        vm.invoke_stateful("main")
+    warm_up(lambda: vm.invoke_stateful("main"), warmup)
     device.sync()
     timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat,
                               min_repeat_ms=0)
