@@ -307,6 +307,9 @@ class SimpleTVM:
                  seed: int = 0) -> "SimpleTVM":
         """Time whole-model inference on random inputs; statistics go to the context.
 
+        ``repeat`` samples of ``number`` runs each, after ``warmup`` runs and at least
+        0.2 s of them (an idle machine runs its first 20-50 ms of calls slowly).
+
         With an RPC tracker, the timing happens on a server of the device key, and the
         statistics say which (``device``: tracker, key, server address).
         """
