@@ -225,6 +225,7 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
                    transfer_learning=False, seed=0)
     tuning_s = time.perf_counter() - start
     tuned.build(records="run").save()  # kept for bench/runtime_threads.py
+    build_step = next(step for step in reversed(tuned.context.steps) if step["step"] == "build")
     curve = tuning_curve(tuned.context)
     curve.to_csv(out / f"{model}-curve.csv", index=False)
 
@@ -281,7 +282,8 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
                    "estimated_ms": summary["estimated_latency_s"] * 1e3,
                    "measured_to_estimate": medians["tvm tuned"]
                    / (summary["estimated_latency_s"] * 1e3),
-                   "options": tuned.context.parameters.get("autotune", {})},
+                   "options": tuned.context.parameters.get("autotune", {}),
+                   "conv_forms": build_step.get("conv_forms", [])},
         "curve": curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)]
                  .to_dict("records") if len(curve) else [],
     }
@@ -318,6 +320,10 @@ def print_report(result: dict) -> None:
     print(f"  MetaSchedule's estimate {tuning['estimated_ms']:.3f} ms; measured / estimate "
           f"{tuning['measured_to_estimate']:.2f}")
     print(f"  tuned module: run {tuning['run_id']} in store {tuning['store']}")
+    for choice in tuning["conv_forms"]:
+        estimates = ", ".join(f"{form} {'-' if ms is None else f'{ms:.3f} ms'}"
+                              for form, ms in choice["estimate_ms"].items())
+        print(f"  {choice['layer']}: built as {choice['form']} ({estimates})")
     if result["curve"]:
         print("  tuning curve (MetaSchedule's whole-model estimate):")
         for point in result["curve"]:
