@@ -27,6 +27,9 @@ MIN_FIRST_ROUND = 2  # trials a task's first iteration measures, however small t
 FIRST_ROUND_SHARE = 0.3  # part of a total_trials budget the first round shares out by FLOPs
 FIRST_ROUND_PER_TASK = 8  # ... and at most this many trials per task on average
 FAILED_CANDIDATES_TO_SKIP = 8  # measured candidates, none working: the task is skipped
+# iterations every task of both rival forms gets before the slower form is handicapped:
+# a Winograd task's first candidates can be several times slower than its tuned ones
+RIVAL_MIN_ITERATIONS = 3
 
 
 @dataclass(frozen=True)
@@ -223,10 +226,11 @@ class TuningPlan:
         """Calls x best latency of a group's tasks (inf until each has a measurement)."""
         return sum(self.progress[i].weight * self.progress[i].best_latency_s for i in group)
 
-    def _losers(self) -> dict[int, float]:
-        """Tasks of the slower group of each measured rivalry -> the gap in seconds."""
+    def _losers(self, rivals=None) -> dict[int, float]:
+        """Tasks of the slower group of each measured rivalry (of ``rivals``, default
+        all) -> the gap in seconds."""
         losers: dict[int, float] = {}
-        for first, second in self.rivals:
+        for first, second in self.rivals if rivals is None else rivals:
             a, b = self._group_latency(first), self._group_latency(second)
             if math.isfinite(a) and math.isfinite(b):
                 loser, gap = (second, b - a) if b >= a else (first, a - b)
@@ -234,7 +238,12 @@ class TuningPlan:
         return losers
 
     def _handicaps(self) -> dict[int, float]:
-        return self._losers() if self.options.task_scheduler == "gradient" else {}
+        if self.options.task_scheduler != "gradient":
+            return {}
+        settled = [(first, second) for first, second in self.rivals
+                   if all(self.progress[i].iterations >= RIVAL_MIN_ITERATIONS
+                          for i in [*first, *second])]
+        return self._losers(settled)
 
     # ---- what it amounts to -----------------------------------------------------------
     def summary(self) -> dict:
@@ -247,13 +256,16 @@ class TuningPlan:
              "skipped": p.skipped}
             for p in self.progress
         ]
-        unmeasured_rivals = {index for first, second in self.rivals
-                             if not math.isfinite(self._group_latency(second))
-                             for index in second}
-        left_out = set(self._losers()) | unmeasured_rivals
+        left_out = set()  # the form the build does not take: the second unless faster
+        for first, second in self.rivals:
+            a, b = self._group_latency(first), self._group_latency(second)
+            left_out.update(first if math.isfinite(a) and b < a else second)
         estimate = sum(p.weight * p.best_latency_s for index, p in enumerate(self.progress)
                        if math.isfinite(p.best_latency_s) and index not in left_out)
+        rivals = [[[self.progress[i].name for i in group] for group in pair]
+                  for pair in self.rivals]
         return {"tasks": tasks, "num_tasks": len(self.progress), "trials": self.trials,
+                "rivals": rivals,
                 "errors": sum(p.errors for p in self.progress),
                 "estimated_latency_s": estimate,
                 "skipped_tasks": [{"task": p.name, "error": p.skipped}

@@ -30,3 +30,20 @@ def test_curve_counts_unmeasured_tasks_at_their_first_latency_and_ends_at_the_es
 def test_untuned_run_gives_an_empty_curve_with_the_columns():
     curve = tuning_curve({"stages": [], "tuning": {}})
     assert curve.empty and list(curve.columns) == ["trials", "elapsed_s", "estimated_latency_ms"]
+
+
+def test_of_two_rival_forms_of_a_layer_the_curve_counts_the_faster():
+    context = {
+        "tuning": {"tasks": [{"task": "shared", "weight": 1}, {"task": "f4", "weight": 2},
+                             {"task": "direct", "weight": 2}],
+                   "rivals": [[["f4"], ["direct"]]]},
+        "stages": [
+            _update("shared", 2, 0.001, 101.0),
+            _update("f4", 2, 0.004, 102.0),
+            _update("direct", 2, 0.003, 103.0),
+            _update("f4", 4, 0.001, 104.0),
+        ],
+    }
+    curve = tuning_curve(context)
+    # f4 first counts at 4 ms (x2), direct at 3 ms (x2): 1 + 6; then f4 at 1 ms: 1 + 2
+    assert curve["estimated_latency_ms"].tolist() == pytest.approx([7.0, 7.0, 7.0, 3.0])

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND, TuningPlan,
-                                   first_round_trials)
+from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND,
+                                   RIVAL_MIN_ITERATIONS, TuningPlan, first_round_trials)
 
 
 class Clock:
@@ -158,6 +158,8 @@ def test_rival_forms_count_once_and_the_slower_one_gets_less_budget():
     assert plain.summary()["estimated_latency_s"] == pytest.approx(8e-3)
     measured = lambda iterations, task: sum(n for t, n in iterations if t == task)
     assert 0 < measured(with_rivals, 2) < measured(without, 2)
+    # the slower form is handicapped only once each form had a few iterations
+    assert sum(task == 2 for task, _ in with_rivals) >= RIVAL_MIN_ITERATIONS
     assert measured(with_rivals, 1) > measured(without, 1)
 
 
