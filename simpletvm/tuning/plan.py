@@ -73,8 +73,9 @@ class TuningPlan:
             they count against every budget and are never measured again.
         rivals: pairs of task groups of which the model is built with one only (a
             layer in two forms, :mod:`simpletvm.conv_forms`): the estimate counts the
-            faster group, and the slower group's tasks are measured further only when
-            their expected gain exceeds the gap.
+            faster group, and once every task of both had RIVAL_MIN_ITERATIONS, the
+            slower group's tasks are measured further only when their expected gain
+            exceeds the gap.
         clock: seconds (``time.time``); tests pass their own.
     """
 
