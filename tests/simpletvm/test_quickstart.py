@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -16,10 +17,18 @@ from simpletvm.comparison import time_side_by_side
 def test_runners_take_turns_and_each_turn_opens_with_untimed_calls():
     calls: list[str] = []
     runners = {name: (lambda name=name: calls.append(name) or np.zeros(1)) for name in "ab"}
-    samples = time_side_by_side(runners, rounds=3, calls=2, warmup=1)
+    samples = time_side_by_side(runners, rounds=3, calls=2, warmup=1, warmup_s=0)
     assert {name: len(s) for name, s in samples.items()} == {"a": 6, "b": 6}
     assert calls == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
     assert all(s >= 0 for s in samples["a"] + samples["b"])
+
+
+def test_each_turn_warms_up_for_at_least_its_warmup_time():
+    started: list[float] = []
+    runner = lambda: started.append(time.perf_counter()) or np.zeros(1)  # noqa: E731
+    time_side_by_side({"a": runner}, rounds=1, calls=1, warmup=1, warmup_s=0.05)
+    assert len(started) > 2  # one call would not fill the warm-up time
+    assert started[-1] - started[0] >= 0.049  # the timed call comes after it
 
 
 @pytest.mark.slow
