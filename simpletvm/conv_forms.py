@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .lowering import extract_tasks, fuse, to_layout
 from .targets import ResolvedTarget
+from .tuning.plan import second_form_built
 from .winograd import ConvSignature, contested_layers
 
 
@@ -34,81 +35,15 @@ class FormChoice:
     layer: ConvSignature
     chosen: int | None
     estimate_ms: dict[str, float | None]
-    estimate_s: float | None  # of the chosen form's own tasks
 
     def describe(self) -> dict[str, Any]:
         return {"layer": str(self.layer), "form": form_name(self.chosen),
                 "estimate_ms": self.estimate_ms}
 
 
-class ConvForms:
-    """The fused modules of a model's forms: its default one, and a variant per contested
-    layer and alternative form (fused on first use)."""
-
-    def __init__(self, mod, target: ResolvedTarget, **lowering: Any):
-        self._mod = mod
-        self._target = target
-        self._lowering = lowering
-        self.default = fuse(mod, target, **lowering)
-        if target.device_type == "cpu" and lowering.get("winograd", True):
-            self.contested = contested_layers(to_layout(mod, target, lowering.get("layout", "NHWC")))
-        else:
-            self.contested = {}
-
-    @cached_property
-    def variants(self) -> dict[tuple[ConvSignature, int | None], Any]:
-        """(layer, alternative form) -> the model fused with that layer in that form."""
-        return {(layer, form): fuse(self._mod, self._target, winograd_forms={layer: form},
-                                    **self._lowering)
-                for layer, forms in self.contested.items() for form in forms[1:]}
-
-    def modules(self) -> list:
-        """Every module tuning takes tasks from: the default one first."""
-        return [self.default, *self.variants.values()]
-
-    @cached_property
-    def rivalries(self) -> list[Rivalry]:
-        """Per contested layer and alternative form, the tasks only the default module
-        has and those only the variant has."""
-        default_tasks = _tasks_by_key(self.default, self._target)
-        rivalries = []
-        for (layer, form), variant in self.variants.items():
-            variant_tasks = _tasks_by_key(variant, self._target)
-            rivalries.append(Rivalry(
-                layer, self.contested[layer][0], form,
-                {k: t for k, t in default_tasks.items() if k not in variant_tasks},
-                {k: t for k, t in variant_tasks.items() if k not in default_tasks}))
-        return rivalries
-
-    def choose(self, latency_s: Callable[[Any], float | None]) -> tuple[Any, list[FormChoice]]:
-        """The module to build, each contested layer in its fastest measured form, and
-        the choices; ``latency_s(task)`` is a task's best measured latency or None."""
-        if not self.contested:
-            return self.default, []
-        chosen: dict[ConvSignature, FormChoice] = {}
-        for rivalry in self.rivalries:
-            default_s = _estimate(rivalry.default_tasks, latency_s)
-            variant_s = _estimate(rivalry.variant_tasks, latency_s)
-            previous = chosen.get(rivalry.layer)
-            estimate = {**(previous.estimate_ms if previous else {}),
-                        form_name(rivalry.default_form): _ms(default_s),
-                        form_name(rivalry.form): _ms(variant_s)}
-            best, best_s = (previous.chosen, previous.estimate_s) if previous \
-                else (rivalry.default_form, default_s)
-            if variant_s is not None and default_s is not None and variant_s < default_s \
-                    and (best_s is None or variant_s < best_s):
-                best, best_s = rivalry.form, variant_s
-            chosen[rivalry.layer] = FormChoice(rivalry.layer, best, estimate, best_s)
-        choices = list(chosen.values())
-        if all(choice.chosen == self.contested[choice.layer][0] for choice in choices):
-            return self.default, choices
-        forms = {choice.layer: choice.chosen for choice in choices}
-        return fuse(self._mod, self._target, winograd_forms=forms, **self._lowering), choices
-
-
 @dataclass(frozen=True)
 class Rivalry:
-    """One contested layer in its default form against an alternative one: the tasks
+    """One contested layer in its default form against its alternative one: the tasks
     (by workload key) that only the model in each form has."""
 
     layer: ConvSignature
@@ -116,6 +51,67 @@ class Rivalry:
     form: int | None
     default_tasks: dict[str, Any]
     variant_tasks: dict[str, Any]
+
+
+class ConvForms:
+    """The fused modules of a model's forms: its default one, and a variant per contested
+    layer with that layer in its alternative form (fused on first use).
+
+    The layout conversion runs once, here; every fused module starts from its result."""
+
+    def __init__(self, mod, target: ResolvedTarget, *, layout: str | None = "NHWC",
+                 **lowering: Any):
+        self._mod = to_layout(mod, target, layout)
+        self._target = target
+        self._lowering = {**lowering, "layout": None}  # converted already
+        self.default = fuse(self._mod, target, **self._lowering)
+        if target.device_type == "cpu" and lowering.get("winograd", True):
+            self.contested = contested_layers(self._mod)
+        else:
+            self.contested = {}
+
+    @cached_property
+    def variants(self) -> dict[ConvSignature, Any]:
+        """Contested layer -> the model fused with that layer in its alternative form
+        (:func:`~simpletvm.winograd.forms_for` gives a layer at most two)."""
+        return {layer: self._fuse({layer: forms[1]}) for layer, forms in self.contested.items()}
+
+    def modules(self) -> list:
+        """Every module tuning takes tasks from: the default one first."""
+        return [self.default, *self.variants.values()]
+
+    @cached_property
+    def rivalries(self) -> list[Rivalry]:
+        """Per contested layer, the tasks only the default module has and those only the
+        layer's variant has."""
+        default_tasks = _tasks_by_key(self.default, self._target)
+        rivalries = []
+        for layer, variant in self.variants.items():
+            variant_tasks = _tasks_by_key(variant, self._target)
+            default_form, form = self.contested[layer]
+            rivalries.append(Rivalry(
+                layer, default_form, form,
+                {k: t for k, t in default_tasks.items() if k not in variant_tasks},
+                {k: t for k, t in variant_tasks.items() if k not in default_tasks}))
+        return rivalries
+
+    def choose(self, latency_s: Callable[[Any], float | None]) -> tuple[Any, list[FormChoice]]:
+        """The module to build, each contested layer in its fastest measured form, and
+        the choices; ``latency_s(task)`` is a task's best measured latency or None."""
+        choices = []
+        for rivalry in self.rivalries:
+            default_s = _estimate(rivalry.default_tasks, latency_s)
+            variant_s = _estimate(rivalry.variant_tasks, latency_s)
+            chosen = rivalry.form if second_form_built(default_s, variant_s) \
+                else rivalry.default_form
+            choices.append(FormChoice(rivalry.layer, chosen, {
+                form_name(rivalry.default_form): _ms(default_s),
+                form_name(rivalry.form): _ms(variant_s)}))
+        changed = {c.layer: c.chosen for c in choices if c.chosen != self.contested[c.layer][0]}
+        return (self._fuse(changed) if changed else self.default), choices
+
+    def _fuse(self, forms: dict[ConvSignature, int | None]):
+        return fuse(self._mod, self._target, winograd_forms=forms, **self._lowering)
 
 
 def _tasks_by_key(fused, target) -> dict[str, Any]:

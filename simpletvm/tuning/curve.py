@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from .plan import second_form_built
+
 CURVE_COLUMNS = ["trials", "elapsed_s", "estimated_latency_ms"]
 
 
@@ -59,8 +61,6 @@ def _estimate(best: dict[str, float], weights: dict[str, int], rivals: list) -> 
 
     left_out = set()
     for first, second in rivals:
-        first_s, second_s = cost(first), cost(second)
-        faster_second = first_s is not None and second_s is not None and second_s < first_s
-        left_out.update(first if faster_second else second)
+        left_out.update(first if second_form_built(cost(first), cost(second)) else second)
     return sum(weights.get(task, 1) * latency for task, latency in best.items()
                if task not in left_out)

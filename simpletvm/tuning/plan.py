@@ -47,6 +47,13 @@ class StageSpec:
         return self.kind in DEVICE_STAGES
 
 
+def second_form_built(first_s: float | None, second_s: float | None) -> bool:
+    """Whether a layer tuned in two forms is built in its second (alternative) one: only
+    when both forms' tasks are all measured (not None) and the second's are faster. The
+    build, the plan's estimate and the tuning curve all follow this one rule."""
+    return first_s is not None and second_s is not None and second_s < first_s
+
+
 def first_round_trials(flops: Sequence[float], options: TuningOptions) -> list[int]:
     """How many candidates each task's first iteration measures: its share of the
     model's FLOPs of about a third of the budget (of FIRST_ROUND_PER_TASK per task on
@@ -257,10 +264,10 @@ class TuningPlan:
              "skipped": p.skipped}
             for p in self.progress
         ]
-        left_out = set()  # the form the build does not take: the second unless faster
+        left_out = set()  # the form the build does not take
         for first, second in self.rivals:
-            a, b = self._group_latency(first), self._group_latency(second)
-            left_out.update(first if math.isfinite(a) and b < a else second)
+            a, b = (self._group_latency(group) for group in (first, second))
+            left_out.update(first if second_form_built(_measured(a), _measured(b)) else second)
         estimate = sum(p.weight * p.best_latency_s for index, p in enumerate(self.progress)
                        if math.isfinite(p.best_latency_s) and index not in left_out)
         rivals = [[[self.progress[i].name for i in group] for group in pair]
@@ -271,3 +278,7 @@ class TuningPlan:
                 "estimated_latency_s": estimate,
                 "skipped_tasks": [{"task": p.name, "error": p.skipped}
                                   for p in self.progress if p.skipped]}
+
+
+def _measured(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) else None
