@@ -6,12 +6,11 @@ saved module in place (Relax VM profiler: every kernel call timed inside the rea
 run) and puts each task's estimate beside its time in situ, plus what the model spends
 outside the tuned kernels (other calls, the VM itself). Run it on a quiet machine.
 
-    python bench/kernels_in_situ.py --run-id RUN_ID --store DIR --model resnet18
-                                    [--image-size 224] [--runs 20]
+    python bench/kernels_in_situ.py --run-id RUN_ID --store DIR [--runs 20]
                                     [--out bench/results/kernels_in_situ.json]
 
-RUN_ID is a tuned run whose module was saved (``bench/peers.py`` prints them); its
-records must be in DIR's record database.
+RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
+the quickstart print them); its records must be in DIR's record database.
 """
 
 from __future__ import annotations
@@ -25,23 +24,32 @@ from pathlib import Path
 import numpy as np
 
 
-def task_estimates(model: str, image_size: int, store: str, run_id: str) -> list[dict]:
-    """Per task of the model as SimpleTVM lowers it, every form of its contested layers
-    included: name, calls per run, best latency."""
+def task_estimates(store: str, run_id: str) -> list[dict]:
+    """Per task of the module the run's build compiled (each contested layer in the form
+    it chose, so kernel names are those of the saved module): name, calls per run, best
+    latency in the run's records."""
+    from functools import partial
+
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.lowering import extract_tasks
-    from simpletvm.tuning.database import workload_key
-    from simpletvm.tuning.records import open_records, record_latency, target_key
+    from simpletvm.models.zoo import builtin_recipe
+    from simpletvm.tuning.database import RecordDatabase, best_latency_s
+    from simpletvm.tuning.records import open_records
 
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
-        model, image_size=image_size)
-    records = open_records(store)
-    key = target_key(json.loads(str(stvm.target.tvm_target())))
+    saved = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+    recipe = builtin_recipe(saved.context.model)
+    if recipe is None:
+        raise SystemExit(f"run {run_id} is not of a built-in model: nothing to lower again")
+    name, options = recipe
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(name, **options)
+    database = RecordDatabase(open_records(store), stvm.target.tvm_target(), scope="run",
+                              run_id=run_id)
+    built, _ = stvm.conv_forms.choose(partial(best_latency_s, database))
     tasks = []
-    for task in extract_tasks(stvm.conv_forms.modules(), stvm.target):
-        best = records.top(workload_key(task.dispatched[0]), key, 1, run_id=run_id)
+    for task in extract_tasks(built, stvm.target):
+        best = best_latency_s(database, task)
         tasks.append({"task": task.task_name, "weight": int(task.weight),
-                      "best_ms": record_latency(best[0]) * 1e3 if best else None})
+                      "best_ms": best * 1e3 if best is not None else None})
     return tasks
 
 
@@ -97,13 +105,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--store", required=True)
-    parser.add_argument("--model", required=True, help="the built-in model the run tuned")
-    parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
     args = parser.parse_args()
 
-    tasks = task_estimates(args.model, args.image_size, args.store, args.run_id)
+    tasks = task_estimates(args.store, args.run_id)
     in_situ, whole_ms = profile_in_situ(args.store, args.run_id, args.runs)
     rows = []
     for task in tasks:
@@ -114,9 +120,6 @@ def main() -> None:
                                                                   None)
         rows.append({**task, "estimate_ms": estimate, "in_situ_ms": measured,
                      "ratio": measured / estimate if measured and estimate else None})
-    # tasks of a layer form the build did not choose never run
-    not_built = [row["task"] for row in rows if row["in_situ_ms"] is None]
-    rows = [row for row in rows if row["in_situ_ms"] is not None]
     rows.sort(key=lambda row: -row["in_situ_ms"])
     others = dict(sorted(in_situ.items(), key=lambda item: -item[1]))
     estimate = sum(row["estimate_ms"] or 0 for row in rows)
@@ -126,8 +129,6 @@ def main() -> None:
         ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
         print(f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.3f} "
               f"{row['in_situ_ms'] or 0:>10.3f} {ratio:>6}")
-    if not_built:
-        print(f"not in the built model (a layer form not chosen): {', '.join(not_built)}")
     print(f"\ntuned kernels: estimate {estimate:.3f} ms, in situ {kernels:.3f} ms "
           f"({kernels / estimate:.2f}x)")
     print(f"other calls in situ: {sum(others.values()):.3f} ms "
@@ -135,8 +136,8 @@ def main() -> None:
     print(f"whole model without the profiler: {whole_ms:.3f} ms "
           f"({whole_ms / estimate:.2f}x the estimate)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"run_id": args.run_id, "model": args.model,
-                                    "tasks": rows, "not_built": not_built,
+    args.out.write_text(json.dumps({"run_id": args.run_id,
+                                    "tasks": rows,
                                     "other_calls_ms": others,
                                     "estimate_ms": estimate, "kernels_in_situ_ms": kernels,
                                     "whole_ms": whole_ms}, indent=2))

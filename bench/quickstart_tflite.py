@@ -35,16 +35,15 @@ def main() -> None:
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.comparison import simpletvm_runner, time_side_by_side, tflite_runner
     from simpletvm.models.tflite import keras_to_tflite
-    from simpletvm.models.zoo import build_keras_model
+    from simpletvm.models.zoo import build_keras_model, builtin_recipe
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store)).load(args.run_id)
-    builtin = dict(stvm.context.model.get("builtin") or {})
-    if not builtin:
+    recipe = builtin_recipe(stvm.context.model)
+    if recipe is None:
         raise SystemExit(f"run {args.run_id} is not of a built-in model: nothing to "
                          "rebuild TFLite's model from")
-    model = builtin.pop("name")
-    options = {key: value for key, value in builtin.items()
-               if key not in ("batch_norm", "batch_size")}
+    model, options = recipe
+    options.pop("batch_size", None)  # the Keras model is batch-agnostic
     threads = stvm.target.spec.get("num-cores", os.cpu_count())
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .results import RunStatus
+
 PLAIN_TUNING_EVERY_S = 15.0
 MIN_ETA_S = 1.0  # while work remains, the ETA never reads zero
 
@@ -101,8 +103,8 @@ class SweepProgress:
     def finish_run(self, key: str, status: str, wall_s: float, detail: str) -> None:
         view = self.runs.pop(key, None)
         self.finished += 1
-        self.ok += status == "ok"  # a RunStatus
-        self.failed += status != "ok"
+        self.ok += status == RunStatus.OK
+        self.failed += status != RunStatus.OK
         if view is not None:
             self.kind_durations.setdefault(view.kind, []).append(wall_s)
 
@@ -229,7 +231,7 @@ class LiveProgress(SweepProgress):
 
         view = self.runs.get(key)
         super().finish_run(key, status, wall_s, detail)
-        line = Text(f"{status:>7}", style="green" if status == "ok" else "red")
+        line = Text(f"{status:>7}", style="green" if status == RunStatus.OK else "red")
         where = f"{view.position}/{self.total} {view.label}" if view else key
         line.append(f" {where}  {wall_s:.1f} s{detail}")
         self.console.print(line, highlight=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import AGGREGATE_MEANS, Experiment, aggregate
+from .results import AGGREGATE_MEANS, Experiment, RunStatus, aggregate
 
 COMPARE_METRICS = AGGREGATE_MEANS
 
@@ -18,7 +18,7 @@ class Report:
 
     @property
     def failures(self):
-        return self.runs[self.runs["status"] != "ok"]
+        return self.runs[self.runs["status"] != RunStatus.OK]
 
 
 def make_report(experiment: Experiment, by: list[str] | None = None) -> Report:

@@ -350,7 +350,7 @@ def aggregate(frame, by: list[str] | None = None):
     if frame.empty:
         return pd.DataFrame(columns=columns)
     work = frame.copy()
-    work["_ok"] = work["status"] == "ok"
+    work["_ok"] = work["status"] == RunStatus.OK
     if not params:
         work["_all"] = "all"
     keys = params or ["_all"]

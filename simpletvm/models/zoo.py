@@ -155,6 +155,16 @@ def import_builtin(
     return relax_from_onnx(onnx_model, key, "builtin", None, batch_size, {**details, "route": "onnx"})
 
 
+def builtin_recipe(model_details: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The name and ``from_model`` options that import a run's built-in model again,
+    from its context's ``model`` entry (a loaded run's too); None for other sources."""
+    config = dict(model_details.get("builtin") or {})
+    if not config:
+        return None
+    config.pop("batch_norm", None)  # how the weights are made, not an option
+    return config.pop("name"), config
+
+
 def _cache(cached: Path | None, suffix: str, config: dict, write: Callable[[Path], None]) -> None:
     """Keep a converted model (atomically) with the configuration it was made from."""
     if cached is None:

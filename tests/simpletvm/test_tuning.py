@@ -208,6 +208,32 @@ def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     assert sum(s["batch_size"] for s in updates) == job.trials
 
 
+def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
+        keras_model, image, tmp_path):
+    import tvm
+    from tvm import relax
+
+    from simpletvm.lowering import apply_records, compile_fused
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(keras_model)
+    stvm.autotune(trials=2, batch_size=2, seed=0, **FAST_SEARCH)
+    database = RecordDatabase(open_records(tmp_path), stvm.target.tvm_target(),
+                              scope="run", run_id=stvm.context.run_id)
+    applied = apply_records(stvm.fused_module, stvm.target, database)
+    # the tuned convolutions and the dense read weights and biases in their own layout,
+    # repacked at build time: as plain constants, with no tuple of them (folding leaves
+    # one per kernel) for the VM to build and take apart on every call
+    assert applied["main"].script().count("_prepacked") >= 3
+    values = [binding.value for block in applied["main"].body.blocks
+              for binding in block.bindings]
+    assert values and not any(isinstance(v, (relax.Tuple, relax.TupleGetItem)) for v in values)
+    executable = compile_fused(stvm.fused_module, stvm.target, database)
+    assert "vm_tir_func" in executable.as_text()  # compiled entry, not bytecode
+    vm = relax.VirtualMachine(executable, stvm.target.device())
+    output = vm["main"](tvm.runtime.tensor(image)).numpy()
+    np.testing.assert_allclose(output, keras_model(image).numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tmp_path,
                                                                       monkeypatch):
     import tvm
