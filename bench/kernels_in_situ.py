@@ -2,7 +2,7 @@
 
 The estimate is the sum over tasks of (calls per model run) x (the task's best measured
 latency), each candidate timed alone with the caches flushed. This script profiles the
-saved module in place (Relax VM profiler: every kernel call timed inside the real model
+module in place (a Relax VM instrument: every kernel call timed inside a real model
 run) and puts each task's estimate beside its time in situ, plus what the model spends
 outside the tuned kernels (other calls, the VM itself). Run it on a quiet machine.
 
@@ -24,14 +24,13 @@ from pathlib import Path
 import numpy as np
 
 
-def task_estimates(store: str, run_id: str) -> list[dict]:
-    """Per task of the module the run's build compiled (each contested layer in the form
-    it chose, so kernel names are those of the saved module): name, calls per run, best
-    latency in the run's records."""
+def rebuilt(store: str, run_id: str):
+    """The run's model lowered again, its record database, and the module its build
+    compiled (each contested layer in the form it chose, so kernel names are those of the
+    saved module)."""
     from functools import partial
 
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.lowering import extract_tasks
     from simpletvm.models.zoo import builtin_recipe
     from simpletvm.tuning.database import RecordDatabase, best_latency_s
     from simpletvm.tuning.records import open_records
@@ -45,6 +44,14 @@ def task_estimates(store: str, run_id: str) -> list[dict]:
     database = RecordDatabase(open_records(store), stvm.target.tvm_target(), scope="run",
                               run_id=run_id)
     built, _ = stvm.conv_forms.choose(partial(best_latency_s, database))
+    return stvm, database, built
+
+
+def task_estimates(stvm, database, built) -> list[dict]:
+    """Per task of the built module: name, calls per run, best latency in the records."""
+    from simpletvm.lowering import extract_tasks
+    from simpletvm.tuning.database import best_latency_s
+
     tasks = []
     for task in extract_tasks(built, stvm.target):
         best = best_latency_s(database, task)
@@ -53,32 +60,46 @@ def task_estimates(store: str, run_id: str) -> list[dict]:
     return tasks
 
 
-def profile_in_situ(store: str, run_id: str, runs: int) -> tuple[dict[str, float], float]:
-    """Per kernel name, its total ms per model run inside the model (timed around each
-    VM call by an instrument); and the median ms of a whole model run without it."""
+def model_input(stvm):
+    import tvm
+
+    spec = stvm.model.inputs[0]
+    return tvm.runtime.tensor(
+        np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu())
+
+
+def whole_model_ms(store: str, run_id: str, runs: int) -> float:
+    """The median ms of a run of the saved module (compiled entry, no instrument)."""
     import os
 
-    import tvm
-    from tvm import relax
-
     from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.evaluation import warm_up
     from simpletvm.native_output import redirected
 
     with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
-        stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
-        library = tvm.runtime.load_module(str(stvm.store.module_dir(run_id) / "model.so"))
-        vm = relax.VirtualMachine(library, tvm.cpu())
-    spec = stvm.model.inputs[0]
-    data = tvm.runtime.tensor(
-        np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu())
-    for _ in range(5):
-        vm["main"](data)
+        saved = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+    main, data = saved.vm["main"], model_input(saved)
+    warm_up(lambda: main(data), 5, 0.2)
     whole = []
     for _ in range(runs):
         start = time.perf_counter()
-        vm["main"](data)
+        main(data)
         whole.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(whole)
 
+
+def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
+    """Per kernel name, its total ms per model run inside the model, timed around each
+    VM call by an instrument. The instrument sees only bytecode's calls, so this is the
+    same build with a bytecode entry (the kernels are the same code)."""
+    import tvm
+    from tvm import relax
+
+    from simpletvm.lowering import compile_fused
+
+    vm = relax.VirtualMachine(compile_fused(built, stvm.target, database, bytecode=True),
+                              tvm.cpu())
+    data = model_input(stvm)
     started: dict[str, float] = {}
     per_run: dict[str, float] = {}
 
@@ -97,8 +118,7 @@ def profile_in_situ(store: str, run_id: str, runs: int) -> tuple[dict[str, float
         vm["main"](data)
         for name, ms in per_run.items():
             totals.setdefault(name, []).append(ms)
-    return ({name: statistics.median(values[1:]) for name, values in totals.items()},
-            statistics.median(whole))
+    return {name: statistics.median(values[1:]) for name, values in totals.items()}
 
 
 def main() -> None:
@@ -109,8 +129,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
     args = parser.parse_args()
 
-    tasks = task_estimates(args.store, args.run_id)
-    in_situ, whole_ms = profile_in_situ(args.store, args.run_id, args.runs)
+    stvm, database, built = rebuilt(args.store, args.run_id)
+    tasks = task_estimates(stvm, database, built)
+    in_situ = profile_in_situ(stvm, database, built, args.runs)
+    whole_ms = whole_model_ms(args.store, args.run_id, args.runs)
     rows = []
     for task in tasks:
         estimate = task["best_ms"] * task["weight"] if task["best_ms"] is not None else None
@@ -120,7 +142,7 @@ def main() -> None:
                                                                   None)
         rows.append({**task, "estimate_ms": estimate, "in_situ_ms": measured,
                      "ratio": measured / estimate if measured and estimate else None})
-    rows.sort(key=lambda row: -row["in_situ_ms"])
+    rows.sort(key=lambda row: -(row["in_situ_ms"] or 0))
     others = dict(sorted(in_situ.items(), key=lambda item: -item[1]))
     estimate = sum(row["estimate_ms"] or 0 for row in rows)
     kernels = sum(row["in_situ_ms"] or 0 for row in rows)

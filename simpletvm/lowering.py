@@ -232,13 +232,15 @@ def apply_records(fused_mod, target: ResolvedTarget, database):
         return relax.transform.DeadCodeElimination()(mod)
 
 
-def compile_fused(fused_mod, target: ResolvedTarget, database=None):
+def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
+                  bytecode: bool = False):
     """Build an executable, replacing each tuned PrimFunc with its best record.
 
     GPU targets need every kernel scheduled, so untuned ones get DLight's defaults.
     CPU executables run the entry function as compiled code rather than VM bytecode:
     a model of many microsecond kernels (the quickstart's 55) spent 7% of its time
-    interpreting the calls between them.
+    interpreting the calls between them. ``bytecode=True`` keeps the bytecode, whose
+    calls a VM instrument sees one by one (profiling kernels in place).
     """
     from tvm import relax
     from tvm.s_tir import dlight
@@ -251,5 +253,5 @@ def compile_fused(fused_mod, target: ResolvedTarget, database=None):
                 dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
                 dlight.gpu.GeneralReduction(), dlight.gpu.Fallback(),
             )(mod)
-    exec_mode = "bytecode" if target.device_type == "cuda" else "compiled"
+    exec_mode = "bytecode" if bytecode or target.device_type == "cuda" else "compiled"
     return relax.build(mod, tvm_target, exec_mode=exec_mode)
