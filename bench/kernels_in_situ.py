@@ -24,7 +24,18 @@ from pathlib import Path
 import numpy as np
 
 
-def rebuilt(store: str, run_id: str):
+def load_saved(store: str, run_id: str):
+    """The run's saved module (compiled entry), as SimpleTVM loads it."""
+    import os
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.native_output import redirected
+
+    with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
+        return SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+
+
+def rebuilt(saved, store: str, run_id: str):
     """The run's model lowered again, its record database, and the module its build
     compiled (each contested layer in the form it chose, so kernel names are those of the
     saved module)."""
@@ -35,7 +46,6 @@ def rebuilt(store: str, run_id: str):
     from simpletvm.tuning.database import RecordDatabase, best_latency_s
     from simpletvm.tuning.records import open_records
 
-    saved = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
     recipe = builtin_recipe(saved.context.model)
     if recipe is None:
         raise SystemExit(f"run {run_id} is not of a built-in model: nothing to lower again")
@@ -68,16 +78,10 @@ def model_input(stvm):
         np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu())
 
 
-def whole_model_ms(store: str, run_id: str, runs: int) -> float:
+def whole_model_ms(saved, runs: int) -> float:
     """The median ms of a run of the saved module (compiled entry, no instrument)."""
-    import os
-
-    from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.evaluation import warm_up
-    from simpletvm.native_output import redirected
 
-    with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
-        saved = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
     main, data = saved.vm["main"], model_input(saved)
     warm_up(lambda: main(data), 5, 0.2)
     whole = []
@@ -129,10 +133,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
     args = parser.parse_args()
 
-    stvm, database, built = rebuilt(args.store, args.run_id)
+    saved = load_saved(args.store, args.run_id)
+    stvm, database, built = rebuilt(saved, args.store, args.run_id)
     tasks = task_estimates(stvm, database, built)
     in_situ = profile_in_situ(stvm, database, built, args.runs)
-    whole_ms = whole_model_ms(args.store, args.run_id, args.runs)
+    whole_ms = whole_model_ms(saved, args.runs)
     rows = []
     for task in tasks:
         estimate = task["best_ms"] * task["weight"] if task["best_ms"] is not None else None

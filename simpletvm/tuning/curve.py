@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from .plan import second_form_built
+from .plan import built_estimate
 
 CURVE_COLUMNS = ["trials", "elapsed_s", "estimated_latency_ms"]
 
@@ -45,22 +45,8 @@ def tuning_curve(context: Any) -> pd.DataFrame:
         trials_by_task[name] = stage.get("trials", 0)
         if stage.get("best_latency_s") is not None:
             best[name] = stage["best_latency_s"]
-        estimate = _estimate(best, weights, rivals)
+        estimate = built_estimate(best, weights, rivals)
         rows.append({"trials": sum(trials_by_task.values()), "elapsed_s": stage["end"] - start,
                      "estimated_latency_ms": estimate * 1e3})
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
-
-def _estimate(best: dict[str, float], weights: dict[str, int], rivals: list) -> float:
-    """Weight x best latency over the tasks measured so far; of two rival forms, the
-    faster once both are measured, else the first (the one the build takes then)."""
-    def cost(names) -> float | None:
-        if not all(name in best for name in names):
-            return None
-        return sum(weights.get(name, 1) * best[name] for name in names)
-
-    left_out = set()
-    for first, second in rivals:
-        left_out.update(first if second_form_built(cost(first), cost(second)) else second)
-    return sum(weights.get(task, 1) * latency for task, latency in best.items()
-               if task not in left_out)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .options import TuningOptions
 from .tasks import TaskProgress, next_task
@@ -52,6 +52,24 @@ def second_form_built(first_s: float | None, second_s: float | None) -> bool:
     when both forms' tasks are all measured (not None) and the second's are faster. The
     build, the plan's estimate and the tuning curve all follow this one rule."""
     return first_s is not None and second_s is not None and second_s < first_s
+
+
+def built_estimate(latency: Mapping[Any, float], weights: Mapping[Any, int],
+                   rivals: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> float:
+    """The model's estimate: calls x best latency over the measured tasks (``latency``
+    has those only), leaving out of each pair of rival task groups the form the build
+    does not take (:func:`second_form_built`; a form counts once all its tasks are
+    measured). The plan's summary and the tuning curve both use it."""
+    def cost(group) -> float | None:
+        if not all(task in latency for task in group):
+            return None
+        return sum(weights.get(task, 1) * latency[task] for task in group)
+
+    left_out = set()
+    for first, second in rivals:
+        left_out.update(first if second_form_built(cost(first), cost(second)) else second)
+    return sum(weights.get(task, 1) * seconds for task, seconds in latency.items()
+               if task not in left_out)
 
 
 def first_round_trials(flops: Sequence[float], options: TuningOptions) -> list[int]:
@@ -264,12 +282,10 @@ class TuningPlan:
              "skipped": p.skipped}
             for p in self.progress
         ]
-        left_out = set()  # the form the build does not take
-        for first, second in self.rivals:
-            a, b = (self._group_latency(group) for group in (first, second))
-            left_out.update(first if second_form_built(_measured(a), _measured(b)) else second)
-        estimate = sum(p.weight * p.best_latency_s for index, p in enumerate(self.progress)
-                       if math.isfinite(p.best_latency_s) and index not in left_out)
+        estimate = built_estimate(
+            {i: p.best_latency_s for i, p in enumerate(self.progress)
+             if math.isfinite(p.best_latency_s)},
+            {i: p.weight for i, p in enumerate(self.progress)}, self.rivals)
         rivals = [[[self.progress[i].name for i in group] for group in pair]
                   for pair in self.rivals]
         return {"tasks": tasks, "num_tasks": len(self.progress), "trials": self.trials,
@@ -278,7 +294,3 @@ class TuningPlan:
                 "estimated_latency_s": estimate,
                 "skipped_tasks": [{"task": p.name, "error": p.skipped}
                                   for p in self.progress if p.skipped]}
-
-
-def _measured(seconds: float) -> float | None:
-    return seconds if math.isfinite(seconds) else None
