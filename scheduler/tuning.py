@@ -115,6 +115,6 @@ def record_writer(store: str):
     records = open_records(store)
 
     def write(job_id: str, record, details: dict[str, Any]) -> None:
-        for workload_key, workload_json, rows, run_id in details.get("records", ()):
-            records.add(workload_key, workload_json, rows, run_id)
+        for workload_key, workload_json, rows, run_id, remeasured in details.get("records", ()):
+            records.add(workload_key, workload_json, rows, run_id, remeasured)
     return write

@@ -328,8 +328,9 @@ def _tuning_progress(console, model: str, minutes: Optional[float]):
         measured = sum(1 for p in job.progress if p.history)
         estimate = summary["estimated_latency_s"] * 1e3
         budget = f" of {minutes:g} min" if minutes else ""
+        closing = ", timing the best again" if job.plan.remeasuring else ""
         progress.update(handle, state=f"{job.trials} trials, {measured}/{len(job.tasks)} "
-                        f"tasks measured, estimate {estimate:.3f} ms{budget}")
+                        f"tasks measured, estimate {estimate:.3f} ms{budget}{closing}")
     return progress, on_stage
 
 
@@ -370,8 +371,10 @@ def tune(
     ctx.save()
     summary = stvm.tuning_summary
     console.print(f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
-                  f"{ctx.step_durations().get('autotune', 0):.0f} s; MetaSchedule's estimate "
-                  f"{summary['estimated_latency_s'] * 1e3:.3f} ms")
+                  f"{ctx.step_durations().get('autotune', 0):.0f} s; estimate "
+                  f"{summary['estimated_latency_s'] * 1e3:.3f} ms (the search's "
+                  f"{summary['search_estimated_latency_s'] * 1e3:.3f} ms before its best "
+                  f"{summary['remeasured']} records were timed again)")
     _print_skipped(console, summary)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR")

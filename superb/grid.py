@@ -101,6 +101,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
        "profiling: minimum time per measurement"),
     _p("cache_flush", "autotune", "cache_flush", "bool",
        "profiling: flush CPU caches before each measurement"),
+    _p("remeasure", "autotune", "remeasure", "int",
+       "best records per task timed again when the search is over (0: off)"),
     # build(...), save(), evaluate(...)
     _p("records", "build", "records", "str",
        "global, best, run or a run id (default: run when tuned, none otherwise)", True),

@@ -5,7 +5,9 @@ of the faster form only where a layer is tuned in two (the summary's ``rivals``)
 Early in a run some tasks have no measurement yet (the first round of the gradient
 order, or most of a sequential run); until a task is measured it counts at the first
 latency it will be measured at, which makes every point of the curve a whole-model
-figure and the last point the run's final estimate.
+figure and the last point the run's final estimate. The closing round's updates (stages
+marked ``remeasure``) add no trials: they replace the search's best by the same records
+timed again, so the curve's last points can rise to the estimate that holds.
 """
 
 from __future__ import annotations

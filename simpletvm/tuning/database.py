@@ -59,11 +59,19 @@ class RecordDatabase(PyDatabase):
         return self._workloads[key]
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
+        self._commit(record, remeasured=False)
+
+    def commit_remeasured(self, record: TuningRecord) -> None:
+        """A new measurement of a record this run committed: it replaces the earlier one
+        (a search's best is the luckiest of many noisy timings; this one is not)."""
+        self._commit(record, remeasured=True)
+
+    def _commit(self, record: TuningRecord, remeasured: bool) -> None:
         key = workload_key(record.workload.mod)
         if key not in self._workload_json:
             self._workload_json[key] = record.workload.as_json()
         self.records.add(key, self._workload_json[key], [record_as_json(record)],
-                         run_id=self.run_id)
+                         run_id=self.run_id, remeasured=remeasured)
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k <= 0:

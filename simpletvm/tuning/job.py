@@ -103,6 +103,8 @@ class TuningJob:
         self._database = RecordDatabase(
             records, self._tvm_target, run_id=self.run_id,
             scope="all" if options.transfer_learning else "run")
+        self._own_records = RecordDatabase(records, self._tvm_target, scope="run",
+                                           run_id=self.run_id)
         self._cost_model = (
             ms.cost_model.XGBModel(
                 extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True)
@@ -114,6 +116,10 @@ class TuningJob:
         self._tune_contexts: dict[int, Any] = {}  # per started task: its search state
         self._workloads: dict[int, Any] = {}
         self._measured: dict[int, set[int]] = {}  # per started task: modules measured
+        # closing round, per task: traces of the records timed again (tried, succeeded)
+        self._remeasure_tried: dict[int, set[str]] = {}
+        self._remeasure_done: dict[int, set[str]] = {}
+        self._best_records: list = []  # the records the closing round's iteration times
         self._last_error: str | None = None  # of the current iteration's candidates
         self._candidates: list = []
         self._build_results: list = []
@@ -165,7 +171,8 @@ class TuningJob:
                 start=start, end=end,
                 best_latency_s=(progress.best_latency_s
                                 if math.isfinite(progress.best_latency_s) else None),
-                trials=progress.trials, **extra,
+                trials=progress.trials, **({"remeasure": True} if spec.remeasure else {}),
+                **extra,
             )
         return spec
 
@@ -196,6 +203,8 @@ class TuningJob:
 
     # ---- stages ---------------------------------------------------------------------
     def _select(self) -> dict[str, Any]:
+        if self.plan.remeasuring:
+            return self._select_best_records()
         index = self.plan.task
         try:
             if index not in self._tune_contexts:
@@ -258,6 +267,8 @@ class TuningJob:
     def _update(self) -> dict[str, Any]:
         from tvm.s_tir import meta_schedule as ms
 
+        if self.plan.remeasuring:
+            return self._update_best_records()
         index = self.plan.task
         context, workload = self._tune_contexts[index], self._workloads[index]
         context.search_strategy.notify_runner_results(self._candidates, self._run_results)
@@ -276,7 +287,58 @@ class TuningJob:
         self._last_error = None
         return {"batch_size": sum(1 for latency in latencies if latency is not None)}
 
+    # ---- the closing round: each task's best records timed again ----------------------
+    def _select_best_records(self) -> dict[str, Any]:
+        """The current task's best records of this run that were not timed again yet,
+        as candidates for the build and profile stages."""
+        index = self.plan.task
+        tried = self._remeasure_tried.setdefault(index, set())
+        try:
+            workload = self._workload(index)
+            records = [record for record in self._own_records.get_top_k(
+                workload, self.options.remeasure + len(tried))
+                if str(record.trace) not in tried][:self.options.remeasure]
+            candidates = [record.as_measure_candidate() for record in records]
+        except Exception as error:  # noqa: BLE001 - the task keeps its search's timings
+            self._last_error = f"{type(error).__name__}: {_first_line(error)}"
+            self.plan.finish_task()
+            return {"batch_size": 0, "errors": 1}
+        tried.update(str(record.trace) for record in records)
+        self._best_records, self._candidates = records, candidates
+        self.plan.selected(len(candidates))
+        return {"batch_size": len(candidates)}
+
+    def _update_best_records(self) -> dict[str, Any]:
+        """Replace the timed records' latencies by the new ones, and tell the plan the
+        task's best now and whether it is a record timed again."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        index = self.plan.task
+        done = self._remeasure_done.setdefault(index, set())
+        latencies = []
+        for record, result in zip(self._best_records, self._run_results):
+            latency = _mean_seconds(result.run_secs)
+            latencies.append(latency)
+            if latency is not None:
+                self._own_records.commit_remeasured(TuningRecord(
+                    record.trace, record.workload, result.run_secs, record.target,
+                    record.args_info))
+                done.add(str(record.trace))
+        best = self._own_records.get_top_k(self._workload(index), 1)
+        self._best_records, self._candidates, self._build_results, self._run_results = (
+            [], [], [], [])
+        self.plan.remeasured(latencies, _mean_seconds(best[0].run_secs) if best else None,
+                             bool(best) and str(best[0].trace) in done)
+        return {"batch_size": sum(1 for latency in latencies if latency is not None)}
+
     # ---- helpers --------------------------------------------------------------------
+    def _workload(self, index: int):
+        """The task's workload in the record database (committed once per task)."""
+        if index not in self._workloads:
+            self._workloads[index] = self._database.commit_workload(
+                self.tasks[index].dispatched[0])
+        return self._workloads[index]
+
     def _start_task(self, index: int) -> None:
         from tvm.s_tir import meta_schedule as ms
 
@@ -296,7 +358,7 @@ class TuningJob:
             space_generator="post-order-apply", search_strategy=strategy,
             task_name=task.task_name, rand_state=seed, num_threads=self._num_threads,
         )
-        workload = self._workloads[index] = self._database.commit_workload(context.mod)
+        workload = self._workload(index)
         self._measured[index] = self._modules_measured_before(index, workload)
         context.pre_tuning(max_trials=self.plan.task_budget(),
                            num_trials_per_iter=options.resolved_batch_size(),
@@ -310,14 +372,11 @@ class TuningJob:
         task. MetaSchedule's search only remembers what it measured itself (it picks the
         database's best into each population), so a resumed search would offer them
         again."""
-        from .database import RecordDatabase
-
         count = self.plan.measured_before[index]
         if not count:
             return set()
-        own = RecordDatabase(self.records, self._tvm_target, scope="run", run_id=self.run_id)
         return {_module_hash(record.as_measure_candidate().sch.mod)
-                for record in own.get_top_k(workload, count)}
+                for record in self._own_records.get_top_k(workload, count)}
 
     def _not_measured_before(self, index: int, candidates: list) -> list:
         measured = self._measured.get(index)

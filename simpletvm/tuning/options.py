@@ -34,6 +34,9 @@ class TuningOptions:
     the caches are flushed of everything but the first argument before each run
     (MetaSchedule's ``enable_cpu_cache_flush``, one run per measurement), as a layer
     inside a model finds them: its weights cold, its input just written.
+    remeasure: when the search is over, each task's best this many records are timed
+    again and keep the new latency, so the build and the estimate rest on timings that
+    were not picked for being lucky (0: off; it takes the last 10% of ``minutes``).
     """
 
     trials: int | None = None
@@ -55,6 +58,7 @@ class TuningOptions:
     repeat: int = 5
     min_repeat_ms: int = 0
     cache_flush: bool = True
+    remeasure: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +83,8 @@ class TuningOptions:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.minutes is not None and self.minutes <= 0:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
+        if self.remeasure < 0:
+            raise ValueError(f"remeasure must be 0 (off) or more records, got {self.remeasure}")
         if self.cache_flush and self.number != 1:
             raise ValueError("cache_flush flushes before every run, so it needs number=1 "
                              f"(got number={self.number}); use repeat for more samples")

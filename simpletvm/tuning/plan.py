@@ -4,10 +4,13 @@ A :class:`TuningPlan` knows the tasks (names, weights, FLOPs), the options and w
 resumed run measured before. It says which stage comes next and whether it needs the
 device, how many of the selected candidates an iteration measures, and when a task or
 the whole job is done: the per-task cap, ``total_trials``, the wall-clock budget, early
-stopping, and skipping a task that cannot be tuned. The executor
+stopping, and skipping a task that cannot be tuned. When the search is over, a closing
+round measures each task's best few records again (heaviest tasks first, in the last
+REMEASURE_SHARE of a ``minutes`` budget): a search's best is the luckiest of many noisy
+timings, so the estimate only holds once it is timed anew. The executor
 (:class:`~simpletvm.tuning.job.TuningJob`) does what a stage says with MetaSchedule and
 reports back what happened (:meth:`selected`, :meth:`built`, :meth:`profiled`,
-:meth:`measured`, :meth:`task_failed`); everything here is tested without TVM.
+:meth:`measured`, :meth:`remeasured`, :meth:`task_failed`); everything here is tested without TVM.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ FAILED_CANDIDATES_TO_SKIP = 8  # measured candidates, none working: the task is 
 # iterations every task of both rival forms gets before the slower form is handicapped:
 # a Winograd task's first candidates can be several times slower than its tuned ones
 RIVAL_MIN_ITERATIONS = 3
+REMEASURE_SHARE = 0.1  # of a minutes budget, kept for the closing re-measure
+# re-measure rounds a task gets for its best record to be one measured again (when the
+# re-measured ones all got slower, the next best record may be a lucky one too)
+REMEASURE_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class StageSpec:
     task: int
     task_name: str
     iteration: int
+    remeasure: bool = False  # of the closing round: the task's best records timed again
 
     @property
     def on_device(self) -> bool:
@@ -118,6 +126,9 @@ class TuningPlan:
             progress.trials = before
         self._clock = clock
         self._deadline: float | None = None  # set when the first stage starts
+        self._search_deadline: float | None = None
+        self.remeasuring = False  # the closing round has begun
+        self._remeasure_queue: list[int] = []
         self.phase = "select"
         self.task: int | None = self._choose_task()
 
@@ -126,7 +137,8 @@ class TuningPlan:
         if self.task is None:
             return None
         progress = self.progress[self.task]
-        return StageSpec(self.phase, self.task, progress.name, progress.iterations)
+        return StageSpec(self.phase, self.task, progress.name,
+                         progress.iterations + progress.remeasure_rounds, self.remeasuring)
 
     def is_complete(self) -> bool:
         return self.task is None
@@ -138,7 +150,10 @@ class TuningPlan:
     def stage_started(self) -> None:
         """A stage begins: the wall-clock budget runs from the first one."""
         if self._deadline is None and self.options.minutes is not None:
-            self._deadline = self._clock() + self.options.minutes * 60
+            seconds = self.options.minutes * 60
+            self._deadline = self._clock() + seconds
+            share = REMEASURE_SHARE if self.options.remeasure else 0.0
+            self._search_deadline = self._clock() + seconds * (1 - share)
 
     def task_budget(self) -> int:
         """The trials the current task may still measure (its search's max_trials)."""
@@ -157,7 +172,8 @@ class TuningPlan:
         """Trials the job may still measure; 0 once its wall-clock budget is over and
         every task has been measured (a task never measured keeps TVM's naive schedule,
         which can cost more than all the others together)."""
-        if self._deadline is not None and self._clock() >= self._deadline and all(
+        deadline = self._search_deadline
+        if deadline is not None and self._clock() >= deadline and all(
                 p.history or p.done for p in self.progress):
             return 0
         if self.options.total_trials is None:
@@ -184,13 +200,14 @@ class TuningPlan:
 
     # ---- events ------------------------------------------------------------------------
     def selected(self, count: int) -> int:
-        """The search offered ``count`` candidates; returns how many to build (0: the
-        task's search is over, and the task is done)."""
-        if count <= 0:
+        """The search (or the closing round) offered ``count`` candidates; returns how
+        many to build (0: the task's search, or its re-measure, is over)."""
+        take = count if self.remeasuring else min(count, self.batch_limit(), self.task_budget())
+        if take <= 0:  # (the budget ran out since the task was chosen)
             self.finish_task()
             return 0
         self.phase = "build"
-        return min(count, self.batch_limit(), self.task_budget())
+        return take
 
     def known_best(self, latency: float) -> None:
         """The current task's best latency known from earlier runs (transfer learning)."""
@@ -229,6 +246,23 @@ class TuningPlan:
             self.phase = "select"
             self.task = self._choose_task()
 
+    def remeasured(self, latencies: Sequence[float | None], best_latency_s: float | None,
+                   best_remeasured: bool) -> None:
+        """The closing round timed the current task's best records again: ``latencies``
+        (None: it failed), its best latency now (``best_remeasured``: that of a record
+        measured again). The task is settled when its best was re-measured, or after
+        REMEASURE_ROUNDS rounds."""
+        progress = self.progress[self.task]
+        progress.remeasured += sum(1 for latency in latencies if latency is not None)
+        progress.remeasure_rounds += 1
+        if best_latency_s is not None:
+            progress.best_latency_s = best_latency_s
+        if best_remeasured or progress.remeasure_rounds >= REMEASURE_ROUNDS:
+            self.finish_task()
+        else:
+            self.phase = "select"
+            self.task = self._choose_task()
+
     def task_failed(self, reason: str) -> None:
         """The current task cannot be tuned: it keeps TVM's default schedule, the reason
         goes to the summary, and the budget to the other tasks."""
@@ -236,17 +270,49 @@ class TuningPlan:
         self.finish_task()
 
     def finish_task(self) -> None:
-        self.progress[self.task].done = True
+        """The current task's search (or, in the closing round, its re-measure) is over."""
+        if self.remeasuring:
+            self._remeasure_queue.remove(self.task)
+        else:
+            self.progress[self.task].done = True
         self.phase = "select"
         self.task = self._choose_task()
 
     def _choose_task(self) -> int | None:
+        if not self.remeasuring:
+            task = self._next_search_task()
+            if task is not None:
+                return task
+            self._begin_remeasure()
+        if self._deadline is not None and self._clock() >= self._deadline:
+            self._remeasure_queue.clear()
+        return self._remeasure_queue[0] if self._remeasure_queue else None
+
+    def _next_search_task(self) -> int | None:
         if self.budget_left() <= 0:
             return None
         for progress in self.progress:  # spent before a resume: nothing left to measure
             if not progress.done and progress.trials >= self.options.per_task_trials():
                 progress.done = True
         return next_task(self.progress, self.options.task_scheduler, self._handicaps())
+
+    def _begin_remeasure(self) -> None:
+        """The search is over: queue the tasks with records, heaviest first, so that a
+        wall-clock budget running out leaves only light tasks unverified."""
+        self.remeasuring = True
+        for progress in self.progress:
+            progress.search_best_s = progress.best_latency_s
+        if not self.options.remeasure:
+            return
+
+        def weighted(index: int) -> float:
+            progress = self.progress[index]
+            best = progress.best_latency_s
+            return progress.weight * best if math.isfinite(best) else 0.0
+
+        tuned = [index for index, progress in enumerate(self.progress)
+                 if progress.trials and not progress.skipped]
+        self._remeasure_queue = sorted(tuned, key=weighted, reverse=True)
 
     def _group_latency(self, group: Sequence[int]) -> float:
         """Calls x best latency of a group's tasks (inf until each has a measurement)."""
@@ -275,22 +341,32 @@ class TuningPlan:
     def summary(self) -> dict:
         """Per-task trials, errors and best latency, the weighted model estimate (of the
         tuned tasks), and the tasks skipped because they could not be tuned."""
+        def finite(seconds: float | None) -> float | None:
+            return seconds if seconds is not None and math.isfinite(seconds) else None
+
         tasks = [
             {"task": p.name, "weight": p.weight, "trials": p.trials, "errors": p.errors,
-             "iterations": p.iterations,
-             "best_latency_s": p.best_latency_s if math.isfinite(p.best_latency_s) else None,
+             "iterations": p.iterations, "best_latency_s": finite(p.best_latency_s),
+             "search_best_latency_s": finite(p.search_best_s), "remeasured": p.remeasured,
              "skipped": p.skipped}
             for p in self.progress
         ]
-        estimate = built_estimate(
-            {i: p.best_latency_s for i, p in enumerate(self.progress)
-             if math.isfinite(p.best_latency_s)},
-            {i: p.weight for i, p in enumerate(self.progress)}, self.rivals)
+        weights = {i: p.weight for i, p in enumerate(self.progress)}
+
+        def estimate(best: Sequence[float | None]) -> float:
+            return built_estimate({i: s for i, s in enumerate(best) if finite(s) is not None},
+                                  weights, self.rivals)
+
         rivals = [[[self.progress[i].name for i in group] for group in pair]
                   for pair in self.rivals]
         return {"tasks": tasks, "num_tasks": len(self.progress), "trials": self.trials,
                 "rivals": rivals,
                 "errors": sum(p.errors for p in self.progress),
-                "estimated_latency_s": estimate,
+                "estimated_latency_s": estimate([p.best_latency_s for p in self.progress]),
+                # the search's own estimate, before its best records were timed again
+                "search_estimated_latency_s": estimate(
+                    [p.best_latency_s if p.search_best_s is None else p.search_best_s
+                     for p in self.progress]),
+                "remeasured": sum(p.remeasured for p in self.progress),
                 "skipped_tasks": [{"task": p.name, "error": p.skipped}
                                   for p in self.progress if p.skipped]}

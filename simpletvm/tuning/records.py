@@ -4,7 +4,8 @@ Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural
 ``records``: one row per measured candidate (workload, target key, latency, run id,
 time, the record's JSON and an identity that makes a record committed twice one row).
 ``best``: each workload's fastest record per target, updated in the transaction that
-inserts a record, so it is never stale. A run's records, all records and the best ones
+inserts (or re-measures) a record, so it is never stale. A record measured again by its
+run (tuning's closing re-measure of each task's best) replaces its row's measurement. A run's records, all records and the best ones
 are queries, and a job reads the best N records of its workloads through an index
 instead of reading the whole store. WAL mode lets readers go on while a writer commits;
 a busy timeout queues writers. This module needs no TVM: MetaSchedule reads the store
@@ -121,12 +122,18 @@ class RecordStore:
 
     # ---- writing --------------------------------------------------------------------
     def add(self, workload_key: str, workload_json: Any, records: Iterable[list],
-            run_id: str | None = None) -> int:
+            run_id: str | None = None, remeasured: bool = False) -> int:
         """Add measured records (TuningRecord JSON) of one workload in one transaction;
-        returns how many were new. Records without a measurement are not kept."""
+        returns how many were new. Records without a measurement are not kept.
+
+        ``remeasured``: the records are new measurements of records ``run_id`` added
+        before; each replaces the measurement of the run's row with the same trace and
+        target (a record without one is added)."""
         now = time.time()
         rows = [(workload_key, record, run_id, now) for record in records]
         with self.transaction() as connection:
+            if remeasured:
+                return replace_measurements(connection, rows, {workload_key: workload_json})
             return insert(connection, rows, {workload_key: workload_json})
 
     @contextmanager
@@ -251,22 +258,22 @@ class RecordBuffer(RecordStore):
 
     def __init__(self, path: str | os.PathLike):
         super().__init__(path)
-        self._pending: list[tuple[str, Any, list[list], str | None]] = []
+        self._pending: list[tuple[str, Any, list[list], str | None, bool]] = []
         self._own: RecordStore | None = None
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["path"])
 
     def add(self, workload_key: str, workload_json: Any, records: Iterable[list],
-            run_id: str | None = None) -> int:
+            run_id: str | None = None, remeasured: bool = False) -> int:
         records = list(records)
-        self._pending.append((workload_key, workload_json, records, run_id))
+        self._pending.append((workload_key, workload_json, records, run_id, remeasured))
         if self._own is None:
             self._own = RecordStore(Path(tempfile.mkdtemp(prefix="simpletvm-records-"))
                                     / "own.sqlite")
-        return self._own.add(workload_key, workload_json, records, run_id)
+        return self._own.add(workload_key, workload_json, records, run_id, remeasured)
 
-    def drain(self) -> list[tuple[str, Any, list[list], str | None]]:
+    def drain(self) -> list[tuple[str, Any, list[list], str | None, bool]]:
         """The writes since the last drain, as :meth:`RecordStore.add`'s arguments."""
         pending, self._pending = self._pending, []
         return pending
@@ -277,7 +284,8 @@ class RecordBuffer(RecordStore):
         if run_id is None or self._own is None:
             return found
         own = self._own.top(workload_key, target, limit, run_id=run_id)
-        merged = {canonical_json(record): record for record in found + own}
+        # by trace: the own copy of a record re-measured since the last drain is newer
+        merged = {canonical_json(record[0]): record for record in found + own}
         return sorted(merged.values(), key=lambda r: record_latency(r) or math.inf)[:limit]
 
     def workload_json(self, key: str) -> Any | None:
@@ -302,7 +310,7 @@ def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str |
         if key not in ids:
             ids[key] = _workload_id(connection, key, workloads.get(key))
         text = canonical_json(record)
-        identity = hashlib.blake2b(f"{key}\n{text}".encode(), digest_size=16).digest()
+        identity = _identity(key, text)
         target = target_key(record[2])
         cursor = connection.execute(
             "INSERT INTO records (workload_id, target_key, latency_s, run_id, time, identity,"
@@ -312,6 +320,46 @@ def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str |
             connection.execute(_UPDATE_BEST, (ids[key], target, cursor.lastrowid, latency))
             added += 1
     return added
+
+
+def replace_measurements(connection: sqlite3.Connection,
+                         rows: Iterable[tuple[str, list, str | None, float]],
+                         workloads: dict[str, Any]) -> int:
+    """Like :func:`insert`, for new measurements of records the rows' runs added: each
+    replaces the latency, JSON and identity of the run's row with the same trace and
+    target, and the workload's best is recomputed (a measurement may have risen). A
+    record the run does not have is inserted. Returns how many were new."""
+    added = 0
+    for key, record, run_id, at in rows:
+        latency = record_latency(record)
+        if latency is None:
+            continue
+        workload_id = _workload_id(connection, key, workloads.get(key))
+        target = target_key(record[2])
+        trace = canonical_json(record[0])
+        earlier = next((row_id for row_id, text in connection.execute(
+            "SELECT id, json FROM records WHERE workload_id = ? AND target_key = ? "
+            "AND run_id IS ?", (workload_id, target, run_id))
+            if canonical_json(json.loads(text)[0]) == trace), None)
+        if earlier is None:
+            added += insert(connection, [(key, record, run_id, at)], workloads)
+            continue
+        text = canonical_json(record)
+        connection.execute(
+            "UPDATE OR IGNORE records SET latency_s = ?, json = ?, identity = ?, time = ? "
+            "WHERE id = ?", (latency, text, _identity(key, text), at, earlier))
+        connection.execute(
+            "INSERT INTO best (workload_id, target_key, record_id, latency_s) "
+            "SELECT workload_id, target_key, id, latency_s FROM records "
+            "WHERE workload_id = ? AND target_key = ? ORDER BY latency_s LIMIT 1 "
+            "ON CONFLICT (workload_id, target_key) DO UPDATE "
+            "SET record_id = excluded.record_id, latency_s = excluded.latency_s",
+            (workload_id, target))
+    return added
+
+
+def _identity(key: str, text: str) -> bytes:
+    return hashlib.blake2b(f"{key}\n{text}".encode(), digest_size=16).digest()
 
 
 def _workload_id(connection: sqlite3.Connection, key: str, workload_json: Any) -> int:

@@ -35,6 +35,9 @@ class TaskProgress:
     history: list[float] = field(default_factory=list)  # best latency after each iteration
     skipped: str | None = None  # why the task could not be tuned (it keeps TVM's default)
     last_error: str | None = None  # of its most recent failed candidate
+    search_best_s: float | None = None  # its best when the search ended
+    remeasured: int = 0  # of its best records, timed again in the closing round
+    remeasure_rounds: int = 0
 
     def record_iteration(self) -> None:
         self.iterations += 1

@@ -231,3 +231,26 @@ def test_a_tuning_run_commits_each_record_under_its_run_id_and_builds_from_them(
     build = next(s for s in reversed(stvm.context.steps) if s["step"] == "build")
     assert build["records_applied"] == records.count(run_id=run_id)
     np.testing.assert_allclose(stvm.run(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_record_timed_again_by_its_run_replaces_its_measurement_and_the_best(tmp_path):
+    store = RecordStore(tmp_path / "records.sqlite")
+    key, skylake = "w1", target_key(SKYLAKE)
+    store.add(key, {"w": 1}, [_record(1, 0.001), _record(2, 0.002)], run_id="r")
+    store.add(key, {"w": 1}, [_record(1, 0.0015)], run_id="other")  # another run's timing
+    assert store.best(skylake)[(key, skylake)] == 0.001
+    # the lucky 1 ms record is 3 ms timed again: the best is now the 1.5 ms of the other run
+    assert store.add(key, {"w": 1}, [_record(1, 0.003)], run_id="r", remeasured=True) == 0
+    assert store.count() == 3 and store.best(skylake)[(key, skylake)] == 0.0015
+    assert [r[1][0] for r in store.top(key, skylake, 5, run_id="r")] == [0.002, 0.003]
+    assert [r[1][0] for r in store.top(key, skylake, 5, run_id="other")] == [0.0015]
+    # a record the run does not have is added; the same timing committed again is one row
+    assert store.add(key, {"w": 1}, [_record(3, 0.004)], run_id="r", remeasured=True) == 1
+    assert store.add(key, {"w": 1}, [_record(1, 0.003)], run_id="r") == 0
+
+    buffer = RecordBuffer(store.path)  # a job on another machine: through the driver
+    buffer.add(key, {"w": 1}, [_record(2, 0.0005)], run_id="r", remeasured=True)
+    assert [r[1][0] for r in buffer.top(key, skylake, 2, run_id="r")] == [0.0005, 0.003]
+    for arguments in buffer.drain():
+        store.add(*arguments)
+    assert store.best(skylake)[(key, skylake)] == 0.0005 and store.count() == 4

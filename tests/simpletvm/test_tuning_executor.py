@@ -67,3 +67,28 @@ def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_pa
     assert set(before) <= set(after) and len(after) == len(set(after))
     assert all(p.trials <= 12 for p in second.progress)
     assert second.trials == len(after)
+
+
+def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_records(
+        fused, tmp_path):
+    from simpletvm.tuning.database import workload_key
+    from simpletvm.tuning.records import record_latency, target_key
+
+    records, run_id = RecordStore(tmp_path / "records.sqlite"), "c" * 32
+    job = job_of(fused, records, run_id, total_trials=20, remeasure=2)
+    stages = []
+    while not job.is_complete():
+        stages.append(job.run_stage())
+    summary = job.finalize()
+    closing = [stage for stage in stages if stage.remeasure]
+    assert closing and not any(stage.remeasure for stage in stages[:-len(closing)])
+    assert {stage.kind for stage in closing} == {"select", "build", "profile", "update"}
+    assert records.count(run_id=run_id) == 20  # new timings replace, they add no record
+    target = target_key(json.loads(str(job.target.tvm_target())))
+    for task, progress in zip(job.tasks, job.progress):
+        best = records.top(workload_key(task.dispatched[0]), target, 1, run_id=run_id)
+        assert record_latency(best[0]) == pytest.approx(progress.best_latency_s)
+        assert progress.remeasured >= min(2, progress.trials)
+    assert summary["remeasured"] == sum(p.remeasured for p in job.progress)
+    # the search's best were the luckiest of its random timings: timed again, they rose
+    assert summary["estimated_latency_s"] > summary["search_estimated_latency_s"]

@@ -10,7 +10,8 @@ import pytest
 
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND,
-                                   RIVAL_MIN_ITERATIONS, TuningPlan, first_round_trials)
+                                   REMEASURE_ROUNDS, RIVAL_MIN_ITERATIONS, TuningPlan,
+                                   first_round_trials)
 
 
 class Clock:
@@ -27,13 +28,17 @@ def plan_of(latencies_s, options, weights=None, flops=None, **kwargs) -> TuningP
                       options, **kwargs)
 
 
-def iterate(plan: TuningPlan, latency_of, offered: int = 64) -> tuple[int, int]:
+def iterate(plan: TuningPlan, latency_of, offered: int = 64,
+            remeasured_as=None) -> tuple[int, int]:
     """One iteration of the current task: select, build, profile, update; returns
-    (task, candidates measured)."""
+    (task, candidates measured). In the closing round the best records offered are
+    timed at ``remeasured_as(task)`` (default: ``latency_of``) and each round settles
+    its task."""
     assert plan.next_stage().kind == "select"
-    task = plan.task
+    task, closing = plan.task, plan.remeasuring
+    assert plan.next_stage().remeasure == closing
     plan.stage_started()
-    count = plan.selected(offered)
+    count = plan.selected(min(offered, plan.options.remeasure) if closing else offered)
     if count == 0:
         return task, 0
     assert plan.next_stage().kind == "build" and not plan.next_stage().on_device
@@ -41,14 +46,21 @@ def iterate(plan: TuningPlan, latency_of, offered: int = 64) -> tuple[int, int]:
     assert plan.next_stage().kind == "profile" and plan.next_stage().on_device
     plan.profiled(0)
     assert plan.next_stage().kind == "update"
-    plan.measured([latency_of(task)] * count)
+    if closing:
+        latency = (remeasured_as or latency_of)(task)
+        plan.remeasured([latency] * count, latency, True)
+    else:
+        plan.measured([latency_of(task)] * count)
     return task, count
 
 
 def run_to_end(plan: TuningPlan, latency_of, limit=10_000) -> list[tuple[int, int]]:
+    """The search's iterations, run to its end; then the closing round, to its end."""
     iterations = []
-    while not plan.is_complete() and len(iterations) < limit:
+    while not plan.is_complete() and not plan.remeasuring and len(iterations) < limit:
         iterations.append(iterate(plan, latency_of))
+    while not plan.is_complete():
+        iterate(plan, latency_of)
     return iterations
 
 
@@ -177,3 +189,65 @@ def test_an_unmeasured_rival_form_is_left_out_of_the_estimate():
         iterate(plan, {0: 1e-3, 1: 2e-3}.__getitem__)
     assert plan.task == 2
     assert plan.summary()["estimated_latency_s"] == pytest.approx(3e-3)
+
+
+def test_the_closing_round_times_each_tasks_best_records_again_heaviest_first():
+    latency = {0: 1e-3, 1: 4e-3, 2: 2e-3}.__getitem__
+    plan = plan_of([0, 0, 0], TuningOptions(trials=8, batch_size=4), weights=[5, 1, 1])
+    while not plan.remeasuring:
+        iterate(plan, latency)
+    closing = []
+    while not plan.is_complete():  # the search's best, 1.5x slower when timed again
+        closing.append(iterate(plan, latency, remeasured_as=lambda task: 1.5 * latency(task)))
+    assert [task for task, _ in closing] == [0, 1, 2]  # 5 ms, 4 ms, 2 ms of the model
+    assert [n for _, n in closing] == [3, 3, 3]  # TuningOptions.remeasure records each
+    assert plan.trials == 24  # timings again are not trials
+    summary = plan.summary()
+    assert summary["search_estimated_latency_s"] == pytest.approx(5e-3 + 4e-3 + 2e-3)
+    assert summary["estimated_latency_s"] == pytest.approx(1.5 * 11e-3)
+    assert summary["remeasured"] == 9 and summary["tasks"][1]["remeasured"] == 3
+    assert summary["tasks"][1]["search_best_latency_s"] == pytest.approx(4e-3)
+
+
+def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settles():
+    plan = plan_of([0], TuningOptions(trials=4, batch_size=4))
+    while not plan.remeasuring:
+        iterate(plan, lambda task: 1e-3)
+    rounds = 0
+    while not plan.is_complete():
+        spec = plan.next_stage()
+        plan.selected(3), plan.built(0), plan.profiled(0)
+        plan.remeasured([2e-3, None, 3e-3], 1.2e-3, best_remeasured=False)
+        rounds += 1
+        assert plan.next_stage() is None or plan.next_stage().iteration > spec.iteration
+    assert rounds == REMEASURE_ROUNDS
+    assert plan.progress[0].remeasured == 2 * REMEASURE_ROUNDS  # the failed ones not
+    assert plan.summary()["estimated_latency_s"] == pytest.approx(1.2e-3)
+
+
+def test_the_wall_clock_budget_keeps_its_last_tenth_for_the_closing_round():
+    clock = Clock()
+    plan = plan_of([0, 0], TuningOptions(minutes=10, batch_size=4), clock=clock)
+    iterate(plan, lambda task: 1e-3)
+    iterate(plan, lambda task: 1e-3)
+    clock.now += 530
+    assert not plan.remeasuring
+    iterate(plan, lambda task: 1e-3)
+    clock.now += 15  # 9 minutes and a bit: the search is over
+    iterate(plan, lambda task: 1e-3)
+    assert plan.remeasuring and plan.next_stage().remeasure
+    clock.now += 60  # the whole budget is over while the first task is timed again:
+    iterate(plan, lambda task: 1e-3)  # it is finished, the other keeps its timings
+    assert plan.is_complete()
+    assert sorted(p.remeasured for p in plan.progress) == [0, 3]
+
+
+def test_remeasure_zero_ends_the_job_with_its_search():
+    plan = plan_of([0, 0], TuningOptions(trials=4, batch_size=4, remeasure=0))
+    iterations = run_to_end(plan, lambda task: 1e-3)
+    assert len(iterations) == 2 and plan.is_complete()
+    summary = plan.summary()
+    assert summary["remeasured"] == 0
+    assert summary["search_estimated_latency_s"] == summary["estimated_latency_s"]
+    with pytest.raises(ValueError, match="remeasure must be 0"):
+        TuningOptions(remeasure=-1)
