@@ -147,7 +147,10 @@ def quickstart(
     tuning_s = ctx.step_durations().get("autotune", 0.0)
     console.print(
         f"speedup {untuned['median_ms'] / tuned['median_ms']:.2f}x after "
-        f"{summary['trials']} trials over {summary['num_tasks']} tasks in {tuning_s:.0f} s")
+        f"{summary['trials']} trials over {summary['num_tasks']} tasks in {tuning_s:.0f} s; "
+        f"estimate {summary['estimated_latency_s'] * 1e3:.3f} ms (the search's "
+        f"{summary['search_estimated_latency_s'] * 1e3:.3f} ms before its best "
+        f"{summary['remeasured']} records were timed again)")
     _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options)
     console.print(f"run id   {ctx.run_id}")
@@ -188,7 +191,7 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     verdict = "faster" if ours < theirs else "slower"
     console.print(f"side by side on one input ({threads} threads, median per call from "
                   f"Python): SimpleTVM {ours:.3f} ms, TFLite {theirs:.3f} ms: "
-                  f"{theirs / ours:.2f}x, SimpleTVM is {verdict}")
+                  f"SimpleTVM / TFLite {ours / theirs:.2f}x, SimpleTVM is {verdict}")
 
 
 @_command()

@@ -42,8 +42,12 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
     # still lose to TVM's default schedule (0.71x once, under the suite's load); the
     # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md)
     assert speedup > 0
-    assert re.search(r"SimpleTVM [\d.]+ ms, TFLite [\d.]+ ms: [\d.]+x, SimpleTVM is "
-                     r"(faster|slower)", output)
+    ours, theirs, ratio = map(float, re.search(
+        r"SimpleTVM ([\d.]+) ms, TFLite ([\d.]+) ms: SimpleTVM / TFLite ([\d.]+)x, "
+        r"SimpleTVM is (?:faster|slower)", output).groups())
+    assert ratio == pytest.approx(ours / theirs, rel=0.02, abs=0.01)
+    assert re.search(r"estimate [\d.]+ ms \(the search's [\d.]+ ms before its best \d+ "
+                     r"records were timed again\)", output)
     run_id = re.search(r"run id (\w{32})", output).group(1)
     context = json.loads((tmp_path / "runs" / run_id / "context.json").read_text())
     assert context["model"]["route"] == "tflite" and context["model"]["layout"] == "NHWC"
