@@ -32,7 +32,8 @@ LEAD_COLUMNS = ["run", "index", "repetition", "run_id"]
 RESULT_COLUMNS = (
     ["status", "error", "attempt", "started_at", "wall_s", "overhead_s",
      "from_model_s", "tuning_s", "build_s", "save_s", "evaluate_s",
-     "num_tasks", "trials", "tuning_errors", "estimated_latency_ms"]
+     "num_tasks", "trials", "tuning_errors", "estimated_latency_ms",
+     "search_estimated_latency_ms"]
     + [f"{stage}_mean_s" for stage in STAGES]
     + [f"{stage}_count" for stage in STAGES]
     + [f"eval_{name}_ms" if name != "count" else "eval_count" for name in EVALUATION]
@@ -298,6 +299,8 @@ def context_columns(context: dict[str, Any]) -> dict[str, Any]:
         "trials": tuning.get("trials"), "tuning_errors": tuning.get("errors"),
         "estimated_latency_ms": (tuning["estimated_latency_s"] * 1e3
                                  if tuning.get("estimated_latency_s") else None),
+        "search_estimated_latency_ms": (tuning["search_estimated_latency_s"] * 1e3
+                                        if tuning.get("search_estimated_latency_s") else None),
         "tuned": evaluation.get("tuned"), "records": evaluation.get("records"),
         "target": _target_text(spec) or _cell(context.get("target")),
         "device_key": tuning.get("device_key") or context.get("device_key"),

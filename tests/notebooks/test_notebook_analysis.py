@@ -41,7 +41,7 @@ def swept(tmp_path_factory):
         name: analysed
         fixed: {{model: {model}, trials: 2, total_trials: 3, batch_size: 2,
                  population: 16, genetic_iterations: 1, transfer_learning: false,
-                 evaluate_repeat: 5, evaluate_warmup: 1}}
+                 remeasure: 0, evaluate_repeat: 5, evaluate_warmup: 1}}
         grid:
           autotune: [false, true]
         repetitions: 2

@@ -14,7 +14,7 @@ from simpletvm.testing import tiny_cnn_onnx
 pytestmark = pytest.mark.slow
 
 FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
-        "transfer_learning": False}
+        "transfer_learning": False, "remeasure": 0}  # the closing round: test_tuning*.py
 
 
 def test_two_tuning_jobs_interleave_and_profile_on_the_server_of_the_granted_board(tmp_path):

@@ -14,7 +14,7 @@ from simpletvm.tuning.records import (RecordBuffer, RecordStore, canonical_json,
 
 SKYLAKE = {"kind": "llvm", "mcpu": "skylake", "keys": ["cpu"]}
 ZNVER3 = {"kind": "llvm", "mcpu": "znver3", "keys": ["cpu"]}
-FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
+FAST_SEARCH = {"population": 64, "genetic_iterations": 1, "remeasure": 0}
 
 
 def _record(serial: int, latency: float, target: dict = SKYLAKE) -> list:

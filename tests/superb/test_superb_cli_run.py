@@ -136,6 +136,7 @@ def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, ti
           genetic_iterations: 1
           seed: 0
           transfer_learning: false
+          remeasure: 0
           evaluate_repeat: 3
           save: true
     """)

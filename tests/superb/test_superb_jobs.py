@@ -15,7 +15,8 @@ def _two_tuned_runs(write_grid, tiny_onnx, name: str):
     return write_grid(f"""
         name: {name}
         fixed: {{model: {tiny_onnx}, trials: 4, batch_size: 4, population: 32,
-                 genetic_iterations: 1, transfer_learning: false, evaluate_repeat: 5}}
+                 genetic_iterations: 1, transfer_learning: false, remeasure: 0,
+                 evaluate_repeat: 5}}
         grid:
           seed: [0, 1]
     """)
