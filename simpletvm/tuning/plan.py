@@ -10,7 +10,8 @@ REMEASURE_SHARE of a ``minutes`` budget): a search's best is the luckiest of man
 timings, so the estimate only holds once it is timed anew. The executor
 (:class:`~simpletvm.tuning.job.TuningJob`) does what a stage says with MetaSchedule and
 reports back what happened (:meth:`selected`, :meth:`built`, :meth:`profiled`,
-:meth:`measured`, :meth:`remeasured`, :meth:`task_failed`); everything here is tested without TVM.
+:meth:`measured`, :meth:`remeasured`, :meth:`task_failed`); everything here is tested
+without TVM.
 """
 
 from __future__ import annotations
@@ -340,7 +341,8 @@ class TuningPlan:
     # ---- what it amounts to -----------------------------------------------------------
     def summary(self) -> dict:
         """Per-task trials, errors and best latency, the weighted model estimate (of the
-        tuned tasks), and the tasks skipped because they could not be tuned."""
+        tuned tasks; before the closing round too), and the tasks skipped because they
+        could not be tuned."""
         def finite(seconds: float | None) -> float | None:
             return seconds if seconds is not None and math.isfinite(seconds) else None
 
