@@ -36,7 +36,8 @@ class TuningOptions:
     inside a model finds them: its weights cold, its input just written.
     remeasure: when the search is over, each task's best this many records are timed
     again and keep the new latency, so the build and the estimate rest on timings that
-    were not picked for being lucky (0: off; it takes the last 10% of ``minutes``).
+    were not picked for being lucky (0: off; a ``minutes`` budget keeps the time it is
+    expected to take, at most a tenth).
     """
 
     trials: int | None = None

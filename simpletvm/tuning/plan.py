@@ -5,9 +5,9 @@ resumed run measured before. It says which stage comes next and whether it needs
 device, how many of the selected candidates an iteration measures, and when a task or
 the whole job is done: the per-task cap, ``total_trials``, the wall-clock budget, early
 stopping, and skipping a task that cannot be tuned. When the search is over, a closing
-round measures each task's best few records again (heaviest tasks first, in the last
-REMEASURE_SHARE of a ``minutes`` budget): a search's best is the luckiest of many noisy
-timings, so the estimate only holds once it is timed anew. The executor
+round measures each task's best few records again (heaviest tasks first; a ``minutes``
+budget keeps the time it is expected to take): a search's best is the luckiest of many
+noisy timings, so the estimate only holds once it is timed anew. The executor
 (:class:`~simpletvm.tuning.job.TuningJob`) does what a stage says with MetaSchedule and
 reports back what happened (:meth:`selected`, :meth:`built`, :meth:`profiled`,
 :meth:`measured`, :meth:`remeasured`, :meth:`task_failed`); everything here is tested
@@ -34,7 +34,11 @@ FAILED_CANDIDATES_TO_SKIP = 8  # measured candidates, none working: the task is 
 # iterations every task of both rival forms gets before the slower form is handicapped:
 # a Winograd task's first candidates can be several times slower than its tuned ones
 RIVAL_MIN_ITERATIONS = 3
-REMEASURE_SHARE = 0.1  # of a minutes budget, kept for the closing re-measure
+# the closing round's share of a minutes budget: what the search's own build and profile
+# times say it takes, with REMEASURE_MARGIN for its select stages and smaller batches,
+# at most REMEASURE_SHARE (the heaviest tasks come first, so a cut leaves light ones)
+REMEASURE_SHARE = 0.1
+REMEASURE_MARGIN = 3.0
 # re-measure rounds a task gets for its best record to be one measured again (when the
 # re-measured ones all got slower, the next best record may be a lucky one too)
 REMEASURE_ROUNDS = 2
@@ -127,7 +131,9 @@ class TuningPlan:
             progress.trials = before
         self._clock = clock
         self._deadline: float | None = None  # set when the first stage starts
-        self._search_deadline: float | None = None
+        self._stage_began = 0.0
+        self._candidates = 0  # of the current iteration, building or profiling
+        self._candidate_s = {"build": [0.0, 0], "profile": [0.0, 0]}  # seconds, candidates
         self.remeasuring = False  # the closing round has begun
         self._remeasure_queue: list[int] = []
         self.phase = "select"
@@ -150,11 +156,23 @@ class TuningPlan:
 
     def stage_started(self) -> None:
         """A stage begins: the wall-clock budget runs from the first one."""
+        self._stage_began = self._clock()
         if self._deadline is None and self.options.minutes is not None:
-            seconds = self.options.minutes * 60
-            self._deadline = self._clock() + seconds
-            share = REMEASURE_SHARE if self.options.remeasure else 0.0
-            self._search_deadline = self._clock() + seconds * (1 - share)
+            self._deadline = self._stage_began + self.options.minutes * 60
+
+    def closing_reserve(self) -> float:
+        """Seconds of a ``minutes`` budget the search leaves to the closing round: its
+        candidates (``remeasure`` per task with records) at the search's build and
+        profile seconds per candidate, times REMEASURE_MARGIN; REMEASURE_SHARE of the
+        budget until the search has timed any."""
+        if not self.options.remeasure or self.options.minutes is None:
+            return 0.0
+        cap = REMEASURE_SHARE * self.options.minutes * 60
+        if not all(count for _, count in self._candidate_s.values()):
+            return cap
+        per_candidate = sum(seconds / count for seconds, count in self._candidate_s.values())
+        tasks = sum(1 for p in self.progress if not p.skipped)
+        return min(cap, REMEASURE_MARGIN * tasks * self.options.remeasure * per_candidate)
 
     def task_budget(self) -> int:
         """The trials the current task may still measure (its search's max_trials)."""
@@ -173,8 +191,8 @@ class TuningPlan:
         """Trials the job may still measure; 0 once its wall-clock budget is over and
         every task has been measured (a task never measured keeps TVM's naive schedule,
         which can cost more than all the others together)."""
-        deadline = self._search_deadline
-        if deadline is not None and self._clock() >= deadline and all(
+        if self._deadline is not None and (
+                self._clock() >= self._deadline - self.closing_reserve()) and all(
                 p.history or p.done for p in self.progress):
             return 0
         if self.options.total_trials is None:
@@ -208,6 +226,7 @@ class TuningPlan:
             self.finish_task()
             return 0
         self.phase = "build"
+        self._candidates = take
         return take
 
     def known_best(self, latency: float) -> None:
@@ -217,11 +236,21 @@ class TuningPlan:
 
     def built(self, errors: int) -> None:
         self.progress[self.task].errors += errors
+        self._stage_timed("build")
         self.phase = "profile"
 
     def profiled(self, errors: int) -> None:
         self.progress[self.task].errors += errors
+        self._stage_timed("profile")
         self.phase = "update"
+
+    def _stage_timed(self, kind: str) -> None:
+        """A search stage that started at ``stage_started`` ended: its seconds per
+        candidate tell how long the closing round will take."""
+        if not self.remeasuring:
+            timed = self._candidate_s[kind]
+            timed[0] += self._clock() - self._stage_began
+            timed[1] += self._candidates
 
     def measured(self, latencies: Sequence[float | None], last_error: str | None = None) -> None:
         """The candidates' mean latencies (None: it failed); ends the iteration and picks

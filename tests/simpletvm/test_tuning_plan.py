@@ -10,7 +10,8 @@ import pytest
 
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND,
-                                   REMEASURE_ROUNDS, RIVAL_MIN_ITERATIONS, TuningPlan,
+                                   REMEASURE_MARGIN, REMEASURE_ROUNDS, RIVAL_MIN_ITERATIONS,
+                                   TuningPlan,
                                    first_round_trials)
 
 
@@ -225,16 +226,25 @@ def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settle
     assert plan.summary()["estimated_latency_s"] == pytest.approx(1.2e-3)
 
 
-def test_the_wall_clock_budget_keeps_its_last_tenth_for_the_closing_round():
+def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
     clock = Clock()
     plan = plan_of([0, 0], TuningOptions(minutes=10, batch_size=4), clock=clock)
-    iterate(plan, lambda task: 1e-3)
-    iterate(plan, lambda task: 1e-3)
-    clock.now += 530
-    assert not plan.remeasuring
-    iterate(plan, lambda task: 1e-3)
-    clock.now += 15  # 9 minutes and a bit: the search is over
-    iterate(plan, lambda task: 1e-3)
+    assert plan.closing_reserve() == 60  # a tenth, until the search has timed candidates
+    for _ in range(2):  # each build and profile stage takes 2 s: 0.5 s per candidate ...
+        plan.stage_started()
+        plan.selected(4)
+        for event in (plan.built, plan.profiled):
+            plan.stage_started()
+            clock.now += 2
+            event(0)
+        plan.measured([1e-3] * 4)
+    # ... so 2 tasks x 3 records x 1 s per candidate, with the margin for select stages
+    assert plan.closing_reserve() == pytest.approx(2 * 3 * 1.0 * REMEASURE_MARGIN)
+    clock.now = 1000 + 600 - 13
+    assert plan.budget_left() > 0
+    clock.now += 1  # the search stops 12 s before the budget's end
+    assert plan.budget_left() == 0
+    iterate(plan, lambda task: 1e-3)  # (its select finds the budget spent)
     assert plan.remeasuring and plan.next_stage().remeasure
     clock.now += 60  # the whole budget is over while the first task is timed again:
     iterate(plan, lambda task: 1e-3)  # it is finished, the other keeps its timings
