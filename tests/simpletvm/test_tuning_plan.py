@@ -239,10 +239,11 @@ def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
             event(0)
         plan.measured([1e-3] * 4)
     # ... so 2 tasks x 3 records x 1 s per candidate, with the margin for select stages
-    assert plan.closing_reserve() == pytest.approx(2 * 3 * 1.0 * REMEASURE_MARGIN)
-    clock.now = 1000 + 600 - 13
+    reserve = plan.closing_reserve()
+    assert reserve == pytest.approx(2 * 3 * 1.0 * REMEASURE_MARGIN)
+    clock.now = 1000 + 600 - reserve - 1
     assert plan.budget_left() > 0
-    clock.now += 1  # the search stops 12 s before the budget's end
+    clock.now += 1  # the search stops that long before the budget's end
     assert plan.budget_left() == 0
     iterate(plan, lambda task: 1e-3)  # (its select finds the budget spent)
     assert plan.remeasuring and plan.next_stage().remeasure
