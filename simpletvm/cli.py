@@ -148,15 +148,22 @@ def quickstart(
     console.print(
         f"speedup {untuned['median_ms'] / tuned['median_ms']:.2f}x after "
         f"{summary['trials']} trials over {summary['num_tasks']} tasks in {tuning_s:.0f} s; "
-        f"estimate {summary['estimated_latency_s'] * 1e3:.3f} ms (the search's "
-        f"{summary['search_estimated_latency_s'] * 1e3:.3f} ms before its best "
-        f"{summary['remeasured']} records were timed again)")
+        f"{_estimate_text(summary)}")
     _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"context  {context_path}")
     console.print(f"module   {ctx.artifacts.get('module')}")
     console.print(f"log      {ctx.store.log_path(ctx.run_id)}")
+
+
+def _estimate_text(summary: dict) -> str:
+    """The tuning estimate, and the search's own when the closing round changed it."""
+    text = f"estimate {summary['estimated_latency_s'] * 1e3:.3f} ms"
+    if summary["remeasured"]:
+        text += (f" (the search's {summary['search_estimated_latency_s'] * 1e3:.3f} ms before "
+                 f"its best {summary['remeasured']} records were timed again)")
+    return text
 
 
 def _print_skipped(console, summary: dict) -> None:
@@ -374,10 +381,7 @@ def tune(
     ctx.save()
     summary = stvm.tuning_summary
     console.print(f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
-                  f"{ctx.step_durations().get('autotune', 0):.0f} s; estimate "
-                  f"{summary['estimated_latency_s'] * 1e3:.3f} ms (the search's "
-                  f"{summary['search_estimated_latency_s'] * 1e3:.3f} ms before its best "
-                  f"{summary['remeasured']} records were timed again)")
+                  f"{ctx.step_durations().get('autotune', 0):.0f} s; {_estimate_text(summary)}")
     _print_skipped(console, summary)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR")

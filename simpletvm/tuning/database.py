@@ -63,7 +63,7 @@ class RecordDatabase(PyDatabase):
 
     def commit_remeasured(self, record: TuningRecord) -> None:
         """A new measurement of a record this run committed: it replaces the earlier one
-        (a search's best is the luckiest of many noisy timings; this one is not)."""
+        (a search's best can be a lucky timing; this one was not picked for its luck)."""
         self._commit(record, remeasured=True)
 
     def _commit(self, record: TuningRecord, remeasured: bool) -> None:

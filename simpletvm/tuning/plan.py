@@ -6,8 +6,8 @@ device, how many of the selected candidates an iteration measures, and when a ta
 the whole job is done: the per-task cap, ``total_trials``, the wall-clock budget, early
 stopping, and skipping a task that cannot be tuned. When the search is over, a closing
 round measures each task's best few records again (heaviest tasks first; a ``minutes``
-budget keeps the time it is expected to take): a search's best is the luckiest of many
-noisy timings, so the estimate only holds once it is timed anew. The executor
+budget keeps the time it is expected to take): a search's best can be a lucky timing,
+so the estimate only holds once it is timed anew. The executor
 (:class:`~simpletvm.tuning.job.TuningJob`) does what a stage says with MetaSchedule and
 reports back what happened (:meth:`selected`, :meth:`built`, :meth:`profiled`,
 :meth:`measured`, :meth:`remeasured`, :meth:`task_failed`); everything here is tested

@@ -194,14 +194,15 @@ def test_an_unmeasured_rival_form_is_left_out_of_the_estimate():
 
 def test_the_closing_round_times_each_tasks_best_records_again_heaviest_first():
     latency = {0: 1e-3, 1: 4e-3, 2: 2e-3}.__getitem__
-    plan = plan_of([0, 0, 0], TuningOptions(trials=8, batch_size=4), weights=[5, 1, 1])
+    plan = plan_of([0, 0, 0], TuningOptions(trials=8, batch_size=4, remeasure=3),
+                   weights=[5, 1, 1])
     while not plan.remeasuring:
         iterate(plan, latency)
     closing = []
     while not plan.is_complete():  # the search's best, 1.5x slower when timed again
         closing.append(iterate(plan, latency, remeasured_as=lambda task: 1.5 * latency(task)))
     assert [task for task, _ in closing] == [0, 1, 2]  # 5 ms, 4 ms, 2 ms of the model
-    assert [n for _, n in closing] == [3, 3, 3]  # TuningOptions.remeasure records each
+    assert [n for _, n in closing] == [3, 3, 3]  # remeasure records each
     assert plan.trials == 24  # timings again are not trials
     summary = plan.summary()
     assert summary["search_estimated_latency_s"] == pytest.approx(5e-3 + 4e-3 + 2e-3)
@@ -211,7 +212,7 @@ def test_the_closing_round_times_each_tasks_best_records_again_heaviest_first():
 
 
 def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settles():
-    plan = plan_of([0], TuningOptions(trials=4, batch_size=4))
+    plan = plan_of([0], TuningOptions(trials=4, batch_size=4, remeasure=3))
     while not plan.remeasuring:
         iterate(plan, lambda task: 1e-3)
     rounds = 0
@@ -228,7 +229,7 @@ def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settle
 
 def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
     clock = Clock()
-    plan = plan_of([0, 0], TuningOptions(minutes=10, batch_size=4), clock=clock)
+    plan = plan_of([0, 0], TuningOptions(minutes=10, batch_size=4, remeasure=3), clock=clock)
     assert plan.closing_reserve() == 60  # a tenth, until the search has timed candidates
     for _ in range(2):  # each build and profile stage takes 2 s: 0.5 s per candidate ...
         plan.stage_started()
@@ -254,7 +255,7 @@ def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
 
 
 def test_remeasure_zero_ends_the_job_with_its_search():
-    plan = plan_of([0, 0], TuningOptions(trials=4, batch_size=4, remeasure=0))
+    plan = plan_of([0, 0], TuningOptions(trials=4, batch_size=4))  # the default
     iterations = run_to_end(plan, lambda task: 1e-3)
     assert len(iterations) == 2 and plan.is_complete()
     summary = plan.summary()
