@@ -307,9 +307,9 @@ class TuningJob:
             self.plan.finish_task()
             return {"batch_size": 0, "errors": 1}
         tried.update(str(record.trace) for record in records)
-        self._best_records, self._candidates = records, candidates if records else []
-        self.plan.selected(len(self._candidates))
-        return {"batch_size": len(self._candidates)}
+        self._best_records, self._candidates = records, candidates
+        self.plan.selected(len(candidates))
+        return {"batch_size": len(candidates)}
 
     def _update_best_records(self) -> dict[str, Any]:
         """Replace the timed records' latencies by the new ones, and tell the plan the

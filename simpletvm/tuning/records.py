@@ -5,8 +5,8 @@ Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural
 time, the record's JSON and an identity that makes a record committed twice one row).
 ``best``: each workload's fastest record per target, updated in the transaction that
 inserts (or re-measures) a record, so it is never stale. A record measured again by its
-run (tuning's closing re-measure of each task's best) replaces its row's measurement. A run's records, all records and the best ones
-are queries, and a job reads the best N records of its workloads through an index
+run (tuning's closing round) replaces its row's measurement. A run's records, all
+records and the best ones are queries, and a job reads the best N records of its workloads through an index
 instead of reading the whole store. WAL mode lets readers go on while a writer commits;
 a busy timeout queues writers. This module needs no TVM: MetaSchedule reads the store
 through :class:`simpletvm.tuning.database.RecordDatabase`.
@@ -61,6 +61,15 @@ INSERT INTO best (workload_id, target_key, record_id, latency_s) VALUES (?, ?, ?
 ON CONFLICT (workload_id, target_key) DO UPDATE
 SET record_id = excluded.record_id, latency_s = excluded.latency_s
 WHERE excluded.latency_s < best.latency_s
+"""
+
+# after a record's latency changed, which may have risen: the best is looked up again
+_RECOMPUTE_BEST = """
+INSERT INTO best (workload_id, target_key, record_id, latency_s)
+SELECT workload_id, target_key, id, latency_s FROM records
+WHERE workload_id = ? AND target_key = ? ORDER BY latency_s LIMIT 1
+ON CONFLICT (workload_id, target_key) DO UPDATE
+SET record_id = excluded.record_id, latency_s = excluded.latency_s
 """
 
 
@@ -348,13 +357,7 @@ def replace_measurements(connection: sqlite3.Connection,
         connection.execute(
             "UPDATE OR IGNORE records SET latency_s = ?, json = ?, identity = ?, time = ? "
             "WHERE id = ?", (latency, text, _identity(key, text), at, earlier))
-        connection.execute(
-            "INSERT INTO best (workload_id, target_key, record_id, latency_s) "
-            "SELECT workload_id, target_key, id, latency_s FROM records "
-            "WHERE workload_id = ? AND target_key = ? ORDER BY latency_s LIMIT 1 "
-            "ON CONFLICT (workload_id, target_key) DO UPDATE "
-            "SET record_id = excluded.record_id, latency_s = excluded.latency_s",
-            (workload_id, target))
+        connection.execute(_RECOMPUTE_BEST, (workload_id, target))
     return added
 
 
