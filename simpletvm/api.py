@@ -212,7 +212,8 @@ class SimpleTVM:
         self.context.tuning = {**self.tuning_summary,
                                "rpc_tracker": list(tracker) if tracker else None,
                                "device_key": device_key,
-                               "runner": "rpc" if tracker else "local"}
+                               "runner": "rpc" if tracker else "local",
+                               "cache_mode": job.cache_mode}
 
     def build(self, records: str | None = "global") -> "SimpleTVM":
         """Compile the model, applying tuning records.
@@ -407,14 +408,16 @@ class SimpleTVM:
         """MetaSchedule's RPC runner on servers registered under ``device_key``."""
         from tvm.s_tir import meta_schedule as ms
 
-        from .tuning.job import evaluator_config
+        from .tuning.timing import evaluator_config, resolve_cache_mode
 
         timeout = options.resolved_timeout(self.target.device_type)
+        mode = resolve_cache_mode(options.cache_flush, 0, device_type=self.target.device_type,
+                                  local=False)
         return ms.runner.RPCRunner(
             rpc_config=ms.runner.RPCConfig(
                 tracker_host=tracker[0], tracker_port=int(tracker[1]), tracker_key=device_key,
                 session_timeout_sec=max(1, int(timeout))),
-            evaluator_config=evaluator_config(options, self.target.device_type),
+            evaluator_config=evaluator_config(options, mode),
             max_workers=1,
         )
 

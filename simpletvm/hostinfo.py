@@ -73,3 +73,32 @@ def library_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+@lru_cache(maxsize=1)
+def cache_bytes() -> dict[int, int]:
+    """Data cache size per level (1, 2, 3) as one core sees it (Linux sysfs; empty
+    where it says nothing)."""
+    sizes: dict[int, int] = {}
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return sizes
+    for entry in entries:
+        try:
+            with open(os.path.join(root, entry, "type"), encoding="utf-8") as handle:
+                if handle.read().strip() == "Instruction":
+                    continue
+            with open(os.path.join(root, entry, "level"), encoding="utf-8") as handle:
+                level = int(handle.read())
+            with open(os.path.join(root, entry, "size"), encoding="utf-8") as handle:
+                sizes[level] = _size_bytes(handle.read().strip())
+        except (OSError, ValueError):
+            continue
+    return sizes
+
+
+def _size_bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)

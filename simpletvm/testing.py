@@ -7,6 +7,7 @@ Nothing here is downloaded or converted: the model is written with the ``onnx`` 
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -57,13 +58,12 @@ def fake_builder():
     return FakeBuilder()
 
 
-def fake_runner(seed: int = 0, failing: float = 0.0):
-    """A MetaSchedule runner that times nothing: each candidate gets a latency drawn from
-    ``seed`` (1-10 ms), or fails with probability ``failing``."""
-    from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
+@lru_cache(maxsize=1)
+def _future_class():
+    """A MetaSchedule runner future that holds its result already (made on first use:
+    importing TVM waits until a fake is asked for)."""
     from tvm.ir.utils import derived_object
-
-    draw = random.Random(seed)
+    from tvm.s_tir.meta_schedule.runner import PyRunnerFuture
 
     @derived_object
     class FakeFuture(PyRunnerFuture):
@@ -77,6 +77,23 @@ def fake_runner(seed: int = 0, failing: float = 0.0):
         def result(self):
             return self._result
 
+    return FakeFuture
+
+
+def finished_future(result):
+    """A finished runner future holding ``result`` (a ``RunnerResult``): what a fake
+    runner returns."""
+    return _future_class()(result)
+
+
+def fake_runner(seed: int = 0, failing: float = 0.0):
+    """A MetaSchedule runner that times nothing: each candidate gets a latency drawn from
+    ``seed`` (1-10 ms), or fails with probability ``failing``."""
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
+    from tvm.ir.utils import derived_object
+
+    draw = random.Random(seed)
+
     @derived_object
     class FakeRunner(PyRunner):
         def run(self, runner_inputs):
@@ -86,6 +103,6 @@ def fake_runner(seed: int = 0, failing: float = 0.0):
                     results.append(RunnerResult(None, "fake runner: this candidate fails"))
                 else:
                     results.append(RunnerResult([draw.uniform(1e-3, 1e-2)], None))
-            return [FakeFuture(result) for result in results]
+            return [finished_future(result) for result in results]
 
     return FakeRunner()

@@ -99,8 +99,9 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
     _p("profile_repeat", "autotune", "repeat", "int", "profiling: measurements"),
     _p("profile_min_repeat_ms", "autotune", "min_repeat_ms", "int",
        "profiling: minimum time per measurement"),
-    _p("cache_flush", "autotune", "cache_flush", "bool",
-       "profiling: flush CPU caches before each measurement"),
+    _p("cache_flush", "autotune", "cache_flush", "bool-or-str",
+       "profiling: where a candidate's weights are before each run: auto, memory, l3, "
+       "off (true/false: memory/off)"),
     _p("remeasure", "autotune", "remeasure", "int",
        "best records per task timed again when the search is over (0: off)"),
     # build(...), save(), evaluate(...)
@@ -133,6 +134,7 @@ def check_value(parameter: Parameter, value: Any) -> str | None:
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
+        "bool-or-str": isinstance(value, (bool, str)),
         "str-list": isinstance(value, str)
         or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
         "mapping": isinstance(value, dict),
@@ -141,7 +143,7 @@ def check_value(parameter: Parameter, value: Any) -> str | None:
     if ok:
         return None
     wanted = {"int": "an integer", "float": "a number", "bool": "true or false",
-              "str": "a string", "str-list": "a string or a list of strings",
+              "str": "a string", "bool-or-str": "true, false or a string", "str-list": "a string or a list of strings",
               "mapping": "a mapping", "target": "a string or a TVM target mapping"}[kind]
     return f"must be {wanted}, got {value!r}"
 

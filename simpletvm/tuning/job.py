@@ -23,6 +23,8 @@ from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
 from .records import RecordStore
 from .tasks import TaskProgress
+from .timing import (evaluator_config, model_weight_bytes, resolve_cache_mode, run_evaluator,
+                     warmed_up)
 
 CLIENT = "client"
 
@@ -91,6 +93,9 @@ class TuningJob:
         self._num_threads = num_threads or "physical"
         forms = fused_mod if isinstance(fused_mod, ConvForms) else None
         self.tasks = extract_tasks(forms.modules() if forms else fused_mod, target)
+        self.cache_mode = resolve_cache_mode(
+            options.cache_flush, model_weight_bytes(forms.default if forms else fused_mod),
+            device_type=target.device_type, local=runner is None)
         measured_before = records.run_counts(self.run_id)
         self._keys = [workload_key(t.dispatched[0]) for t in self.tasks]
         index = {key: i for i, key in enumerate(self._keys)}
@@ -249,10 +254,11 @@ class TuningJob:
             self.device_check()
         runner = self._ensure_runner()
         built = [(i, r) for i, r in enumerate(self._build_results) if r.artifact_path]
-        futures = runner.run([
+        inputs = [
             RunnerInput(r.artifact_path, self.target.device_type, self._candidates[i].args_info)
             for i, r in built
-        ])
+        ]
+        futures = runner.run(warmed_up(inputs))[len(inputs[:1]):]
         results = [RunnerResult(None, r.error_msg) for r in self._build_results]
         for (index, _), future in zip(built, futures):
             results[index] = future.result()
@@ -298,10 +304,7 @@ class TuningJob:
             records = [record for record in self._own_records.get_top_k(
                 workload, self.options.remeasure + len(tried))
                 if str(record.trace) not in tried][:self.options.remeasure]
-            # a profile stage's first candidate runs slow (the search's best, timed first,
-            # came out 1.5-2.5x its search timing while the next two matched theirs):
-            # a copy of the best goes first and its timing is dropped
-            candidates = [record.as_measure_candidate() for record in records[:1] + records]
+            candidates = [record.as_measure_candidate() for record in records]
         except Exception as error:  # noqa: BLE001 - the task keeps its search's timings
             self._last_error = f"{type(error).__name__}: {_first_line(error)}"
             self.plan.finish_task()
@@ -319,7 +322,7 @@ class TuningJob:
         index = self.plan.task
         done = self._remeasure_done.setdefault(index, set())
         latencies = []
-        for record, result in zip(self._best_records, self._run_results[1:]):
+        for record, result in zip(self._best_records, self._run_results):
             latency = _mean_seconds(result.run_secs)
             latencies.append(latency)
             if latency is not None:
@@ -444,18 +447,10 @@ class TuningJob:
             self._runner = ms.runner.LocalRunner(
                 timeout_sec=self.options.resolved_timeout(self.target.device_type),
                 initializer=exit_with_parent,
-                evaluator_config=evaluator_config(self.options, self.target.device_type),
+                evaluator_config=evaluator_config(self.options, self.cache_mode),
+                f_run_evaluator=run_evaluator(self.cache_mode),
             )
         return self._runner
-
-
-def evaluator_config(options: TuningOptions, device_type: str):
-    """How the profile stage times a candidate (see :class:`TuningOptions`)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.runner.EvaluatorConfig(
-        number=options.number, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms,
-        enable_cpu_cache_flush=options.cache_flush and device_type == "cpu")
 
 
 def task_flops(task) -> float:

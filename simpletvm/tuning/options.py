@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .tasks import TASK_SCHEDULERS
+from .timing import cache_mode
 
 DEFAULT_TRIALS = 64  # per task, when nothing else bounds the job
 UNCAPPED_TRIALS = 1_000_000  # per task, when total_trials or minutes bound the job
@@ -31,9 +32,10 @@ class TuningOptions:
     search_strategy / cost_model: MetaSchedule's; population, genetic_iterations and
     eps_greedy set how much the select stage costs.
     number / repeat / min_repeat_ms / cache_flush: how a candidate is timed. On CPUs
-    the caches are flushed of everything but the first argument before each run
-    (MetaSchedule's ``enable_cpu_cache_flush``, one run per measurement), as a layer
-    inside a model finds them: its weights cold, its input just written.
+    the caches are set before each run (one run per measurement) as a layer inside the
+    model finds them: its input just written, its weights in the L3 when the model's
+    fit there (``"l3"``), else in memory (``"memory"``); ``"auto"`` picks one per model,
+    ``"off"`` times hot (:mod:`simpletvm.tuning.timing`).
     remeasure: when the search is over, each task's best this many records are timed
     again and keep the new latency, so the build and the estimate rest on timings that
     were not picked for being lucky (0: off; a ``minutes`` budget keeps the time it is
@@ -58,7 +60,7 @@ class TuningOptions:
     number: int = 1
     repeat: int = 5
     min_repeat_ms: int = 0
-    cache_flush: bool = True
+    cache_flush: str = "auto"
     # off by default: on the quickstart model, with the search's records, its choice ran
     # 5% slower (BENCHMARKS.md, bench/closing_round.py); it makes the estimate hold
     remeasure: int = 0
@@ -88,9 +90,11 @@ class TuningOptions:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
         if self.remeasure < 0:
             raise ValueError(f"remeasure must be 0 (off) or more records, got {self.remeasure}")
-        if self.cache_flush and self.number != 1:
-            raise ValueError("cache_flush flushes before every run, so it needs number=1 "
-                             f"(got number={self.number}); use repeat for more samples")
+        self.cache_flush = cache_mode(self.cache_flush)
+        if self.cache_flush != "off" and self.number != 1:
+            raise ValueError(f"cache_flush {self.cache_flush!r} sets the caches before every "
+                             f"run, so it needs number=1 (got number={self.number}); use "
+                             "repeat for more samples, or cache_flush='off'")
 
     def per_task_trials(self) -> int:
         """The most trials one task may measure."""

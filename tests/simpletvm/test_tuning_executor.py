@@ -92,3 +92,34 @@ def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_recor
     assert summary["remeasured"] == sum(p.remeasured for p in job.progress)
     # the search's best were the luckiest of its random timings: timed again, they rose
     assert summary["estimated_latency_s"] > summary["search_estimated_latency_s"]
+
+
+def test_each_profile_stage_times_its_first_candidate_twice_and_drops_the_first(
+        fused, tmp_path):
+    """A stage's first timing runs slow (BENCHMARKS.md): it must not reach the records."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
+
+    from simpletvm.testing import finished_future
+
+    calls = []
+
+    @derived_object
+    class FirstSlowRunner(PyRunner):
+        def run(self, runner_inputs):
+            calls.append([str(item.artifact_path) for item in runner_inputs])
+            return [finished_future(RunnerResult([1.0 if i == 0 else 1e-3 * (1 + i)], None))
+                    for i in range(len(runner_inputs))]
+
+    records, run_id = RecordStore(tmp_path / "records.sqlite"), "d" * 32
+    job = TuningJob(fused.fused_module, fused.target,
+                    TuningOptions(batch_size=4, seed=0, total_trials=12, **SEARCH),
+                    records=records, builder=fake_builder(), runner=FirstSlowRunner(),
+                    run_id=run_id)
+    job.run()
+    assert calls and all(len(inputs) >= 2 and inputs[0] == inputs[1] for inputs in calls)
+    assert job.trials == 12 == records.count(run_id=run_id)
+    with sqlite3.connect(tmp_path / "records.sqlite") as db:
+        latencies = [json.loads(text)[1][0] for (text,) in db.execute(
+            "SELECT json FROM records WHERE run_id = ?", (run_id,))]
+    assert len(latencies) == 12 and max(latencies) < 0.1

@@ -1,0 +1,167 @@
+"""How the profile stage times a candidate, so that its timing predicts the same kernel
+inside the model.
+
+A layer inside a model finds its input just written by the layer before and its weights
+where the rest of the model left them: in the last-level cache when the model's weights
+fit there, in memory when they do not. The cache modes stand for these cases:
+
+- ``"memory"``: before each run every argument but the input is flushed from all caches
+  (MetaSchedule's ``enable_cpu_cache_flush``): weights come from memory. Right for
+  ResNet-18 (46 MB of weights) and MobileNetV2 1.0 (14 MB; measured / estimate 0.97).
+- ``"l3"``: before each run every core of the runtime's pool streams twice its private
+  cache through, which pushes the arguments out of L1 and L2 into the L3; the input is
+  read again. For small models, whose kernels of a few microseconds ran 1.6-1.7x faster
+  in the model than timed from memory.
+- ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
+- ``"auto"``: ``"l3"`` for a model whose weights take at most a quarter of the L3, else
+  ``"memory"`` (the L3 of these hosts is shared with other tenants' cores: MobileNetV2
+  1.0's 14 MB in a 32 MB L3 ran as if from memory). A remote device is timed
+  ``"memory"``: the eviction kernel lives in the local runner's process.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+from typing import Any, Callable
+
+CACHE_MODES = ("auto", "memory", "l3", "off")
+L3_SHARE = 4  # "auto" times from L3 the models whose weights fit in this part of it
+EVICT_PREPROC = "simpletvm.evict_private_caches"
+
+
+def cache_mode(value: str | bool) -> str:
+    """The cache mode ``value`` names; ``True``/``False`` are the on/off switch of earlier
+    versions ("memory"/"off")."""
+    if isinstance(value, bool):
+        return "memory" if value else "off"
+    if value not in CACHE_MODES:
+        raise ValueError(f"unknown cache_flush {value!r}: choose one of {list(CACHE_MODES)}")
+    return value
+
+
+def resolve_cache_mode(value: str | bool, weight_bytes: int, *, device_type: str,
+                       local: bool) -> str:
+    """The mode a job times its candidates with: ``auto`` decided for a model whose
+    weights take ``weight_bytes``, on this host's L3; only a local CPU runner can time
+    from L3."""
+    from ..hostinfo import cache_bytes
+
+    mode = cache_mode(value)
+    if device_type != "cpu":
+        return "off"
+    if not local and mode == "l3":
+        return "memory"
+    if mode != "auto":
+        return mode
+    l3 = cache_bytes().get(3, 0)
+    return "l3" if local and weight_bytes * L3_SHARE <= l3 else "memory"
+
+
+def model_weight_bytes(mod) -> int:
+    """Bytes of the constants (the weights, once bound) of a Relax module's functions."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+    from tvm.runtime import Tensor
+
+    seen: dict[int, int] = {}
+
+    def visit(node) -> None:
+        value = getattr(node, "value", None)  # a tensor constant's (an immediate's: a number)
+        if isinstance(node, Constant) and isinstance(value, Tensor):
+            seen[node.__chandle__()] = math.prod(value.shape) * _itemsize(str(value.dtype))
+
+    for _, function in mod.functions.items():
+        if isinstance(function, relax.Function):
+            relax.analysis.post_order_visit(function.body, visit)
+    return sum(seen.values())
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # bfloat16 and other types numpy does not name
+        return 2
+
+
+def evaluator_config(options, mode: str):
+    """MetaSchedule's timing settings for ``options`` in cache ``mode``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.EvaluatorConfig(
+        number=options.number, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms,
+        enable_cpu_cache_flush=mode == "memory")
+
+
+def run_evaluator(mode: str) -> Callable | None:
+    """The local runner's evaluator for ``mode`` (None: MetaSchedule's own)."""
+    return run_evaluator_from_l3 if mode == "l3" else None
+
+
+def warmed_up(runner_inputs: list) -> list:
+    """The profile stage's inputs with the first one timed twice, the first timing to be
+    dropped: a stage's first candidate runs slow (a core that idled through select and
+    build runs its first tens of milliseconds slowly; the search's best, timed first, came
+    out 1.5-2.5x its own timing while the next ones matched theirs), and the cost model
+    ranks its favourite first."""
+    return runner_inputs[:1] + runner_inputs
+
+
+def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
+    """Times like MetaSchedule's evaluator, with the private caches evicted before each
+    run (runs in the local runner's worker process)."""
+    _register_eviction()
+    evaluator = rt_mod.time_evaluator(
+        func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number,
+        repeat=evaluator_config.repeat, min_repeat_ms=evaluator_config.min_repeat_ms,
+        f_preproc=EVICT_PREPROC)
+    costs: list[float] = []
+    for args in repeated_args:
+        device.sync()
+        costs.extend(float(cost) for cost in evaluator(*args).results)
+    return costs
+
+
+@lru_cache(maxsize=1)
+def _register_eviction() -> None:
+    """Register :data:`EVICT_PREPROC`: a parallel kernel on the runtime's own threads
+    (the ones the timed kernel runs on) reads and writes a buffer of each core's L2 size,
+    then the input is read again, as the layer before would have left it."""
+    import tvm
+
+    from ..hostinfo import cache_bytes
+
+    evict, buffers = _eviction_kernel(_runtime_threads(), cache_bytes().get(2, 1 << 20))
+
+    def preprocess(*args: Any) -> None:
+        evict(*buffers)
+        if args:
+            args[0].numpy()
+
+    tvm.register_global_func(EVICT_PREPROC, preprocess, override=True)
+
+
+def _eviction_kernel(threads: int, l2_bytes: int):
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    shape = (threads, max(l2_bytes // 4, 16))
+    source = te.placeholder(shape, "float32", name="source")
+    sink = te.compute(shape, lambda t, i: source[t, i] + 1.0, name="sink")
+    schedule = tvm.s_tir.Schedule(te.create_prim_func([source, sink]))
+    thread, element = schedule.get_loops(schedule.get_sblock("sink"))
+    schedule.parallel(thread)
+    schedule.vectorize(schedule.split(element, [None, 16])[1])
+    kernel = tvm.compile(schedule.mod, target={"kind": "llvm"})["main"]
+    buffers = [tvm.runtime.tensor(np.zeros(shape, "float32")) for _ in range(2)]
+    return kernel, buffers
+
+
+def _runtime_threads() -> int:
+    from ..targets import RUNTIME_THREADS_VARIABLE
+
+    return max(1, int(os.environ.get(RUNTIME_THREADS_VARIABLE) or os.cpu_count() or 1))
