@@ -243,6 +243,7 @@ class SimpleTVM:
             self._library_file = None
             self._built_from = records
             self.state = "built"
+            self._choose_threads(step)
         return self
 
     def save(self, directory: str | Path | None = None) -> "SimpleTVM":
@@ -264,7 +265,7 @@ class SimpleTVM:
         import tvm
 
         source_dir = Path(directory) if directory else self.store.module_dir(run_id)
-        with self.context.step("load", run_id=run_id):
+        with self.context.step("load", run_id=run_id) as step:
             metadata_path = source_dir / METADATA_FILE
             if not metadata_path.exists():
                 raise RunNotFoundError(
@@ -286,6 +287,7 @@ class SimpleTVM:
             self._forms = None
             self._built_from = metadata.get("records")  # what the saved build applied
             self.state = "loaded"
+            self._choose_threads(step)
         return self
 
     def run(self, data: Any) -> np.ndarray | list[np.ndarray]:
@@ -334,6 +336,10 @@ class SimpleTVM:
             stats.update(repeat=repeat, warmup=warmup, number=number,
                          tuned=self._built_from is not None, records=self._built_from,
                          device=where)
+            if self.rpc_tracker is None and self.target.device_type == "cpu":
+                from .threads import runtime_threads
+
+                stats["threads"] = runtime_threads()
             self.last_evaluation = stats
             self.context.evaluation = stats
         return self
@@ -356,6 +362,24 @@ class SimpleTVM:
                                 "saved already (under the run id it was loaded from)")
             raise FlowError(f"{step} needs a built module: call build() first")
         raise FlowError(f"{step} needs a module: call build() or load() first")
+
+    def _choose_threads(self, step: dict) -> None:
+        """Leave the runtime on the thread count this module runs fastest on here
+        (:mod:`simpletvm.threads`), unless the context pins ``num_threads`` or the module
+        runs elsewhere; the step records the choice and the timings behind it."""
+        if (self._vm is None or self.rpc_tracker is not None or self.target.device_type != "cpu"
+                or self.context.num_threads is not None):
+            return
+        import tvm
+
+        from .evaluation import random_inputs
+        from .threads import choose_runtime_threads
+
+        device = self.target.device()
+        inputs = [tvm.runtime.tensor(a, device) for a in random_inputs(self.model.inputs)]
+        main = self._vm["main"]
+        step["runtime_threads"] = choose_runtime_threads(lambda: main(*inputs),
+                                                         self.target.host_cores())
 
     def _new_vm(self, executable):
         from tvm import relax

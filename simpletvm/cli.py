@@ -177,9 +177,10 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     what a user's inference loop sees of either."""
     import numpy as np
 
-    from .comparison import simpletvm_runner, time_side_by_side, tflite_runner
+    from .comparison import simpletvm_runner, time_side_by_side, tflite_runners
     from .models.tflite import keras_to_tflite
     from .models.zoo import build_keras_model
+    from .threads import runtime_threads
 
     try:
         keras_model = build_keras_model(model, **options)
@@ -189,16 +190,25 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
         return
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
-    threads = stvm.target.spec.get("num-cores", 1)
-    runners = {"SimpleTVM tuned": simpletvm_runner(stvm, example),
-               "TFLite (XNNPACK)": tflite_runner(flatbuffer, example, threads)}
+    tflite = tflite_runners(flatbuffer, example, stvm.target.host_cores())
+    runners = {"SimpleTVM": simpletvm_runner(stvm, example),
+               **{f"TFLite {count}": infer for count, infer in tflite.items()}}
     samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
-    ours, theirs = medians["SimpleTVM tuned"], medians["TFLite (XNNPACK)"]
+    ours = medians["SimpleTVM"]
+    fastest = min(tflite, key=lambda count: medians[f"TFLite {count}"])
+    theirs = medians[f"TFLite {fastest}"]
     verdict = "faster" if ours < theirs else "slower"
-    console.print(f"side by side on one input ({threads} threads, median per call from "
-                  f"Python): SimpleTVM {ours:.3f} ms, TFLite {theirs:.3f} ms: "
-                  f"SimpleTVM / TFLite {ours / theirs:.2f}x, SimpleTVM is {verdict}")
+    tflite_text = ", ".join(f"{medians[f'TFLite {count}']:.3f} ms on {_threads(count)}"
+                            for count in tflite)
+    console.print(f"side by side on one input (median per call from Python): SimpleTVM "
+                  f"{ours:.3f} ms on {_threads(runtime_threads())}, TFLite (XNNPACK) "
+                  f"{tflite_text}: SimpleTVM / TFLite {ours / theirs:.2f}x, SimpleTVM is "
+                  f"{verdict}")
+
+
+def _threads(count: int) -> str:
+    return f"{count} thread" + ("" if count == 1 else "s")
 
 
 @_command()

@@ -36,6 +36,14 @@ def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runne
     return infer
 
 
+def tflite_runners(flatbuffer: bytes, example: np.ndarray, threads: int) -> dict[int, Runner]:
+    """TFLite on ``threads`` threads and, when that is more than one, on 1, keyed by the
+    count: SimpleTVM's module runs on whichever count is faster for it on this machine
+    (:mod:`simpletvm.threads`), so a fair comparison takes TFLite's faster too."""
+    return {count: tflite_runner(flatbuffer, example, count)
+            for count in sorted({threads, 1}, reverse=True)}
+
+
 def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
     """A built SimpleTVM module's entry function, NumPy in, NumPy out.
 

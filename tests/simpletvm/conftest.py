@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import psutil
 import pytest
 from model_factories import make_tiny_cnn_onnx
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TVM's pool takes half the hardware threads unless told, when it starts, and every test
+# process shares one pool: give it the cores, as SimpleTVM does (targets.use_runtime_threads)
+os.environ.setdefault("TVM_NUM_THREADS", str(psutil.cpu_count(logical=False) or 1))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import re
 import time
 
 import numpy as np
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -42,10 +43,15 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
     # still lose to TVM's default schedule (0.71x once, under the suite's load); the
     # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md)
     assert speedup > 0
-    ours, theirs, ratio = map(float, re.search(
-        r"SimpleTVM ([\d.]+) ms, TFLite ([\d.]+) ms: SimpleTVM / TFLite ([\d.]+)x, "
-        r"SimpleTVM is (?:faster|slower)", output).groups())
-    assert ratio == pytest.approx(ours / theirs, rel=0.02, abs=0.01)
+    match = re.search(
+        r"SimpleTVM ([\d.]+) ms on (\d+) threads?, TFLite \(XNNPACK\) (.*?): "
+        r"SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)", output)
+    ours, ratio = float(match.group(1)), float(match.group(4))
+    tflite = {int(count): float(ms) for ms, count in re.findall(
+        r"([\d.]+) ms on (\d+) threads?", match.group(3))}
+    cores = psutil.cpu_count(logical=False)  # the target's cores, as SimpleTVM counts them
+    assert set(tflite) == {cores, 1}  # TFLite on every core and on one: the faster counts
+    assert ratio == pytest.approx(ours / min(tflite.values()), rel=0.02, abs=0.01)
     assert re.search(r"tasks in \d+ s; estimate [\d.]+ ms", output)
     run_id = re.search(r"run id (\w{32})", output).group(1)
     context = json.loads((tmp_path / "runs" / run_id / "context.json").read_text())
@@ -54,3 +60,8 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
     # the budget ran out in the first round, yet every task was measured
     assert all(task["trials"] >= 1 for task in context["tuning"]["tasks"])
     assert context["evaluation"]["tuned"] is True
+    # the tuned build timed itself on each thread count and kept the faster
+    chosen = context["steps"][-3]["runtime_threads"]
+    assert context["steps"][-3]["step"] == "build" and set(chosen["median_ms"]) == {str(cores), "1"}
+    assert chosen["median_ms"][str(chosen["threads"])] == min(chosen["median_ms"].values())
+    assert context["evaluation"]["threads"] == chosen["threads"] == int(match.group(2))

@@ -1,0 +1,75 @@
+"""How many threads the runtime runs a built model on: chosen by timing the model.
+
+Every parallel kernel forks onto TVM's thread pool and joins again, and the next kernel
+reads what the other cores wrote. Where the cores are close this costs little; on a
+2-vCPU host whose vCPUs sit on different core complexes (a cache-line round trip of
+360 ns between them) the quickstart model ran 0.36 ms on 2 threads and 0.24 ms on 1,
+while on other hosts of the same kind 2 threads win. Only a measurement on the machine
+tells, so building or loading a module for this CPU times it on each thread count and
+keeps the fastest, unless the context pins ``num_threads``.
+"""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+from typing import Any, Callable
+
+from .evaluation import warm_up
+
+# a model this slow on every core keeps them all: fork and join cost microseconds per
+# kernel, which only a short model feels, and a slow model's calls make timing costly
+LONG_CALL_S = 0.02
+ROUNDS = 3  # per thread count, in turns: the host's speed drifts within a second
+ROUND_S = 0.05  # of timed calls per round (after half as long of untimed ones)
+AFFINITY_BIG_CORES = 1  # TVM's default thread affinity mode (kBig)
+
+
+def set_runtime_threads(count: int) -> None:
+    """Resize TVM's runtime thread pool of this process (every module in it uses it)."""
+    import tvm
+
+    tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, count)
+
+
+def runtime_threads() -> int:
+    """The threads TVM's runtime pool of this process runs parallel kernels on."""
+    import tvm
+
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+def choose_runtime_threads(call: Callable[[], Any], cores: int) -> dict[str, Any]:
+    """Time ``call`` (one inference) on ``cores`` threads and on 1, in turns, leave the
+    pool on the faster, and say what was measured: ``{"threads": n, "median_ms": {n:
+    ms}}`` (only ``cores`` when one call on them takes over :data:`LONG_CALL_S`)."""
+    counts = [cores, 1] if cores > 1 else [cores]
+    set_runtime_threads(cores)
+    if runtime_threads() != cores:  # the pool started smaller (TVM_NUM_THREADS): keep it
+        return {"threads": runtime_threads(), "median_ms": {}}
+    samples: dict[int, list[float]] = {count: [] for count in counts}
+    for _ in range(ROUNDS):
+        for count in counts:
+            set_runtime_threads(count)
+            samples[count].extend(_timed_calls(call))
+            if count == cores and median(samples[cores]) > LONG_CALL_S:
+                counts = [cores]
+                break
+        if len(counts) == 1:
+            break
+    medians = {count: median(samples[count]) for count in counts}
+    chosen = min(medians, key=medians.get)
+    set_runtime_threads(chosen)
+    return {"threads": chosen,
+            "median_ms": {str(count): round(seconds * 1e3, 4) for count, seconds in medians.items()}}
+
+
+def _timed_calls(call: Callable[[], Any]) -> list[float]:
+    warm_up(call, 2, ROUND_S / 2)
+    samples = []
+    deadline = time.perf_counter() + ROUND_S
+    while not samples or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return samples
