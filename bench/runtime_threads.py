@@ -5,7 +5,10 @@ workers spin before they sleep (``TVM_THREAD_POOL_SPIN_COUNT``). On a machine wh
 are shared, a pinned, spinning worker waits for a core that another process holds. Each
 setting runs in its own process (the runtime reads them once), loading one saved module
 and calling it from Python, in alternating rounds, first on a quiet machine, then with
-a busy-looping process beside it; the table gives median and p90 per call.
+a busy-looping process beside it; the table gives median and p90 per call. Every
+setting runs on all cores but two: one thread, and the count SimpleTVM's load chooses
+by timing the module (``simpletvm.threads``). First it times what a parallel kernel
+pays to fork onto the pool and join, on every core and on one.
 
     python bench/runtime_threads.py --run-id RUN_ID [--store DIR] [--rounds 5]
                                     [--calls 50] [--out bench/results/runtime_threads.json]
@@ -26,22 +29,27 @@ from pathlib import Path
 
 import numpy as np
 
+CORES = os.cpu_count() or 1
+# setting -> (threads: a count, or "measured" for SimpleTVM's choice at load, environment)
 SETTINGS = {
-    "bind, spin (TVM's default)": {},
-    "no bind, spin": {"TVM_BIND_THREADS": "0"},
-    "bind, no spin": {"TVM_THREAD_POOL_SPIN_COUNT": "0"},
-    "no bind, no spin": {"TVM_BIND_THREADS": "0", "TVM_THREAD_POOL_SPIN_COUNT": "0"},
+    "bind, spin (TVM's default)": (CORES, {}),
+    "no bind, spin": (CORES, {"TVM_BIND_THREADS": "0"}),
+    "bind, no spin": (CORES, {"TVM_THREAD_POOL_SPIN_COUNT": "0"}),
+    "no bind, no spin": (CORES, {"TVM_BIND_THREADS": "0", "TVM_THREAD_POOL_SPIN_COUNT": "0"}),
+    "1 thread": (1, {}),
+    "threads chosen at load": ("measured", {}),
 }
 
 
-def child(run_id: str, store: str | None, calls: int, warmup: int) -> None:
+def child(run_id: str, store: str | None, calls: int, warmup: int, threads: str) -> None:
     """Load the module, call it, print per-call seconds as JSON (one setting)."""
     import time
 
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.comparison import simpletvm_runner
 
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+    pinned = None if threads == "measured" else int(threads)
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=pinned)).load(run_id)
     spec = stvm.model.inputs[0]
     example = np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
     infer = simpletvm_runner(stvm, example)
@@ -60,9 +68,32 @@ def busy_loop() -> None:
         pass
 
 
-def measure(args, environment: dict[str, str]) -> list[float]:
+def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, float]:
+    """Microseconds per call of a parallel kernel that does nothing, per thread count:
+    what every parallel kernel of a model pays to fork onto the pool and join again."""
+    import tvm
+    from tvm import te
+
+    from simpletvm.threads import set_runtime_threads
+
+    source = te.placeholder((CORES,), "float32", name="source")
+    sink = te.compute((CORES,), lambda i: source[i] + 1.0, name="sink")
+    schedule = tvm.s_tir.Schedule(te.create_prim_func([source, sink]))
+    schedule.parallel(schedule.get_loops(schedule.get_sblock("sink"))[0])
+    kernel = tvm.compile(schedule.mod, target={"kind": "llvm"})
+    buffers = [tvm.runtime.tensor(np.zeros(CORES, "float32")) for _ in range(2)]
+    timer = kernel.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
+    costs = {}
+    for threads in sorted({CORES, 1}, reverse=True):
+        set_runtime_threads(threads)
+        costs[str(threads)] = float(np.median(timer(*buffers).results)) * 1e6
+    return costs
+
+
+def measure(args, threads: int | str, environment: dict[str, str]) -> list[float]:
     command = [sys.executable, __file__, "--child", "--run-id", args.run_id,
-               "--calls", str(args.calls), "--warmup", str(args.warmup)]
+               "--calls", str(args.calls), "--warmup", str(args.warmup),
+               "--threads", str(threads)]
     if args.store:
         command += ["--store", args.store]
     done = subprocess.run(command, env={**os.environ, **environment}, check=True,
@@ -78,12 +109,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", default="measured", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("bench/results/runtime_threads.json"))
     args = parser.parse_args()
     if args.child:
-        child(args.run_id, args.store, args.calls, args.warmup)
+        child(args.run_id, args.store, args.calls, args.warmup, args.threads)
         return
-    results = {}
+    os.environ["TVM_NUM_THREADS"] = str(CORES)
+    results = {"fork_join_us": fork_join_us()}
+    print("a parallel kernel that does nothing, us per call: " + ", ".join(
+        f"{us:.2f} on {threads} thread(s)" for threads, us in results["fork_join_us"].items()))
     for load in ("quiet", "one busy process beside"):
         spinner = None
         if load != "quiet":
@@ -92,8 +127,8 @@ def main() -> None:
         samples: dict[str, list[float]] = {name: [] for name in SETTINGS}
         try:
             for _ in range(args.rounds):
-                for name, environment in SETTINGS.items():
-                    samples[name] += measure(args, environment)
+                for name, (threads, environment) in SETTINGS.items():
+                    samples[name] += measure(args, threads, environment)
         finally:
             if spinner is not None:
                 spinner.terminate()

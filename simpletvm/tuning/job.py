@@ -258,7 +258,8 @@ class TuningJob:
             RunnerInput(r.artifact_path, self.target.device_type, self._candidates[i].args_info)
             for i, r in built
         ]
-        futures = runner.run(warmed_up(inputs))[len(inputs[:1]):]
+        futures = runner.run(warmed_up(inputs))
+        futures = futures[1:] if inputs else futures  # the warm-up's timing is dropped
         results = [RunnerResult(None, r.error_msg) for r in self._build_results]
         for (index, _), future in zip(built, futures):
             results[index] = future.result()
