@@ -41,7 +41,9 @@ class BenchmarkingContext:
         device_key: the RPC tracker key of the target device, when profiling remotely.
         cpu_arch: LLVM CPU name (``"skylake"``, ``"znver3"``...) so TVM picks the right
             vector instructions; the host's own CPU when not given.
-        num_threads: threads for the tuned module and for tuning (default: physical cores).
+        num_threads: threads for the tuned module and for tuning (default: physical cores
+            for tuning; a module built or loaded for this CPU runs on the faster of them
+            and one, timed then: :mod:`simpletvm.threads`).
         store: a RunStore or its root directory (default ``~/tvm-benchmark``).
     """
 

@@ -56,8 +56,9 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
     _p("device_key", "context", "device_key", "str",
        "RPC key of the profiling devices (default: superb-<cpu|cuda>)", True),
     _p("cpu_arch", "context", "cpu_arch", "str", "LLVM CPU name (default: this host's)", True),
-    _p("num_threads", "context", "num_threads", "int", "threads (default: physical cores)",
-       True),
+    _p("num_threads", "context", "num_threads", "int",
+       "threads (default: physical cores; inference on this host: the faster of them and "
+       "one, timed at build)", True),
     # from_model(...)
     _p("model", "from_model", "source", "str",
        "built-in name or model file/directory (relative to the grid file)"),
