@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -26,13 +27,13 @@ import numpy as np
 
 def load_saved(store: str, run_id: str):
     """The run's saved module (compiled entry), as SimpleTVM loads it."""
-    import os
-
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.native_output import redirected
 
     with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
-        return SimpleTVM(BenchmarkingContext("cpu", store=store)).load(run_id)
+        # every core, as the kernels were tuned and are timed here
+        return SimpleTVM(BenchmarkingContext("cpu", store=store,
+                                             num_threads=os.cpu_count())).load(run_id)
 
 
 def rebuilt(saved, store: str, run_id: str):
@@ -50,7 +51,8 @@ def rebuilt(saved, store: str, run_id: str):
     if recipe is None:
         raise SystemExit(f"run {run_id} is not of a built-in model: nothing to lower again")
     name, options = recipe
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(name, **options)
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())
+                     ).from_model(name, **options)
     database = RecordDatabase(open_records(store), stvm.target.tvm_target(), scope="run",
                               run_id=run_id)
     built, _ = stvm.conv_forms.choose(partial(best_latency_s, database))

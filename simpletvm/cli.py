@@ -103,6 +103,9 @@ def quickstart(
     store: Optional[Path] = typer.Option(None, help="run store root "
                                          "(default: $SIMPLETVM_HOME or ~/tvm-benchmark)"),
     seed: int = typer.Option(0, help="seed for weights and search"),
+    threads: Optional[int] = typer.Option(None, min=1, help="tune and run on this many "
+                                          "threads (default: tune on every core, run on "
+                                          "the faster of them and one)"),
 ) -> None:
     """Import a built-in model, measure it untuned, autotune it for a few minutes, build,
     save and measure it again, on this machine's CPU; then time it side by side with
@@ -116,7 +119,7 @@ def quickstart(
     from .errors import SimpleTVMError
 
     console = Console()
-    ctx = BenchmarkingContext("cpu", store=store)
+    ctx = BenchmarkingContext("cpu", store=store, num_threads=threads)
     _active_contexts.append(ctx)
     handler = RichHandler(console=console, show_path=False, show_time=False)
     handler.setLevel(logging.INFO)
