@@ -80,7 +80,7 @@ def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, float]:
     sink = te.compute((CORES,), lambda i: source[i] + 1.0, name="sink")
     schedule = tvm.s_tir.Schedule(te.create_prim_func([source, sink]))
     schedule.parallel(schedule.get_loops(schedule.get_sblock("sink"))[0])
-    kernel = tvm.compile(schedule.mod, target={"kind": "llvm"})
+    kernel = tvm.compile(schedule.mod, target={"kind": "llvm"}).mod
     buffers = [tvm.runtime.tensor(np.zeros(CORES, "float32")) for _ in range(2)]
     timer = kernel.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
     costs = {}
