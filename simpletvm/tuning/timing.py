@@ -65,7 +65,7 @@ def model_weight_bytes(mod) -> int:
     from tvm.ir.expr import Constant
     from tvm.runtime import Tensor
 
-    seen: dict[int, int] = {}
+    seen: dict[int, int] = {}  # by the constant's address: each visit wraps it anew
 
     def visit(node) -> None:
         value = getattr(node, "value", None)  # a tensor constant's (an immediate's: a number)
