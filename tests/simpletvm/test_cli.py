@@ -59,6 +59,7 @@ def test_compile_then_run_matches_onnxruntime(tmp_path, store, tiny_onnx, x):
      "is not HOST:PORT"),
     (["tune", "{onnx}", "--tracker", "127.0.0.1:9190"], "give --device-key KEY"),
     (["run", "{tmp}", "-i", "x.npy", "--device-key", "k"], "needs --tracker HOST:PORT"),
+    (["quickstart", "--threads", "0"], "'--threads': Input should be greater than or equal to 1"),
 ])
 def test_bad_input_exits_2_naming_the_fix(tmp_path, store, tiny_onnx, args, message):
     args = [a.format(onnx=tiny_onnx, tmp=tmp_path) for a in args]
