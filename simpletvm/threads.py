@@ -53,11 +53,13 @@ def choose_runtime_threads(call: Callable[[], Any], cores: int) -> dict[str, Any
             set_runtime_threads(count)
             samples[count].extend(_timed_calls(call))
             if count == cores and median(samples[cores]) > LONG_CALL_S:
-                counts = [cores]
-                break
-        if len(counts) == 1:
-            break
-    medians = {count: median(samples[count]) for count in counts}
+                return _keep_fastest({cores: samples[cores]})
+    return _keep_fastest(samples)
+
+
+def _keep_fastest(samples: dict[int, list[float]]) -> dict[str, Any]:
+    """Leave the pool on the count of the lowest median, and say what was measured."""
+    medians = {count: median(values) for count, values in samples.items()}
     chosen = min(medians, key=medians.get)
     set_runtime_threads(chosen)
     return {"threads": chosen,
