@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -243,6 +244,7 @@ class SimpleTVM:
             self._library_file = None
             self._built_from = records
             self.state = "built"
+            self._use_fork_join_pool(step)
             self._choose_threads(step)
         return self
 
@@ -287,6 +289,7 @@ class SimpleTVM:
             self._forms = None
             self._built_from = metadata.get("records")  # what the saved build applied
             self.state = "loaded"
+            self._use_fork_join_pool(step)
             self._choose_threads(step)
         return self
 
@@ -363,12 +366,31 @@ class SimpleTVM:
             raise FlowError(f"{step} needs a built module: call build() first")
         raise FlowError(f"{step} needs a module: call build() or load() first")
 
+    def _runs_on_this_cpu(self) -> bool:
+        return (self._vm is not None and self.rpc_tracker is None
+                and self.target.device_type == "cpu")
+
+    def _use_fork_join_pool(self, step: dict) -> None:
+        """Point the module's parallel loops at SimpleTVM's pool (:mod:`simpletvm.fork_join`);
+        the step says which pool runs them, and why TVM's when ours cannot be had."""
+        if not self._runs_on_this_cpu():
+            return
+        from .fork_join import PoolUnavailable, use_for_loaded_kernels
+        from .threads import runtime_threads
+
+        try:
+            use_for_loaded_kernels(runtime_threads())
+            step["fork_join_pool"] = "simpletvm"
+        except PoolUnavailable as error:
+            step["fork_join_pool"] = f"tvm ({error})"
+            warnings.warn(f"the module's parallel loops run on TVM's pool, slower for "
+                          f"models of many short kernels: {error}", stacklevel=3)
+
     def _choose_threads(self, step: dict) -> None:
         """Leave the runtime on the thread count this module runs fastest on here
         (:mod:`simpletvm.threads`), unless the context pins ``num_threads`` or the module
         runs elsewhere; the step records the choice and the timings behind it."""
-        if (self._vm is None or self.rpc_tracker is not None or self.target.device_type != "cpu"
-                or self.context.num_threads is not None):
+        if not self._runs_on_this_cpu() or self.context.num_threads is not None:
             return
         import tvm
 

@@ -26,10 +26,14 @@ AFFINITY_BIG_CORES = 1  # TVM's default thread affinity mode (kBig)
 
 
 def set_runtime_threads(count: int) -> None:
-    """Resize TVM's runtime thread pool of this process (every module in it uses it)."""
+    """Resize this process's thread pools, TVM's and the kernels' own
+    (:mod:`simpletvm.fork_join`): every module in the process uses them."""
     import tvm
 
+    from .fork_join import set_threads
+
     tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, count)
+    set_threads(runtime_threads())
 
 
 def runtime_threads() -> int:

@@ -17,6 +17,9 @@ fit there, in memory when they do not. The cache modes stand for these cases:
   ``"memory"`` (the L3 of these hosts is shared with other tenants' cores: MobileNetV2
   1.0's 14 MB in a 32 MB L3 ran as if from memory). A remote device is timed
   ``"memory"``: the eviction kernel lives in the local runner's process.
+
+A candidate timed here forks its parallel loops onto the pool the built model will use
+(:mod:`simpletvm.fork_join`), so the search ranks kernels by what they cost in the model.
 """
 
 from __future__ import annotations
@@ -96,9 +99,9 @@ def evaluator_config(options, mode: str):
         enable_cpu_cache_flush=mode == "memory")
 
 
-def run_evaluator(mode: str) -> Callable | None:
-    """The local runner's evaluator for ``mode`` (None: MetaSchedule's own)."""
-    return run_evaluator_from_l3 if mode == "l3" else None
+def run_evaluator(mode: str) -> Callable:
+    """The local runner's evaluator for ``mode``."""
+    return run_evaluator_from_l3 if mode == "l3" else run_evaluator_as_configured
 
 
 def warmed_up(runner_inputs: list) -> list:
@@ -110,10 +113,21 @@ def warmed_up(runner_inputs: list) -> list:
     return runner_inputs[:1] + runner_inputs
 
 
+def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
+                                ) -> list[float]:
+    """MetaSchedule's evaluator (caches flushed to memory, or not at all, as configured),
+    the kernel on the model's pool (runs in the local runner's worker process)."""
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
+
+    _kernels_on_pool()
+    return default_run_evaluator(rt_mod, device, evaluator_config, repeated_args)
+
+
 def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """Times like MetaSchedule's evaluator, with the private caches evicted before each
     run (runs in the local runner's worker process)."""
     _register_eviction()
+    _kernels_on_pool()
     evaluator = rt_mod.time_evaluator(
         func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number,
         repeat=evaluator_config.repeat, min_repeat_ms=evaluator_config.min_repeat_ms,
@@ -159,6 +173,17 @@ def _eviction_kernel(threads: int, l2_bytes: int):
     kernel = tvm.compile(schedule.mod, target={"kind": "llvm"})["main"]
     buffers = [tvm.runtime.tensor(np.zeros(shape, "float32")) for _ in range(2)]
     return kernel, buffers
+
+
+def _kernels_on_pool() -> None:
+    """Point the loaded kernels at the pool the built model runs on; where it cannot be
+    had, the model keeps TVM's pool too, and so do the candidates."""
+    from ..fork_join import PoolUnavailable, use_for_loaded_kernels
+
+    try:
+        use_for_loaded_kernels(_runtime_threads())
+    except PoolUnavailable:
+        pass
 
 
 def _runtime_threads() -> int:

@@ -65,3 +65,4 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
     assert context["steps"][-3]["step"] == "build" and set(chosen["median_ms"]) == {str(cores), "1"}
     assert chosen["median_ms"][str(chosen["threads"])] == min(chosen["median_ms"].values())
     assert context["evaluation"]["threads"] == chosen["threads"] == int(match.group(2))
+    assert context["steps"][-3]["fork_join_pool"] == "simpletvm"

@@ -1,0 +1,209 @@
+/* The fork-join pool SimpleTVM's compiled kernels run their parallel loops on.
+ *
+ * A kernel compiled by TVM forks each parallel loop through the function pointer
+ * __TVMBackendParallelLaunch in its own library. TVM's runtime pool waits for work, and
+ * for the workers to finish, by calling sched_yield: a system call per turn, about 0.9 us
+ * per parallel loop on a 2-vCPU host where the cores trade a cache line in 0.1 us. A model
+ * of 55 microsecond kernels paid that 55 times a call. This pool's workers and caller
+ * wait with the CPU's pause instruction instead, and idle workers sleep after a while.
+ * simpletvm_install() points every loaded TVM library's launcher here.
+ *
+ * One launch at a time: a launch that finds the pool busy (another thread's, or a
+ * parallel loop nested in a task) runs its tasks one after another on its own thread.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} TVMParallelGroupEnv;
+typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
+
+#define MAX_THREADS 512
+/* pause turns a worker spins before it sleeps: a few milliseconds, so the kernels of
+ * one inference, and a loop of inferences, never wait for a sleeping worker */
+#define SPIN_TURNS (1 << 17)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int threads_wanted = 1;     /* tasks per launch, the caller's included */
+static int workers_started = 0;    /* worker i runs task i (1-based) */
+static pthread_t workers[MAX_THREADS];
+static atomic_int busy;            /* a launch or a resize holds the pool */
+static atomic_ullong generation;   /* bumped to start a launch (or to stop workers) */
+static atomic_int remaining;       /* started workers yet to finish this launch */
+static atomic_int failed;
+static atomic_int sleepers;
+static int stop_from = MAX_THREADS; /* workers of this index and above exit */
+static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static _Thread_local int in_worker;
+
+/* the launch's job, written before generation is bumped, read after */
+static FTVMParallelLambda job_lambda;
+static void* job_data;
+static TVMParallelGroupEnv job_env;
+
+static unsigned long long wait_for_new(unsigned long long seen) {
+  unsigned long long now;
+  for (long turn = 0; (now = atomic_load(&generation)) == seen; ++turn) {
+    if (turn < SPIN_TURNS) {
+      cpu_relax();
+      continue;
+    }
+    pthread_mutex_lock(&sleep_lock);
+    atomic_fetch_add(&sleepers, 1);
+    while (atomic_load(&generation) == seen) pthread_cond_wait(&wake, &sleep_lock);
+    atomic_fetch_sub(&sleepers, 1);
+    pthread_mutex_unlock(&sleep_lock);
+    turn = 0;
+  }
+  return now;
+}
+
+static unsigned long long generation_at_start[MAX_THREADS];
+
+static void* worker_main(void* arg) {
+  int index = (int)(intptr_t)arg;
+  unsigned long long seen = generation_at_start[index]; /* a launch may start before us */
+  in_worker = 1;
+  for (;;) {
+    seen = wait_for_new(seen);
+    if (index >= stop_from) {
+      atomic_fetch_sub(&remaining, 1);
+      return NULL;
+    }
+    if (index < job_env.num_task && job_lambda(index, &job_env, job_data) != 0)
+      atomic_store(&failed, 1);
+    atomic_fetch_sub(&remaining, 1);
+  }
+}
+
+static void start_next_generation(void) {
+  atomic_fetch_add(&generation, 1);
+  if (atomic_load(&sleepers) > 0) {
+    pthread_mutex_lock(&sleep_lock);
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&sleep_lock);
+  }
+}
+
+static void hold_pool(void) {
+  int expected = 0;
+  while (!atomic_compare_exchange_weak(&busy, &expected, 1)) {
+    expected = 0;
+    cpu_relax();
+  }
+}
+
+/* Resize to `count` threads (the caller's included): surplus workers exit. */
+void simpletvm_set_threads(int count) {
+  if (count < 1) count = 1;
+  if (count > MAX_THREADS) count = MAX_THREADS;
+  hold_pool();
+  threads_wanted = count;
+  if (workers_started > count - 1) {
+    stop_from = count;
+    job_env.num_task = 0; /* the workers that stay run nothing */
+    atomic_store(&remaining, workers_started);
+    start_next_generation();
+    while (atomic_load(&remaining) > 0) cpu_relax();
+    for (int i = count; i <= workers_started; ++i) pthread_join(workers[i], NULL);
+    workers_started = count - 1;
+    stop_from = MAX_THREADS;
+  }
+  atomic_store(&busy, 0);
+}
+
+int simpletvm_threads(void) { return threads_wanted; }
+
+static int run_serially(FTVMParallelLambda lambda, void* data, int num_task) {
+  TVMParallelGroupEnv env = {NULL, num_task};
+  for (int task = 0; task < num_task; ++task)
+    if (lambda(task, &env, data) != 0) return -1;
+  return 0;
+}
+
+/* Start workers up to index `last` (the pool is held). False if a thread failed to start. */
+static int start_workers(int last) {
+  while (workers_started < last) {
+    int index = workers_started + 1;
+    generation_at_start[index] = atomic_load(&generation);
+    if (pthread_create(&workers[index], NULL, worker_main, (void*)(intptr_t)index) != 0)
+      return 0;
+    workers_started = index;
+  }
+  return 1;
+}
+
+int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_task) {
+  int expected = 0;
+  if (num_task <= 0 || num_task > threads_wanted) num_task = threads_wanted;
+  if (num_task == 1 || in_worker || !atomic_compare_exchange_strong(&busy, &expected, 1))
+    return run_serially(lambda, data, num_task);
+  if (!start_workers(num_task - 1)) {
+    atomic_store(&busy, 0);
+    return run_serially(lambda, data, num_task);
+  }
+  job_lambda = lambda;
+  job_data = data;
+  job_env.sync_handle = NULL;
+  job_env.num_task = num_task;
+  atomic_store(&failed, 0);
+  atomic_store(&remaining, workers_started);
+  start_next_generation();
+  int status = lambda(0, &job_env, data) != 0;
+  while (atomic_load(&remaining) > 0) cpu_relax();
+  status |= atomic_load(&failed);
+  atomic_store(&busy, 0);
+  return status ? -1 : 0;
+}
+
+/* A forked child has none of the parent's workers: start afresh. */
+static void forget_workers_in_child(void) {
+  workers_started = 0;
+  atomic_store(&busy, 0);
+  atomic_store(&sleepers, 0);
+  pthread_mutex_init(&sleep_lock, NULL);
+  pthread_cond_init(&wake, NULL);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, forget_workers_in_child);
+}
+
+/* Point the parallel launcher of every loaded TVM library at this pool; returns how many
+ * now use it. Libraries whose kernels synchronize inside a parallel loop (they link
+ * __TVMBackendParallelBarrier) keep TVM's pool, which implements the barrier. */
+static int install_one(struct dl_phdr_info* info, size_t size, void* count) {
+  (void)size;
+  if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0') return 0;
+  void* library = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (library == NULL) return 0;
+  void** launcher = (void**)dlsym(library, "__TVMBackendParallelLaunch");
+  if (launcher != NULL && dlsym(library, "__TVMBackendParallelBarrier") == NULL) {
+    *launcher = (void*)&simpletvm_parallel_launch;
+    ++*(int*)count;
+  }
+  dlclose(library);
+  return 0;
+}
+
+int simpletvm_install(void) {
+  int count = 0;
+  dl_iterate_phdr(install_one, &count);
+  return count;
+}

@@ -1,0 +1,157 @@
+"""SimpleTVM's fork-join pool under real TVM kernels: installed into loaded libraries,
+resized, correct after a fork, and compiled once per source."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import subprocess
+
+import numpy as np
+import psutil
+import pytest
+
+from simpletvm import fork_join
+from simpletvm.threads import set_runtime_threads
+
+ROWS = 64
+
+
+@pytest.fixture(scope="module")
+def parallel_kernel(tmp_path_factory):
+    """A kernel whose outer loop is parallel, exported and loaded: (path, function)."""
+    import tvm
+    from tvm import te
+
+    source = te.placeholder((ROWS, 256), "float32", name="source")
+    doubled = te.compute((ROWS, 256), lambda i, j: source[i, j] * 2.0 + i, name="doubled")
+    schedule = tvm.s_tir.Schedule(te.create_prim_func([source, doubled]))
+    schedule.parallel(schedule.get_loops(schedule.get_sblock("doubled"))[0])
+    path = tmp_path_factory.mktemp("kernel") / "parallel.so"
+    tvm.compile(schedule.mod, target={"kind": "llvm"}).export_library(str(path))
+    yield path, tvm.runtime.load_module(str(path))["main"]
+    set_runtime_threads(psutil.cpu_count(logical=False) or 1)
+
+
+def run(kernel) -> np.ndarray:
+    import tvm
+
+    data = np.arange(ROWS * 256, dtype="float32").reshape(ROWS, 256)
+    result = tvm.runtime.tensor(np.zeros_like(data))
+    kernel(tvm.runtime.tensor(data), result)
+    return result.numpy()
+
+
+def expected() -> np.ndarray:
+    data = np.arange(ROWS * 256, dtype="float32").reshape(ROWS, 256)
+    return data * 2.0 + np.arange(ROWS, dtype="float32")[:, None]
+
+
+def launcher_of(library_path) -> int:
+    """Where the loaded library's parallel loops are launched through."""
+    library = ctypes.CDLL(str(library_path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    return ctypes.c_void_p.in_dll(library, "__TVMBackendParallelLaunch").value
+
+
+def pool_launcher() -> int:
+    pool = ctypes.CDLL(str(fork_join.compiled_library()), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    return ctypes.cast(pool.simpletvm_parallel_launch, ctypes.c_void_p).value
+
+
+def test_a_loaded_library_launches_its_parallel_loops_on_the_pool(parallel_kernel):
+    path, kernel = parallel_kernel
+    tvm_result = run(kernel)
+    assert fork_join.use_for_loaded_kernels(2) >= 1
+    assert launcher_of(path) == pool_launcher()
+    assert fork_join.pool_threads() == 2
+    np.testing.assert_array_equal(run(kernel), tvm_result)
+    np.testing.assert_array_equal(run(kernel), expected())
+    set_runtime_threads(1)  # resizes TVM's pool and this one alike
+    assert fork_join.pool_threads() == 1
+    np.testing.assert_array_equal(run(kernel), expected())
+
+
+def test_a_build_says_which_pool_runs_its_loops(monkeypatch):
+    """A loaded or built module's step names the pool; without one, TVM's, and why."""
+    from simpletvm import BenchmarkingContext, SimpleTVM
+
+    def unavailable(threads):
+        raise fork_join.PoolUnavailable("no C compiler (cc: not found)")
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", num_threads=1)).from_model(
+        "mobilenetv2", alpha=0.35, image_size=32, classes=10)
+    assert stvm.build(records=None).context.steps[-1]["fork_join_pool"] == "simpletvm"
+    monkeypatch.setattr(fork_join, "use_for_loaded_kernels", unavailable)
+    with pytest.warns(UserWarning, match="TVM's pool.*no C compiler"):
+        stvm.build(records=None)
+    assert stvm.context.steps[-1]["fork_join_pool"] == "tvm (no C compiler (cc: not found))"
+
+
+@pytest.mark.parametrize("counts", [(1, 3, 2), (4, 1, 4, 2)])
+def test_resizing_the_pool_keeps_every_row_computed(parallel_kernel, counts):
+    """More threads than cores, back to one (the caller alone), and up again: workers are
+    started and stopped, and each launch still covers every task."""
+    _, kernel = parallel_kernel
+    fork_join.use_for_loaded_kernels(2)
+    for count in counts:
+        fork_join.set_threads(count)
+        assert fork_join.pool_threads() == count
+        for _ in range(20):
+            np.testing.assert_array_equal(run(kernel), expected())
+
+
+def _child_runs(path, outcome) -> None:
+    import tvm
+
+    kernel = tvm.runtime.load_module(str(path))["main"]
+    fork_join.use_for_loaded_kernels(2)
+    outcome.put(bool(np.array_equal(run(kernel), expected())))
+
+
+def test_a_forked_child_starts_its_own_workers(parallel_kernel):
+    """The parent's workers do not exist in a forked child: the child's first parallel
+    loop starts new ones instead of waiting for the parent's forever."""
+    path, kernel = parallel_kernel
+    fork_join.use_for_loaded_kernels(2)
+    run(kernel)  # the parent's workers are running
+    context = multiprocessing.get_context("fork")
+    outcome = context.Queue()
+    child = context.Process(target=_child_runs, args=(path, outcome))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung in its first parallel loop")
+    assert child.exitcode == 0 and outcome.get(timeout=5) is True
+
+
+def test_libraries_that_synchronise_inside_a_loop_keep_tvms_pool(tmp_path):
+    """A library linking TVM's barrier keeps its launcher: the pool has no barrier."""
+    libraries = {}
+    for name, source in {
+        "plain": "void* __TVMBackendParallelLaunch = (void*)1;",
+        "barrier": "void* __TVMBackendParallelLaunch = (void*)1;\n"
+                   "void* __TVMBackendParallelBarrier = (void*)1;",
+    }.items():
+        (tmp_path / f"{name}.c").write_text(source + "\n")
+        subprocess.run(["cc", "-shared", "-fPIC", str(tmp_path / f"{name}.c"), "-o",
+                        str(tmp_path / f"{name}.so")], check=True)
+        libraries[name] = ctypes.CDLL(str(tmp_path / f"{name}.so"))
+    fork_join.use_for_loaded_kernels(2)
+    assert launcher_of(tmp_path / "plain.so") == pool_launcher()
+    assert launcher_of(tmp_path / "barrier.so") == 1
+
+
+def test_the_pool_is_compiled_once_per_source(tmp_path, monkeypatch):
+    library = fork_join.compiled_library(tmp_path)
+    assert library.parent == tmp_path and library.exists()
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert fork_join.compiled_library(tmp_path) == library  # the cached one, not rebuilt
+
+
+def test_without_a_compiler_the_reason_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(fork_join.PoolUnavailable, match="no C compiler.*install gcc, or set CC"):
+        fork_join.compiled_library(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
