@@ -375,7 +375,7 @@ class SimpleTVM:
         the step says which pool runs them, and why TVM's when ours cannot be had."""
         if not self._runs_on_this_cpu():
             return
-        from .fork_join import PoolUnavailable, use_for_loaded_kernels
+        from .fork_join import PoolDeclined, PoolUnavailable, use_for_loaded_kernels
         from .threads import runtime_threads
 
         try:
@@ -383,8 +383,9 @@ class SimpleTVM:
             step["fork_join_pool"] = "simpletvm"
         except PoolUnavailable as error:
             step["fork_join_pool"] = f"tvm ({error})"
-            warnings.warn(f"the module's parallel loops run on TVM's pool, slower for "
-                          f"models of many short kernels: {error}", stacklevel=3)
+            if not isinstance(error, PoolDeclined):
+                warnings.warn(f"the module's parallel loops run on TVM's pool, slower for "
+                              f"models of many short kernels: {error}", stacklevel=3)
 
     def _choose_threads(self, step: dict) -> None:
         """Leave the runtime on the thread count this module runs fastest on here

@@ -25,14 +25,25 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("native") / "fork_join.c"
 
 
+SPIN_VARIABLE = "TVM_THREAD_POOL_SPIN_COUNT"
+
+
 class PoolUnavailable(RuntimeError):
     """The pool could not be compiled or loaded here (no C compiler, say)."""
+
+
+class PoolDeclined(PoolUnavailable):
+    """The user asked TVM's pool not to spin: kernels stay on it, which can do that."""
 
 
 def use_for_loaded_kernels(threads: int) -> int:
     """Point every TVM library loaded in this process at the pool, sized to ``threads``
     threads (the caller's included); returns how many libraries use it. Call it again
-    after loading a library. Raises :class:`PoolUnavailable` when the pool cannot be had."""
+    after loading a library. Raises :class:`PoolUnavailable` when the pool cannot be had,
+    :class:`PoolDeclined` when ``TVM_THREAD_POOL_SPIN_COUNT=0`` asks for workers that
+    sleep at once (for machines shared with busy processes; this pool spins a while)."""
+    if os.environ.get(SPIN_VARIABLE, "").strip() == "0":
+        raise PoolDeclined(f"{SPIN_VARIABLE}=0 asks for workers that do not spin")
     pool = _pool()
     set_threads(threads)
     return int(pool.simpletvm_install())

@@ -88,6 +88,25 @@ def test_a_build_says_which_pool_runs_its_loops(monkeypatch):
     assert stvm.context.steps[-1]["fork_join_pool"] == "tvm (no C compiler (cc: not found))"
 
 
+def test_workers_asked_not_to_spin_stay_on_tvms_pool(monkeypatch):
+    """TVM_THREAD_POOL_SPIN_COUNT=0 (for machines shared with busy processes) is a
+    setting of TVM's pool: kernels stay there, and no warning says otherwise."""
+    import warnings
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+
+    monkeypatch.setenv("TVM_THREAD_POOL_SPIN_COUNT", "0")
+    with pytest.raises(fork_join.PoolDeclined, match="TVM_THREAD_POOL_SPIN_COUNT=0"):
+        fork_join.use_for_loaded_kernels(2)
+    stvm = SimpleTVM(BenchmarkingContext("cpu", num_threads=1)).from_model(
+        "mobilenetv2", alpha=0.35, image_size=32, classes=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stvm.build(records=None)
+    assert stvm.context.steps[-1]["fork_join_pool"].startswith(
+        "tvm (TVM_THREAD_POOL_SPIN_COUNT=0")
+
+
 @pytest.mark.parametrize("counts", [(1, 3, 2), (4, 1, 4, 2)])
 def test_resizing_the_pool_keeps_every_row_computed(parallel_kernel, counts):
     """More threads than cores, back to one (the caller alone), and up again: workers are
