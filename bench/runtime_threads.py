@@ -1,14 +1,17 @@
-"""Which TVM thread-pool settings hold latency, quiet and beside another busy process.
+"""Which thread pool and settings hold latency, quiet and beside another busy process.
 
-TVM's runtime pins its worker threads to cores (``TVM_BIND_THREADS``) and lets idle
-workers spin before they sleep (``TVM_THREAD_POOL_SPIN_COUNT``). On a machine whose cores
-are shared, a pinned, spinning worker waits for a core that another process holds. Each
-setting runs in its own process (the runtime reads them once), loading one saved module
-and calling it from Python, in alternating rounds, first on a quiet machine, then with
-a busy-looping process beside it; the table gives median and p90 per call. Every
-setting runs on all cores but two: one thread, and the count SimpleTVM's load chooses
-by timing the module (``simpletvm.threads``). First it times what a parallel kernel
-pays to fork onto the pool and join, on every core and on one.
+A module's parallel loops run on SimpleTVM's fork-join pool (``simpletvm.fork_join``:
+waits with the pause instruction) unless ``SIMPLETVM_FORK_JOIN_POOL=tvm`` keeps TVM's.
+TVM's pool pins its worker threads to cores (``TVM_BIND_THREADS``) and lets idle workers
+spin, yielding to the system, before they sleep (``TVM_THREAD_POOL_SPIN_COUNT``; 0 also
+keeps TVM's pool). On a machine whose cores are shared, a pinned, spinning worker waits
+for a core that another process holds. Each setting runs in its own process (the
+runtime reads them once), loading one saved module and calling it from Python, in
+alternating rounds, first on a quiet machine, then with a busy-looping process beside
+it; the table gives median and p90 per call. Every setting runs on all cores but two:
+one thread, and the count SimpleTVM's load chooses by timing the module
+(``simpletvm.threads``). First it times what a parallel kernel pays to fork onto each
+pool and join, on every core and on one.
 
     python bench/runtime_threads.py --run-id RUN_ID [--store DIR] [--rounds 5]
                                     [--calls 50] [--out bench/results/runtime_threads.json]
@@ -31,11 +34,14 @@ import numpy as np
 
 CORES = os.cpu_count() or 1
 # setting -> (threads: a count, or "measured" for SimpleTVM's choice at load, environment)
+TVM_POOL = {"SIMPLETVM_FORK_JOIN_POOL": "tvm"}
 SETTINGS = {
-    "bind, spin (TVM's default)": (CORES, {}),
-    "no bind, spin": (CORES, {"TVM_BIND_THREADS": "0"}),
-    "bind, no spin": (CORES, {"TVM_THREAD_POOL_SPIN_COUNT": "0"}),
-    "no bind, no spin": (CORES, {"TVM_BIND_THREADS": "0", "TVM_THREAD_POOL_SPIN_COUNT": "0"}),
+    "SimpleTVM's pool": (CORES, {}),
+    "TVM's pool: bind, spin": (CORES, TVM_POOL),
+    "TVM's pool: no bind, spin": (CORES, {**TVM_POOL, "TVM_BIND_THREADS": "0"}),
+    "TVM's pool: bind, no spin": (CORES, {"TVM_THREAD_POOL_SPIN_COUNT": "0"}),
+    "TVM's pool: no bind, no spin": (CORES, {"TVM_BIND_THREADS": "0",
+                                             "TVM_THREAD_POOL_SPIN_COUNT": "0"}),
     "1 thread": (1, {}),
     "threads chosen at load": ("measured", {}),
 }
@@ -68,12 +74,13 @@ def busy_loop() -> None:
         pass
 
 
-def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, float]:
-    """Microseconds per call of a parallel kernel that does nothing, per thread count:
-    what every parallel kernel of a model pays to fork onto the pool and join again."""
+def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, dict[str, float]]:
+    """Microseconds per call of a parallel kernel that does nothing, per pool and thread
+    count: what every parallel kernel of a model pays to fork onto the pool and join."""
     import tvm
     from tvm import te
 
+    from simpletvm.fork_join import use_for_loaded_kernels
     from simpletvm.threads import set_runtime_threads
 
     source = te.placeholder((CORES,), "float32", name="source")
@@ -83,10 +90,14 @@ def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, float]:
     kernel = tvm.compile(schedule.mod, target={"kind": "llvm"}).mod
     buffers = [tvm.runtime.tensor(np.zeros(CORES, "float32")) for _ in range(2)]
     timer = kernel.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
-    costs = {}
-    for threads in sorted({CORES, 1}, reverse=True):
-        set_runtime_threads(threads)
-        costs[str(threads)] = float(np.median(timer(*buffers).results)) * 1e6
+    costs: dict[str, dict[str, float]] = {}
+    for pool in ("tvm", "simpletvm"):
+        if pool == "simpletvm":
+            use_for_loaded_kernels(CORES)
+        for threads in sorted({CORES, 1}, reverse=True):
+            set_runtime_threads(threads)
+            costs.setdefault(pool, {})[str(threads)] = float(
+                np.median(timer(*buffers).results)) * 1e6
     return costs
 
 
@@ -117,8 +128,9 @@ def main() -> None:
         return
     os.environ["TVM_NUM_THREADS"] = str(CORES)
     results = {"fork_join_us": fork_join_us()}
-    print("a parallel kernel that does nothing, us per call: " + ", ".join(
-        f"{us:.2f} on {threads} thread(s)" for threads, us in results["fork_join_us"].items()))
+    for pool, costs in results["fork_join_us"].items():
+        print(f"a parallel kernel that does nothing, {pool}'s pool, us per call: " + ", ".join(
+            f"{us:.2f} on {threads} thread(s)" for threads, us in costs.items()))
     for load in ("quiet", "one busy process beside"):
         spinner = None
         if load != "quiet":
@@ -136,9 +148,9 @@ def main() -> None:
                                 "p90_ms": float(np.percentile(s, 90)) * 1e3}
                          for name, s in samples.items()}
         print(f"\n{load}: run {args.run_id}, {args.rounds} rounds of {args.calls} calls")
-        print(f"  {'setting':<28} {'median ms':>10} {'p90 ms':>9}")
+        print(f"  {'setting':<30} {'median ms':>10} {'p90 ms':>9}")
         for name, stats in results[load].items():
-            print(f"  {name:<28} {stats['median_ms']:>10.3f} {stats['p90_ms']:>9.3f}")
+            print(f"  {name:<30} {stats['median_ms']:>10.3f} {stats['p90_ms']:>9.3f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"\nresults: {args.out}")

@@ -7,6 +7,7 @@ is enforced: a step called before the one it needs raises a FlowError naming it.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import warnings
 from functools import partial
@@ -239,9 +240,9 @@ class SimpleTVM:
                 if choices:
                     step["conv_forms"] = [choice.describe() for choice in choices]
             self._executable = compile_fused(fused, self.target, database)
-            # code for another CPU runs only on a device of that kind, through RPC
-            self._vm = self._new_vm(self._executable) if self.target.runs_here else None
             self._library_file = None
+            # code for another CPU runs only on a device of that kind, through RPC
+            self._vm = self._new_vm(self._library_here()) if self.target.runs_here else None
             self._built_from = records
             self.state = "built"
             self._use_fork_join_pool(step)
@@ -255,7 +256,10 @@ class SimpleTVM:
         with self.context.step("save", path=str(target_dir)):
             target_dir.mkdir(parents=True, exist_ok=True)
             tmp = target_dir / f".{MODULE_FILE}.tmp.so"
-            self._export(tmp)
+            if self._library_file is not None:  # exported at build: the same file
+                shutil.copyfile(self._library_file, tmp)
+            else:
+                self._export(tmp)
             tmp.replace(target_dir / MODULE_FILE)
             self._library_file = target_dir / MODULE_FILE
             atomic_write_json(target_dir / METADATA_FILE, self._metadata())
@@ -375,12 +379,12 @@ class SimpleTVM:
         the step says which pool runs them, and why TVM's when ours cannot be had."""
         if not self._runs_on_this_cpu():
             return
-        from .fork_join import PoolDeclined, PoolUnavailable, use_for_loaded_kernels
+        from .fork_join import PoolDeclined, PoolUnavailable, pool_of, use_for_loaded_kernels
         from .threads import runtime_threads
 
         try:
             use_for_loaded_kernels(runtime_threads())
-            step["fork_join_pool"] = "simpletvm"
+            step["fork_join_pool"] = pool_of(self._library_file)
         except PoolUnavailable as error:
             step["fork_join_pool"] = f"tvm ({error})"
             if not isinstance(error, PoolDeclined):
@@ -404,6 +408,28 @@ class SimpleTVM:
         step["runtime_threads"] = choose_runtime_threads(lambda: main(*inputs),
                                                          self.target.host_cores())
 
+    def _library_here(self):
+        """The built module for this machine, as a loaded shared library.
+
+        A CPU module straight from the compiler runs from LLVM's JIT, in memory, where its
+        parallel loops can only use TVM's pool; exported and loaded like a saved module,
+        they use SimpleTVM's (:mod:`simpletvm.fork_join`). A GPU module loads as is."""
+        if self.target.device_type != "cpu":
+            return self._executable
+        import tvm
+
+        self._library_file = self._temporary_export()
+        return tvm.runtime.load_module(str(self._library_file))
+
+    def _temporary_export(self) -> Path:
+        """The built module exported to a temporary directory kept while it is in use."""
+        import tempfile
+
+        self._export_dir = tempfile.TemporaryDirectory(prefix="simpletvm-")
+        path = Path(self._export_dir.name) / MODULE_FILE
+        self._export(path)
+        return path
+
     def _new_vm(self, executable):
         from tvm import relax
 
@@ -425,16 +451,12 @@ class SimpleTVM:
                     "SimpleTVM(BenchmarkingContext(target, device_key=KEY), "
                     "rpc_tracker=(host, port)), with a server of KEY on the device")
             return self._vm, self.target.device(), {"runner": "local"}
-        import tempfile
-
         from tvm import relax
 
         from .rpc import remote_module
 
         if self._library_file is None:
-            self._export_dir = tempfile.TemporaryDirectory(prefix="simpletvm-")
-            self._library_file = Path(self._export_dir.name) / MODULE_FILE
-            self._export(self._library_file)
+            self._library_file = self._temporary_export()
         remote = remote_module(self.rpc_tracker, self.context.device_key, self._library_file)
         device = remote.device(self.target.device_type)
         where = {"runner": "rpc", "rpc_tracker": list(self.rpc_tracker),

@@ -26,6 +26,7 @@ SOURCE = Path(__file__).with_name("native") / "fork_join.c"
 
 
 SPIN_VARIABLE = "TVM_THREAD_POOL_SPIN_COUNT"
+POOL_VARIABLE = "SIMPLETVM_FORK_JOIN_POOL"  # "tvm": keep TVM's pool (to compare the two)
 
 
 class PoolUnavailable(RuntimeError):
@@ -33,20 +34,39 @@ class PoolUnavailable(RuntimeError):
 
 
 class PoolDeclined(PoolUnavailable):
-    """The user asked TVM's pool not to spin: kernels stay on it, which can do that."""
+    """The user asked for TVM's pool, or asked it not to spin: kernels stay on it."""
 
 
 def use_for_loaded_kernels(threads: int) -> int:
     """Point every TVM library loaded in this process at the pool, sized to ``threads``
     threads (the caller's included); returns how many libraries use it. Call it again
     after loading a library. Raises :class:`PoolUnavailable` when the pool cannot be had,
-    :class:`PoolDeclined` when ``TVM_THREAD_POOL_SPIN_COUNT=0`` asks for workers that
-    sleep at once (for machines shared with busy processes; this pool spins a while)."""
+    :class:`PoolDeclined` when ``SIMPLETVM_FORK_JOIN_POOL=tvm`` asks for TVM's pool or
+    ``TVM_THREAD_POOL_SPIN_COUNT=0`` for workers that sleep at once (for machines shared
+    with busy processes; this pool spins a while)."""
+    if os.environ.get(POOL_VARIABLE, "").strip().lower() == "tvm":
+        raise PoolDeclined(f"{POOL_VARIABLE}=tvm asks for TVM's pool")
     if os.environ.get(SPIN_VARIABLE, "").strip() == "0":
         raise PoolDeclined(f"{SPIN_VARIABLE}=0 asks for workers that do not spin")
     pool = _pool()
     set_threads(threads)
     return int(pool.simpletvm_install())
+
+
+def pool_of(library_path: str | os.PathLike) -> str:
+    """Which pool the loaded library at ``library_path`` launches its parallel loops on:
+    ``"simpletvm"``, ``"tvm"``, or ``"no parallel loops"``."""
+    try:
+        library = ctypes.CDLL(str(library_path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        raise ValueError(f"{library_path} is not loaded in this process") from None
+    try:
+        launcher = ctypes.c_void_p.in_dll(library, "__TVMBackendParallelLaunch").value
+    except ValueError:
+        return "no parallel loops"
+    ours = (_pool.cache_info().currsize
+            and ctypes.cast(_pool().simpletvm_parallel_launch, ctypes.c_void_p).value)
+    return "simpletvm" if launcher == ours else "tvm"
 
 
 def set_threads(count: int) -> None:

@@ -5,7 +5,7 @@
  * for the workers to finish, by calling sched_yield: a system call per turn, about 0.9 us
  * per parallel loop on a 2-vCPU host where the cores trade a cache line in 0.1 us. A model
  * of 55 microsecond kernels paid that 55 times a call. This pool's workers and caller
- * wait with the CPU's pause instruction instead, and idle workers sleep after a while.
+ * wait with the CPU's pause instruction first, and yield or sleep only after a while.
  * simpletvm_install() points every loaded TVM library's launcher here.
  *
  * One launch at a time: a launch that finds the pool busy (another thread's, or a
@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,9 +28,13 @@ typedef struct {
 typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
 
 #define MAX_THREADS 512
-/* pause turns a worker spins before it sleeps: a few milliseconds, so the kernels of
- * one inference, and a loop of inferences, never wait for a sleeping worker */
-#define SPIN_TURNS (1 << 17)
+/* A waiting thread pauses for about 0.1 ms (the gaps between the kernels of one
+ * inference, and between inferences in a loop, are microseconds), then yields to the
+ * system for a few milliseconds more (a thread that only paused kept its core from the
+ * other threads of the process, TVM's pool among them, for a whole time slice), then
+ * sleeps until the next launch. */
+#define PAUSE_TURNS (1 << 12)
+#define YIELD_TURNS (1 << 13)
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -37,6 +42,14 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__) || defined(__arm__)
   __asm__ __volatile__("yield");
 #endif
+}
+
+/* One turn of waiting: a pause at first, a yield to the system after PAUSE_TURNS. */
+static inline void wait_turn(long turn) {
+  if (turn < PAUSE_TURNS)
+    cpu_relax();
+  else
+    sched_yield();
 }
 
 static int threads_wanted = 1;     /* tasks per launch, the caller's included */
@@ -60,8 +73,8 @@ static TVMParallelGroupEnv job_env;
 static unsigned long long wait_for_new(unsigned long long seen) {
   unsigned long long now;
   for (long turn = 0; (now = atomic_load(&generation)) == seen; ++turn) {
-    if (turn < SPIN_TURNS) {
-      cpu_relax();
+    if (turn < PAUSE_TURNS + YIELD_TURNS) {
+      wait_turn(turn);
       continue;
     }
     pthread_mutex_lock(&sleep_lock);
@@ -120,7 +133,7 @@ void simpletvm_set_threads(int count) {
     job_env.num_task = 0; /* the workers that stay run nothing */
     atomic_store(&remaining, workers_started);
     start_next_generation();
-    while (atomic_load(&remaining) > 0) cpu_relax();
+    for (long turn = 0; atomic_load(&remaining) > 0; ++turn) wait_turn(turn);
     for (int i = count; i <= workers_started; ++i) pthread_join(workers[i], NULL);
     workers_started = count - 1;
     stop_from = MAX_THREADS;
@@ -166,7 +179,7 @@ int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_tas
   atomic_store(&remaining, workers_started);
   start_next_generation();
   int status = lambda(0, &job_env, data) != 0;
-  while (atomic_load(&remaining) > 0) cpu_relax();
+  for (long turn = 0; atomic_load(&remaining) > 0; ++turn) wait_turn(turn);
   status |= atomic_load(&failed);
   atomic_store(&busy, 0);
   return status ? -1 : 0;

@@ -64,6 +64,7 @@ def test_a_loaded_library_launches_its_parallel_loops_on_the_pool(parallel_kerne
     tvm_result = run(kernel)
     assert fork_join.use_for_loaded_kernels(2) >= 1
     assert launcher_of(path) == pool_launcher()
+    assert fork_join.pool_of(path) == "simpletvm"
     assert fork_join.pool_threads() == 2
     np.testing.assert_array_equal(run(kernel), tvm_result)
     np.testing.assert_array_equal(run(kernel), expected())
@@ -81,7 +82,8 @@ def test_a_build_says_which_pool_runs_its_loops(monkeypatch):
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", num_threads=1)).from_model(
         "mobilenetv2", alpha=0.35, image_size=32, classes=10)
-    assert stvm.build(records=None).context.steps[-1]["fork_join_pool"] == "simpletvm"
+    # TVM's default code has no parallel loop; a tuned build's kernels have
+    assert stvm.build(records=None).context.steps[-1]["fork_join_pool"] == "no parallel loops"
     monkeypatch.setattr(fork_join, "use_for_loaded_kernels", unavailable)
     with pytest.warns(UserWarning, match="TVM's pool.*no C compiler"):
         stvm.build(records=None)
@@ -160,6 +162,9 @@ def test_libraries_that_synchronise_inside_a_loop_keep_tvms_pool(tmp_path):
     fork_join.use_for_loaded_kernels(2)
     assert launcher_of(tmp_path / "plain.so") == pool_launcher()
     assert launcher_of(tmp_path / "barrier.so") == 1
+    assert fork_join.pool_of(tmp_path / "barrier.so") == "tvm"
+    with pytest.raises(ValueError, match="not loaded"):
+        fork_join.pool_of(tmp_path / "plain.c")
 
 
 def test_the_pool_is_compiled_once_per_source(tmp_path, monkeypatch):
