@@ -28,12 +28,17 @@ AFFINITY_BIG_CORES = 1  # TVM's default thread affinity mode (kBig)
 def set_runtime_threads(count: int) -> None:
     """Resize this process's thread pools, TVM's and the kernels' own
     (:mod:`simpletvm.fork_join`): every module in the process uses them."""
-    import tvm
-
     from .fork_join import set_threads
 
-    tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, count)
+    set_tvm_pool_threads(count)
     set_threads(runtime_threads())
+
+
+def set_tvm_pool_threads(count: int) -> None:
+    """Resize TVM's own pool of this process only (it caps ``count`` at the cores)."""
+    import tvm
+
+    tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, count)
 
 
 def runtime_threads() -> int:

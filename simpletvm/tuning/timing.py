@@ -186,13 +186,19 @@ def _eviction_kernel(threads: int, l2_bytes: int):
 
 def _kernels_on_pool() -> None:
     """Point the loaded kernels at the pool the built model runs on; where it cannot be
-    had, the model keeps TVM's pool too, and so do the candidates."""
+    had, the model keeps TVM's pool too, and so do the candidates.
+
+    TVM's own pool then keeps one thread in this process: MetaSchedule's random fill of
+    each candidate's arguments woke its workers, which spun for a while on the cores the
+    timed kernel's workers needed."""
     from ..fork_join import PoolUnavailable, use_for_loaded_kernels
+    from ..threads import set_tvm_pool_threads
 
     try:
         use_for_loaded_kernels(_runtime_threads())
     except PoolUnavailable:
-        pass
+        return
+    set_tvm_pool_threads(1)
 
 
 def _runtime_threads() -> int:
