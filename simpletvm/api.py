@@ -379,11 +379,11 @@ class SimpleTVM:
         the step says which pool runs them, and why TVM's when ours cannot be had."""
         if not self._runs_on_this_cpu():
             return
-        from .fork_join import PoolDeclined, PoolUnavailable, pool_of, use_for_loaded_kernels
-        from .threads import runtime_threads
+        from .fork_join import (PoolDeclined, PoolUnavailable, pool_of, pool_threads,
+                                use_for_loaded_kernels)
 
         try:
-            use_for_loaded_kernels(runtime_threads())
+            use_for_loaded_kernels(pool_threads() or self.target.host_cores())
             step["fork_join_pool"] = pool_of(self._library_file)
         except PoolUnavailable as error:
             step["fork_join_pool"] = f"tvm ({error})"

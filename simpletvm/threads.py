@@ -26,23 +26,27 @@ AFFINITY_BIG_CORES = 1  # TVM's default thread affinity mode (kBig)
 
 
 def set_runtime_threads(count: int) -> None:
-    """Resize this process's thread pools, TVM's and the kernels' own
-    (:mod:`simpletvm.fork_join`): every module in the process uses them."""
-    from .fork_join import set_threads
+    """Resize the pool this process's kernels run their parallel loops on: SimpleTVM's
+    once it is in use (:mod:`simpletvm.fork_join`), else TVM's. TVM's is left alone then:
+    each resize starts its workers afresh, and they spin for about 0.1 s on the cores the
+    kernels need."""
+    from .fork_join import pool_threads, set_threads
 
-    set_tvm_pool_threads(count)
-    set_threads(runtime_threads())
-
-
-def set_tvm_pool_threads(count: int) -> None:
-    """Resize TVM's own pool of this process only (it caps ``count`` at the cores)."""
+    if pool_threads() is not None:
+        set_threads(count)
+        return
     import tvm
 
     tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, count)
 
 
 def runtime_threads() -> int:
-    """The threads TVM's runtime pool of this process runs parallel kernels on."""
+    """The threads this process's kernels run their parallel loops on."""
+    from .fork_join import pool_threads
+
+    count = pool_threads()
+    if count is not None:
+        return count
     import tvm
 
     return int(tvm.get_global_func("runtime.NumThreads")())

@@ -4,9 +4,15 @@
  * __TVMBackendParallelLaunch in its own library. TVM's runtime pool waits for work, and
  * for the workers to finish, by calling sched_yield: a system call per turn, about 0.9 us
  * per parallel loop on a 2-vCPU host where the cores trade a cache line in 0.1 us. A model
- * of 55 microsecond kernels paid that 55 times a call. This pool's workers and caller
- * wait with the CPU's pause instruction first, and yield or sleep only after a while.
+ * of 55 microsecond kernels paid that 55 times a call. This pool's threads wait with the
+ * CPU's pause instruction first, and yield or sleep only after a while.
  * simpletvm_install() points every loaded TVM library's launcher here.
+ *
+ * A launch publishes its tasks; worker i claims task i, and the caller, once its own
+ * task is done, claims and runs every task no worker has claimed yet. So a launch never
+ * waits for a worker that is not running: one the system descheduled, or one sharing
+ * the caller's CPU because another process holds the other (such waits cost 0.1-1 ms a
+ * launch when the caller only waited).
  *
  * One launch at a time: a launch that finds the pool busy (another thread's, or a
  * parallel loop nested in a task) runs its tasks one after another on its own thread.
@@ -28,16 +34,15 @@ typedef struct {
 typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
 
 #define MAX_THREADS 512
-/* A waiting thread pauses for about 0.1 ms (the gaps between the kernels of one
- * inference, and between inferences in a loop, are microseconds), then yields to the
- * system for a few milliseconds more (a thread that only paused kept its core from the
- * other threads of the process, TVM's pool among them, for a whole time slice), then
- * sleeps until the next launch. */
-#define PAUSE_TURNS (1 << 12)
+/* An idle worker pauses for about 0.1 ms (the gaps between the kernels of one inference,
+ * and between inferences in a loop, are microseconds), then yields to the system for a
+ * few milliseconds more, then sleeps until the next launch. */
+#define PAUSE_TURNS (1 << 8)
 #define YIELD_TURNS (1 << 13)
-/* The caller waits for the workers to finish with fewer pauses (about 10 us) before it
+/* The caller waits for claimed tasks to finish with fewer pauses (about 10 us) before it
  * yields: a worker the system put on the caller's CPU runs only when the caller yields. */
 #define JOIN_PAUSE_TURNS (1 << 8)
+#define CLAIMED (1ULL << 63)
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -55,20 +60,24 @@ static inline void wait_turn(long turn, long pauses) {
     sched_yield();
 }
 
-static int threads_wanted = 1;     /* tasks per launch, the caller's included */
-static int workers_started = 0;    /* worker i runs task i (1-based) */
+static int threads_wanted = 1;   /* tasks per launch, the caller's included */
+static int workers_started = 0;  /* worker i claims task i (1-based) */
 static pthread_t workers[MAX_THREADS];
-static atomic_int busy;            /* a launch or a resize holds the pool */
-static atomic_ullong generation;   /* bumped to start a launch (or to stop workers) */
-static atomic_int remaining;       /* started workers yet to finish this launch */
+static atomic_int busy;          /* a launch or a resize holds the pool */
+static atomic_ullong generation; /* bumped to start a launch (or to stop workers) */
+/* task i of launch G is open while task_open[i] == G, claimed once it is G | CLAIMED */
+static atomic_ullong task_open[MAX_THREADS];
+static atomic_int tasks_left;    /* claimable tasks of this launch not finished yet */
 static atomic_int failed;
 static atomic_int sleepers;
 static int stop_from = MAX_THREADS; /* workers of this index and above exit */
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static _Thread_local int in_worker;
+static unsigned long long generation_at_start[MAX_THREADS];
 
-/* the launch's job, written before generation is bumped, read after */
+/* the launch's job: written before its tasks open, read after a claim succeeds, and
+ * rewritten only once every task is finished */
 static FTVMParallelLambda job_lambda;
 static void* job_data;
 static TVMParallelGroupEnv job_env;
@@ -90,7 +99,13 @@ static unsigned long long wait_for_new(unsigned long long seen) {
   return now;
 }
 
-static unsigned long long generation_at_start[MAX_THREADS];
+/* Run task `index` of launch `launch` if nobody has claimed it. */
+static void run_if_unclaimed(int index, unsigned long long launch) {
+  unsigned long long open = launch;
+  if (!atomic_compare_exchange_strong(&task_open[index], &open, launch | CLAIMED)) return;
+  if (job_lambda(index, &job_env, job_data) != 0) atomic_store(&failed, 1);
+  atomic_fetch_sub(&tasks_left, 1);
+}
 
 static void* worker_main(void* arg) {
   int index = (int)(intptr_t)arg;
@@ -98,18 +113,13 @@ static void* worker_main(void* arg) {
   in_worker = 1;
   for (;;) {
     seen = wait_for_new(seen);
-    if (index >= stop_from) {
-      atomic_fetch_sub(&remaining, 1);
-      return NULL;
-    }
-    if (index < job_env.num_task && job_lambda(index, &job_env, job_data) != 0)
-      atomic_store(&failed, 1);
-    atomic_fetch_sub(&remaining, 1);
+    if (index >= stop_from) return NULL;
+    run_if_unclaimed(index, seen);
   }
 }
 
-static void start_next_generation(void) {
-  atomic_fetch_add(&generation, 1);
+static void start_next_generation(unsigned long long next) {
+  atomic_store(&generation, next);
   if (atomic_load(&sleepers) > 0) {
     pthread_mutex_lock(&sleep_lock);
     pthread_cond_broadcast(&wake);
@@ -125,41 +135,8 @@ static void hold_pool(void) {
   }
 }
 
-static int start_workers(int last);
-
-/* Resize to `count` threads (the caller's included): surplus workers exit, missing ones
- * start now rather than inside the first timed launch. */
-void simpletvm_set_threads(int count) {
-  if (count < 1) count = 1;
-  if (count > MAX_THREADS) count = MAX_THREADS;
-  hold_pool();
-  threads_wanted = count;
-  if (workers_started > count - 1) {
-    stop_from = count;
-    job_env.num_task = 0; /* the workers that stay run nothing */
-    atomic_store(&remaining, workers_started);
-    start_next_generation();
-    for (long turn = 0; atomic_load(&remaining) > 0; ++turn) wait_turn(turn, JOIN_PAUSE_TURNS);
-    for (int i = count; i <= workers_started; ++i) pthread_join(workers[i], NULL);
-    workers_started = count - 1;
-    stop_from = MAX_THREADS;
-  }
-  start_workers(count - 1); /* on failure the launches start them, or run serially */
-  atomic_store(&busy, 0);
-}
-
-int simpletvm_threads(void) { return threads_wanted; }
-
-static int run_serially(FTVMParallelLambda lambda, void* data, int num_task) {
-  TVMParallelGroupEnv env = {NULL, num_task};
-  for (int task = 0; task < num_task; ++task)
-    if (lambda(task, &env, data) != 0) return -1;
-  return 0;
-}
-
 /* Worker i runs on the i-th CPU this process may use (wrapping round), as TVM's pool
- * binds its workers: an unbound worker that the system left on the caller's CPU waited
- * there, taking turns with it, and a launch took 10x its work. */
+ * binds its workers. */
 static void bind_to_cpu(pthread_attr_t* attributes, int index) {
   cpu_set_t allowed, chosen;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
@@ -194,24 +171,51 @@ static int start_workers(int last) {
   return 1;
 }
 
+/* Resize to `count` threads (the caller's included): surplus workers exit, missing ones
+ * start now rather than inside the first timed launch. */
+void simpletvm_set_threads(int count) {
+  if (count < 1) count = 1;
+  if (count > MAX_THREADS) count = MAX_THREADS;
+  hold_pool();
+  threads_wanted = count;
+  if (workers_started > count - 1) {
+    stop_from = count; /* the others find no open task in this generation */
+    start_next_generation(atomic_load(&generation) + 1);
+    for (int i = count; i <= workers_started; ++i) pthread_join(workers[i], NULL);
+    workers_started = count - 1;
+    stop_from = MAX_THREADS;
+  }
+  start_workers(count - 1); /* on failure the launches start them, or run serially */
+  atomic_store(&busy, 0);
+}
+
+int simpletvm_threads(void) { return threads_wanted; }
+
+static int run_serially(FTVMParallelLambda lambda, void* data, int num_task) {
+  TVMParallelGroupEnv env = {NULL, num_task};
+  for (int task = 0; task < num_task; ++task)
+    if (lambda(task, &env, data) != 0) return -1;
+  return 0;
+}
+
 int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_task) {
   int expected = 0;
   if (num_task <= 0 || num_task > threads_wanted) num_task = threads_wanted;
   if (num_task == 1 || in_worker || !atomic_compare_exchange_strong(&busy, &expected, 1))
     return run_serially(lambda, data, num_task);
-  if (!start_workers(num_task - 1)) {
-    atomic_store(&busy, 0);
-    return run_serially(lambda, data, num_task);
-  }
+  start_workers(num_task - 1); /* tasks of workers that failed to start run here */
+  unsigned long long launch = atomic_load(&generation) + 1;
   job_lambda = lambda;
   job_data = data;
   job_env.sync_handle = NULL;
   job_env.num_task = num_task;
   atomic_store(&failed, 0);
-  atomic_store(&remaining, workers_started);
-  start_next_generation();
+  atomic_store(&tasks_left, num_task - 1);
+  for (int task = 1; task < num_task; ++task) atomic_store(&task_open[task], launch);
+  start_next_generation(launch);
   int status = lambda(0, &job_env, data) != 0;
-  for (long turn = 0; atomic_load(&remaining) > 0; ++turn) wait_turn(turn, JOIN_PAUSE_TURNS);
+  for (int task = 1; task < num_task; ++task) run_if_unclaimed(task, launch);
+  for (long turn = 0; atomic_load(&tasks_left) > 0; ++turn) wait_turn(turn, JOIN_PAUSE_TURNS);
   status |= atomic_load(&failed);
   atomic_store(&busy, 0);
   return status ? -1 : 0;

@@ -35,6 +35,7 @@ CACHE_MODES = ("auto", "memory", "l3", "off")
 L3_SHARE = 4  # "auto" times from L3 the models whose weights fit in this part of it
 EVICT_PREPROC = "simpletvm.evict_private_caches"
 _EVICTION_SCRATCH: list = []  # the eviction kernel's library directory, kept while loaded
+_TVM_POOL_QUIET: list = []  # TVM's pool of this runner process is down to one thread
 
 
 def cache_mode(value: str | bool) -> str:
@@ -186,19 +187,19 @@ def _eviction_kernel(threads: int, l2_bytes: int):
 
 def _kernels_on_pool() -> None:
     """Point the loaded kernels at the pool the built model runs on; where it cannot be
-    had, the model keeps TVM's pool too, and so do the candidates.
+    had, the model keeps TVM's pool too, and so do the candidates."""
+    import tvm
 
-    TVM's own pool then keeps one thread in this process: MetaSchedule's random fill of
-    each candidate's arguments woke its workers, which spun for a while on the cores the
-    timed kernel's workers needed."""
     from ..fork_join import PoolUnavailable, use_for_loaded_kernels
-    from ..threads import set_tvm_pool_threads
 
     try:
         use_for_loaded_kernels(_runtime_threads())
     except PoolUnavailable:
         return
-    set_tvm_pool_threads(1)
+    if not _TVM_POOL_QUIET:  # once: MetaSchedule's random fill of the arguments runs on
+        # TVM's pool, whose woken workers spin for 0.1 s on the cores the timed kernel needs
+        tvm.get_global_func("runtime.config_threadpool")(1, 1)
+        _TVM_POOL_QUIET.append(True)
 
 
 def _runtime_threads() -> int:
