@@ -10,7 +10,12 @@ turn opening with untimed warm-up calls), and reports the medians, the ratio to 
 TFLite and in how many rounds SimpleTVM was the faster.
 
     python bench/quickstart_tflite.py --run-id RUN [--store DIR] [--rounds 40]
-                                      [--calls 50] [--out bench/results/quickstart_tflite.json]
+                                      [--calls 50] [--threads N]
+                                      [--out bench/results/quickstart_tflite.json]
+
+``--threads N`` runs SimpleTVM's module on N threads instead of the count its load
+chooses (the host's speed of core-to-core traffic changes within minutes here, and with
+it the faster count).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 
 def main() -> None:
@@ -29,6 +35,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--calls", type=int, default=50, help="timed calls per round")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="SimpleTVM's threads (default: chosen at load)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/quickstart_tflite.json"))
     args = parser.parse_args()
 
@@ -38,14 +46,15 @@ def main() -> None:
     from simpletvm.models.tflite import keras_to_tflite
     from simpletvm.models.zoo import build_keras_model, builtin_recipe
 
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store)).load(args.run_id)
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store, num_threads=args.threads)
+                     ).load(args.run_id)
     recipe = builtin_recipe(stvm.context.model)
     if recipe is None:
         raise SystemExit(f"run {args.run_id} is not of a built-in model: nothing to "
                          "rebuild TFLite's model from")
     model, options = recipe
     options.pop("batch_size", None)  # the Keras model is batch-agnostic
-    threads = stvm.target.host_cores()
+    threads = psutil.cpu_count(logical=False) or 1  # TFLite on every core (and on one)
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
     tflite = tflite_runners(keras_to_tflite(build_keras_model(model, **options)), example,
