@@ -91,7 +91,8 @@ def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, dict[str, fl
     sink = te.compute((CORES,), lambda i: source[i] + 1.0, name="sink")
     schedule = tvm.s_tir.Schedule(te.create_prim_func([source, sink]))
     schedule.parallel(schedule.get_loops(schedule.get_sblock("sink"))[0])
-    library = Path(tempfile.mkdtemp(prefix="fork-join-")) / "noop.so"
+    scratch = tempfile.TemporaryDirectory(prefix="fork-join-")  # removed on return
+    library = Path(scratch.name) / "noop.so"
     # a loaded library, as SimpleTVM loads models: LLVM's JIT would keep TVM's pool
     tvm.compile(schedule.mod, target={"kind": "llvm"}).export_library(str(library))
     kernel = tvm.runtime.load_module(str(library))

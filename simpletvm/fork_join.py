@@ -7,7 +7,7 @@ host (0.28 us when the wait is a pause instruction instead), paid by every kerne
 model of microsecond kernels (the quickstart model: 55 per call, 0.147 ms on 2 threads
 with TVM's pool, 0.127-0.134 with pause waits). ``native/fork_join.c`` is a pool that waits
 with the pause instruction; :func:`use_for_loaded_kernels` compiles it once per machine
-(into the user's cache directory, with the C compiler TVM links modules with) and points
+(into the user's cache directory, with ``cc`` or ``$CC``) and points
 every TVM library loaded in this process at it. Without a C compiler, kernels keep TVM's
 pool and :func:`use_for_loaded_kernels` says why.
 """
@@ -64,20 +64,27 @@ def pool_of(library_path: str | os.PathLike) -> str:
         launcher = ctypes.c_void_p.in_dll(library, "__TVMBackendParallelLaunch").value
     except ValueError:
         return "no parallel loops"
-    ours = (_pool.cache_info().currsize
-            and ctypes.cast(_pool().simpletvm_parallel_launch, ctypes.c_void_p).value)
+    pool = _loaded_pool()
+    ours = pool and ctypes.cast(pool.simpletvm_parallel_launch, ctypes.c_void_p).value
     return "simpletvm" if launcher == ours else "tvm"
 
 
 def set_threads(count: int) -> None:
     """Resize the pool (a no-op until it is loaded: it starts at the first use)."""
-    if _pool.cache_info().currsize:
-        _pool().simpletvm_set_threads(int(count))
+    pool = _loaded_pool()
+    if pool is not None:
+        pool.simpletvm_set_threads(int(count))
 
 
 def pool_threads() -> int | None:
     """The pool's thread count, or None when this process has not loaded it."""
-    return int(_pool().simpletvm_threads()) if _pool.cache_info().currsize else None
+    pool = _loaded_pool()
+    return None if pool is None else int(pool.simpletvm_threads())
+
+
+def _loaded_pool() -> ctypes.CDLL | None:
+    """The pool if this process has loaded it (without compiling or loading it)."""
+    return _pool() if _pool.cache_info().currsize else None
 
 
 @lru_cache(maxsize=1)

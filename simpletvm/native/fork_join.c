@@ -24,8 +24,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 typedef struct {
   void* sync_handle;
