@@ -60,7 +60,7 @@ static inline void wait_turn(long turn, long pauses) {
 
 static int threads_wanted = 1;   /* tasks per launch, the caller's included */
 static int workers_started = 0;  /* worker i claims task i (1-based) */
-static pthread_t workers[MAX_THREADS];
+static pthread_t worker_threads[MAX_THREADS];
 static atomic_int busy;          /* a launch or a resize holds the pool */
 static atomic_ullong generation; /* bumped to start a launch (or to stop workers) */
 /* task i of launch G is open while task_open[i] == G, claimed once it is G | CLAIMED */
@@ -134,21 +134,53 @@ static void hold_pool(void) {
 }
 
 /* Worker i runs on the i-th CPU this process may use (wrapping round), as TVM's pool
- * binds its workers. */
-static void bind_to_cpu(pthread_attr_t* attributes, int index) {
-  cpu_set_t allowed, chosen;
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  int count = CPU_COUNT(&allowed);
-  if (count < 2) return;
+ * binds its workers; -1: not bound (the process may use one CPU only). */
+static int worker_cpu[MAX_THREADS];
+static cpu_set_t allowed_cpus; /* the CPUs the caller may use, when the workers started */
+
+static int nth_allowed_cpu(int index) {
+  int count = CPU_COUNT(&allowed_cpus);
+  if (count < 2) return -1;
   int wanted = index % count;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
-    if (wanted-- == 0) {
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &allowed_cpus) && wanted-- == 0) return cpu;
+  return -1;
+}
+
+static void bind_to_cpu(pthread_attr_t* attributes, int index) {
+  cpu_set_t chosen;
+  if (index == 1 && sched_getaffinity(0, sizeof(allowed_cpus), &allowed_cpus) != 0)
+    CPU_ZERO(&allowed_cpus);
+  worker_cpu[index] = nth_allowed_cpu(index);
+  if (worker_cpu[index] < 0) return;
+  CPU_ZERO(&chosen);
+  CPU_SET(worker_cpu[index], &chosen);
+  pthread_attr_setaffinity_np(attributes, sizeof(chosen), &chosen);
+}
+
+/* The system may run the caller on a CPU a worker is bound to, and keep it there while
+ * the worker sleeps (nothing pulls a lone running thread away): the caller then runs
+ * every task itself, a launch on 2 threads took what it takes on 1 (candidates timed
+ * between long pauses ran 1.8x slower). Such a worker moves to a CPU no thread of the
+ * launch uses. A check per launch (sched_getcpu reads the kernel's per-thread record). */
+static void keep_caller_cpu_free(int workers) {
+  int here = sched_getcpu();
+  if (here < 0) return;
+  for (int index = 1; index <= workers; ++index) {
+    if (worker_cpu[index] != here) continue;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &allowed_cpus) || cpu == here) continue;
+      int taken = 0;
+      for (int other = 1; other <= workers; ++other) taken |= worker_cpu[other] == cpu;
+      if (taken) continue;
+      cpu_set_t chosen;
       CPU_ZERO(&chosen);
       CPU_SET(cpu, &chosen);
-      pthread_attr_setaffinity_np(attributes, sizeof(chosen), &chosen);
+      if (pthread_setaffinity_np(worker_threads[index], sizeof(chosen), &chosen) == 0)
+        worker_cpu[index] = cpu;
       return;
     }
+    return; /* every CPU is taken: more threads than CPUs */
   }
 }
 
@@ -161,7 +193,8 @@ static int start_workers(int last) {
     bind_to_cpu(&attributes, index);
     generation_at_start[index] = atomic_load(&generation);
     int failed_to_start =
-        pthread_create(&workers[index], &attributes, worker_main, (void*)(intptr_t)index);
+        pthread_create(&worker_threads[index], &attributes, worker_main,
+                       (void*)(intptr_t)index);
     pthread_attr_destroy(&attributes);
     if (failed_to_start) return 0;
     workers_started = index;
@@ -179,7 +212,7 @@ void simpletvm_set_threads(int count) {
   if (workers_started > count - 1) {
     stop_from = count; /* the others find no open task in this generation */
     start_next_generation(atomic_load(&generation) + 1);
-    for (int i = count; i <= workers_started; ++i) pthread_join(workers[i], NULL);
+    for (int i = count; i <= workers_started; ++i) pthread_join(worker_threads[i], NULL);
     workers_started = count - 1;
     stop_from = MAX_THREADS;
   }
@@ -202,6 +235,7 @@ int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_tas
   if (num_task == 1 || in_worker || !atomic_compare_exchange_strong(&busy, &expected, 1))
     return run_serially(lambda, data, num_task);
   start_workers(num_task - 1); /* tasks of workers that failed to start run here */
+  keep_caller_cpu_free(num_task - 1 < workers_started ? num_task - 1 : workers_started);
   unsigned long long launch = atomic_load(&generation) + 1;
   job_lambda = lambda;
   job_data = data;

@@ -17,13 +17,18 @@ fit there, in memory when they do not. The cache modes stand for these cases:
   ``"memory"`` (the L3 of these hosts is shared with other tenants' cores: MobileNetV2
   1.0's 14 MB in a 32 MB L3 ran as if from memory). A remote device is timed
   ``"memory"``: the eviction kernel lives in the local runner's process.
+
+A candidate timed here forks its parallel loops onto the pool the built model will use
+(:mod:`simpletvm.fork_join`), so the search ranks kernels by what they cost in the model.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import tempfile
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 CACHE_MODES = ("auto", "memory", "l3", "off")
@@ -96,9 +101,9 @@ def evaluator_config(options, mode: str):
         enable_cpu_cache_flush=mode == "memory")
 
 
-def run_evaluator(mode: str) -> Callable | None:
-    """The local runner's evaluator for ``mode`` (None: MetaSchedule's own)."""
-    return run_evaluator_from_l3 if mode == "l3" else None
+def run_evaluator(mode: str) -> Callable:
+    """The local runner's evaluator for ``mode``."""
+    return run_evaluator_from_l3 if mode == "l3" else run_evaluator_as_configured
 
 
 def warmed_up(runner_inputs: list) -> list:
@@ -110,10 +115,21 @@ def warmed_up(runner_inputs: list) -> list:
     return runner_inputs[:1] + runner_inputs
 
 
+def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
+                                ) -> list[float]:
+    """MetaSchedule's evaluator (caches flushed to memory, or not at all, as configured),
+    the kernel on the model's pool (runs in the local runner's worker process)."""
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
+
+    _kernels_on_pool()
+    return default_run_evaluator(rt_mod, device, evaluator_config, repeated_args)
+
+
 def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """Times like MetaSchedule's evaluator, with the private caches evicted before each
     run (runs in the local runner's worker process)."""
     _register_eviction()
+    _kernels_on_pool()
     evaluator = rt_mod.time_evaluator(
         func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number,
         repeat=evaluator_config.repeat, min_repeat_ms=evaluator_config.min_repeat_ms,
@@ -126,7 +142,7 @@ def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> li
 
 
 @lru_cache(maxsize=1)
-def _register_eviction() -> None:
+def _register_eviction() -> tempfile.TemporaryDirectory:
     """Register :data:`EVICT_PREPROC`: a parallel kernel on the runtime's own threads
     (the ones the timed kernel runs on) reads and writes a buffer of each core's L2 size,
     then the input is read again, as the layer before would have left it."""
@@ -134,7 +150,8 @@ def _register_eviction() -> None:
 
     from ..hostinfo import cache_bytes
 
-    evict, buffers = _eviction_kernel(_runtime_threads(), cache_bytes().get(2, 1 << 20))
+    evict, buffers, scratch = _eviction_kernel(_runtime_threads(),
+                                               cache_bytes().get(2, 1 << 20))
 
     def preprocess(*args: Any) -> None:
         evict(*buffers)
@@ -142,6 +159,7 @@ def _register_eviction() -> None:
             args[0].numpy()
 
     tvm.register_global_func(EVICT_PREPROC, preprocess, override=True)
+    return scratch  # the eviction library's directory: cached, so it outlives the loads
 
 
 def _eviction_kernel(threads: int, l2_bytes: int):
@@ -156,9 +174,36 @@ def _eviction_kernel(threads: int, l2_bytes: int):
     thread, element = schedule.get_loops(schedule.get_sblock("sink"))
     schedule.parallel(thread)
     schedule.vectorize(schedule.split(element, [None, 16])[1])
-    kernel = tvm.compile(schedule.mod, target={"kind": "llvm"})["main"]
+    # a loaded library, not LLVM's JIT, so its loop runs on the timed kernels' pool too:
+    # two pools each holding a core while they wait slowed the candidates 3x
+    scratch = tempfile.TemporaryDirectory(prefix="simpletvm-evict-")
+    library = Path(scratch.name) / "evict.so"
+    tvm.compile(schedule.mod, target={"kind": "llvm"}).export_library(str(library))
+    kernel = tvm.runtime.load_module(str(library))["main"]
     buffers = [tvm.runtime.tensor(np.zeros(shape, "float32")) for _ in range(2)]
-    return kernel, buffers
+    return kernel, buffers, scratch
+
+
+def _kernels_on_pool() -> None:
+    """Point the loaded kernels at the pool the built model runs on; where it cannot be
+    had, the model keeps TVM's pool too, and so do the candidates."""
+    from ..fork_join import PoolUnavailable, use_for_loaded_kernels
+
+    try:
+        use_for_loaded_kernels(_runtime_threads())
+    except PoolUnavailable:
+        return
+    _quiet_tvm_pool()
+
+
+@lru_cache(maxsize=1)
+def _quiet_tvm_pool() -> None:
+    """Cut TVM's pool of this runner process to one thread: MetaSchedule's random fill of
+    the arguments runs on it, and its woken workers spin for 0.1 s on the cores the timed
+    kernel needs."""
+    import tvm
+
+    tvm.get_global_func("runtime.config_threadpool")(1, 1)
 
 
 def _runtime_threads() -> int:

@@ -7,6 +7,7 @@ import ctypes
 import multiprocessing
 import os
 import subprocess
+import threading
 
 import numpy as np
 import psutil
@@ -145,6 +146,37 @@ def test_a_forked_child_starts_its_own_workers(parallel_kernel):
         child.kill()
         pytest.fail("the forked child hung in its first parallel loop")
     assert child.exitcode == 0 and outcome.get(timeout=5) is True
+
+
+def _caller_on_the_workers_cpu(path, outcome) -> None:
+    """Bind the caller to the CPU worker 1 was bound to, launch, and report the CPUs
+    the threads bound to one CPU (the worker) may use afterwards."""
+    import tvm
+
+    kernel = tvm.runtime.load_module(str(path))["main"]
+    fork_join.use_for_loaded_kernels(2)
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[1]})
+    correct = all(np.array_equal(run(kernel), expected()) for _ in range(5))
+    bound = [os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")
+             if int(tid) != threading.get_native_id()]
+    outcome.put((correct, allowed, [sorted(cpus) for cpus in bound if len(cpus) == 1]))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move a worker")
+def test_a_worker_leaves_the_cpu_the_caller_runs_on(parallel_kernel):
+    """The system may keep the caller on the CPU a worker is bound to (then the caller
+    runs every task itself): the launch moves that worker to a CPU nobody uses."""
+    path, _ = parallel_kernel
+    context = multiprocessing.get_context("fork")
+    outcome = context.Queue()
+    child = context.Process(target=_caller_on_the_workers_cpu, args=(path, outcome))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    correct, allowed, bound = outcome.get(timeout=5)
+    assert correct
+    assert bound == [[allowed[0]]]  # the worker, now on the CPU the caller left
 
 
 def test_libraries_that_synchronise_inside_a_loop_keep_tvms_pool(tmp_path):

@@ -61,10 +61,11 @@ def test_model_weight_bytes_counts_each_tensor_constant_once():
     assert timing.model_weight_bytes(builder.get()) == 16 * 27 * 4 + 3 * 2
 
 
-def test_the_local_runner_times_a_kernel_with_private_caches_evicted(tmp_path):
-    """The eviction evaluator runs in MetaSchedule's local runner process and times the
-    kernel like its own evaluator does (the order of the modes is BENCHMARKS material:
-    a timed assertion here would be flaky)."""
+@pytest.mark.parametrize("mode", ["l3", "memory"])
+def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
+    """Each mode's evaluator runs in MetaSchedule's local runner process, on the model's
+    pool, and times the kernel like MetaSchedule's own does (the order of the modes is
+    BENCHMARKS material: a timed assertion here would be flaky)."""
     import tvm
     from tvm import te
     from tvm.s_tir import meta_schedule as ms
@@ -77,8 +78,8 @@ def test_the_local_runner_times_a_kernel_with_private_caches_evicted(tmp_path):
     tvm.compile(te.create_prim_func([source, sums]), target={"kind": "llvm"}).export_library(
         str(tmp_path / "kernel.so"))
     options = TuningOptions(repeat=3)
-    runner = ms.runner.LocalRunner(evaluator_config=timing.evaluator_config(options, "l3"),
-                                   f_run_evaluator=timing.run_evaluator("l3"))
+    runner = ms.runner.LocalRunner(evaluator_config=timing.evaluator_config(options, mode),
+                                   f_run_evaluator=timing.run_evaluator(mode))
     args = [TensorInfo("float32", [256, 64]), TensorInfo("float32", [64])]
     results = [future.result() for future in runner.run(
         [RunnerInput(str(tmp_path / "kernel.so"), "cpu", args)] * 2)]
@@ -87,9 +88,10 @@ def test_the_local_runner_times_a_kernel_with_private_caches_evicted(tmp_path):
                for result in results)
 
 
-def test_only_l3_mode_needs_an_evaluator_of_its_own():
+def test_l3_mode_has_an_evaluator_of_its_own():
     assert timing.run_evaluator("l3") is timing.run_evaluator_from_l3
-    assert timing.run_evaluator("memory") is None and timing.run_evaluator("off") is None
+    assert timing.run_evaluator("memory") is timing.run_evaluator("off") is \
+        timing.run_evaluator_as_configured
     assert timing.evaluator_config(TuningOptions(), "memory").enable_cpu_cache_flush
     assert not timing.evaluator_config(TuningOptions(), "l3").enable_cpu_cache_flush
 
