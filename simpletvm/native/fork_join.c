@@ -67,6 +67,8 @@ static atomic_ullong generation; /* bumped to start a launch (or to stop workers
 static atomic_ullong task_open[MAX_THREADS];
 static atomic_int tasks_left;    /* claimable tasks of this launch not finished yet */
 static atomic_int failed;
+/* the error the first failing task on a worker thread raised, for the caller's thread */
+static _Atomic(void*) worker_error;
 static atomic_int sleepers;
 static int stop_from = MAX_THREADS; /* workers of this index and above exit */
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,11 +99,51 @@ static unsigned long long wait_for_new(unsigned long long seen) {
   return now;
 }
 
+/* A failing kernel raises its error in TVM's per-thread slot, and the caller of the
+ * launch reports the slot of its own thread: an error raised on a worker thread is
+ * moved there (TVM's pool does the same). TVM's functions are found in the process at
+ * the first failure, as the kernels find them; without them a launch still fails. */
+typedef void (*FMoveFromRaised)(void** error);
+typedef void (*FSetRaised)(void* error);
+typedef int (*FDecRef)(void* object);
+static FMoveFromRaised move_from_raised;
+static FSetRaised set_raised;
+static FDecRef release;
+static pthread_once_t error_functions_found = PTHREAD_ONCE_INIT;
+
+static void find_error_functions(void) {
+  set_raised = (FSetRaised)dlsym(RTLD_DEFAULT, "TVMFFIErrorSetRaised");
+  release = (FDecRef)dlsym(RTLD_DEFAULT, "TVMFFIObjectDecRef");
+  if (set_raised != NULL && release != NULL)
+    move_from_raised = (FMoveFromRaised)dlsym(RTLD_DEFAULT, "TVMFFIErrorMoveFromRaised");
+}
+
+static void keep_worker_error(void) {
+  void* error = NULL;
+  void* none = NULL;
+  pthread_once(&error_functions_found, find_error_functions);
+  if (move_from_raised == NULL) return;
+  move_from_raised(&error);
+  if (error != NULL && !atomic_compare_exchange_strong(&worker_error, &none, error))
+    release(error); /* another task's error came first */
+}
+
+/* Raise the kept worker error on this thread unless `raise` is 0; forget it either way. */
+static void pass_on_worker_error(int raise) {
+  void* error = atomic_exchange(&worker_error, NULL);
+  if (error == NULL) return;
+  if (raise) set_raised(error);
+  release(error);
+}
+
 /* Run task `index` of launch `launch` if nobody has claimed it. */
 static void run_if_unclaimed(int index, unsigned long long launch) {
   unsigned long long open = launch;
   if (!atomic_compare_exchange_strong(&task_open[index], &open, launch | CLAIMED)) return;
-  if (job_lambda(index, &job_env, job_data) != 0) atomic_store(&failed, 1);
+  if (job_lambda(index, &job_env, job_data) != 0) {
+    if (in_worker) keep_worker_error();
+    atomic_store(&failed, 1);
+  }
   atomic_fetch_sub(&tasks_left, 1);
 }
 
@@ -245,10 +287,12 @@ int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_tas
   atomic_store(&tasks_left, num_task - 1);
   for (int task = 1; task < num_task; ++task) atomic_store(&task_open[task], launch);
   start_next_generation(launch);
-  int status = lambda(0, &job_env, data) != 0;
+  int own_failure = lambda(0, &job_env, data) != 0;
   for (int task = 1; task < num_task; ++task) run_if_unclaimed(task, launch);
   for (long turn = 0; atomic_load(&tasks_left) > 0; ++turn) wait_turn(turn, JOIN_PAUSE_TURNS);
-  status |= atomic_load(&failed);
+  int status = own_failure | atomic_load(&failed);
+  /* a task of the caller's own that failed has its error on this thread already */
+  pass_on_worker_error(status && !own_failure);
   atomic_store(&busy, 0);
   return status ? -1 : 0;
 }

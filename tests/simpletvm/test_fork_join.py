@@ -163,7 +163,8 @@ def _caller_on_the_workers_cpu(path, outcome) -> None:
     outcome.put((correct, allowed, [sorted(cpus) for cpus in bound if len(cpus) == 1]))
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move a worker")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs to move a worker")
 def test_a_worker_leaves_the_cpu_the_caller_runs_on(parallel_kernel):
     """The system may keep the caller on the CPU a worker is bound to (then the caller
     runs every task itself): the launch moves that worker to a CPU nobody uses."""
@@ -177,6 +178,58 @@ def test_a_worker_leaves_the_cpu_the_caller_runs_on(parallel_kernel):
     correct, allowed, bound = outcome.get(timeout=5)
     assert correct
     assert bound == [[allowed[0]]]  # the worker, now on the CPU the caller left
+
+
+# elements: the caller's half lasts long enough for the worker to run the other
+CHECKED = 1 << 22
+
+
+@pytest.fixture(scope="module")
+def checking_kernel(tmp_path_factory):
+    """A library whose parallel loop asserts each input is non-negative."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def main(values: T.Buffer((CHECKED,), "float32"),
+             result: T.Buffer((CHECKED,), "float32")):
+        for i in T.parallel(CHECKED):
+            assert values[i] >= T.float32(0), "a negative input"
+            result[i] = values[i] + T.float32(1)
+
+    path = tmp_path_factory.mktemp("checking") / "checking.so"
+    tvm.compile(tvm.IRModule({"main": main}), target={"kind": "llvm"}).export_library(str(path))
+    return path
+
+
+def _errors_of_the_last_task(path, outcome) -> None:
+    import tvm
+
+    kernel = tvm.runtime.load_module(str(path))["main"]
+    fork_join.use_for_loaded_kernels(2)
+    values = np.ones(CHECKED, "float32")
+    values[-1] = -1  # in the worker's half
+    messages = []
+    for _ in range(10):
+        try:
+            kernel(tvm.runtime.tensor(values), tvm.runtime.tensor(np.zeros_like(values)))
+            messages.append("no error")
+        except Exception as error:  # noqa: BLE001 - the message is what is checked
+            messages.append(str(error))
+    outcome.put(messages)
+
+
+def test_an_error_on_a_worker_thread_reaches_the_caller(checking_kernel):
+    """A kernel failing on a worker raises its error in that thread's slot; the pool
+    moves it to the caller's, where TVM reads it (else TVM found none and crashed)."""
+    context = multiprocessing.get_context("fork")
+    outcome = context.Queue()
+    child = context.Process(target=_errors_of_the_last_task, args=(checking_kernel, outcome))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0, f"the child ended with {child.exitcode}"
+    messages = outcome.get(timeout=5)
+    assert len(messages) == 10 and all("a negative input" in message for message in messages)
 
 
 def test_libraries_that_synchronise_inside_a_loop_keep_tvms_pool(tmp_path):
