@@ -292,7 +292,7 @@ int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_tas
   for (long turn = 0; atomic_load(&tasks_left) > 0; ++turn) wait_turn(turn, JOIN_PAUSE_TURNS);
   int status = own_failure | atomic_load(&failed);
   /* a task of the caller's own that failed has its error on this thread already */
-  pass_on_worker_error(status && !own_failure);
+  if (status) pass_on_worker_error(!own_failure);
   atomic_store(&busy, 0);
   return status ? -1 : 0;
 }

@@ -23,8 +23,8 @@ from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
 from .records import RecordStore
 from .tasks import TaskProgress
-from .timing import (evaluator_config, model_weight_bytes, resolve_cache_mode,
-                     run_evaluator, warmed_up)
+from .timing import (evaluator_config, model_weight_bytes, resolve_cache_mode, run_evaluator,
+                     warmed_up)
 
 CLIENT = "client"
 

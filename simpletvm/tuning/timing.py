@@ -203,7 +203,9 @@ def _quiet_tvm_pool() -> None:
     kernel needs."""
     import tvm
 
-    tvm.get_global_func("runtime.config_threadpool")(1, 1)
+    from ..threads import AFFINITY_BIG_CORES
+
+    tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, 1)
 
 
 def _runtime_threads() -> int:
