@@ -27,6 +27,12 @@ are written beside the table.
     python bench/peers.py [--models mobilenetv2,resnet18] [--minutes 30] [--trials N]
                           [--total-trials N] [--threads 2] [--sgemm-size 2048]
                           [--out bench/results/peers]
+    python bench/peers.py --retime bench/results/peers/peers.json --out bench/results/again
+
+``--retime`` times the modules an earlier run tuned and saved (its stores under the
+system's temporary directory must still exist) against the peers again, without tuning:
+the host's speed drifts between runs, and a tuning of 30 minutes need not be repeated to
+time its result in a quieter moment.
 
 Tuning options not given keep SimpleTVM's defaults.
 """
@@ -201,21 +207,14 @@ def host_description() -> dict:
             "logical_cores": os.cpu_count()}
 
 
-def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: dict) -> dict:
+def tune_model(model: str, args, store: str, out: Path) -> tuple:
+    """Tune ``model`` from scratch with the given budget and build it: the tuned session,
+    the tuning's summary and its curve."""
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.models.zoo import build_keras_model
     from simpletvm.tuning import tuning_curve
 
-    options = {"image_size": args.image_size}
-    example = np.random.default_rng(0).standard_normal(
-        (1, args.image_size, args.image_size, 3)).astype("float32")
-
-    def session() -> SimpleTVM:
-        context = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
-        return SimpleTVM(context).from_model(model, **options)
-
-    untuned = session().build(records=None)
-    tuned = session()
+    context = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
+    tuned = SimpleTVM(context).from_model(model, image_size=args.image_size)
     start = time.perf_counter()
     budget = {"trials": args.trials, "total_trials": args.total_trials,
               "minutes": args.minutes, "batch_size": args.batch_size,
@@ -224,10 +223,51 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
     tuned.autotune(**{k: v for k, v in budget.items() if v is not None},
                    transfer_learning=False, seed=0)
     tuning_s = time.perf_counter() - start
-    tuned.build(records="run").save()  # kept for bench/runtime_threads.py
+    tuned.build(records="run").save()  # kept for --retime and bench/runtime_threads.py
     build_step = next(step for step in reversed(tuned.context.steps) if step["step"] == "build")
     curve = tuning_curve(tuned.context)
     curve.to_csv(out / f"{model}-curve.csv", index=False)
+    summary = tuned.context.tuning
+    tuning = {"seconds": tuning_s, "trials": summary["trials"],
+              "run_id": tuned.context.run_id, "store": store,
+              "tasks": summary["num_tasks"],
+              "estimated_ms": summary["estimated_latency_s"] * 1e3,
+              "search_estimated_ms": summary["search_estimated_latency_s"] * 1e3,
+              "remeasured": summary["remeasured"],
+              "options": tuned.context.parameters.get("autotune", {}),
+              "conv_forms": build_step.get("conv_forms", [])}
+    points = curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)] \
+        .to_dict("records") if len(curve) else []
+    return tuned, tuning, points
+
+
+def load_tuned(earlier: dict, threads: int) -> tuple:
+    """The module an earlier run of this bench tuned and saved (``earlier``: its entry in
+    peers.json), with that run's tuning summary and curve, to time it again without
+    tuning again (a host whose speed drifts between runs gets a second look)."""
+    from simpletvm import BenchmarkingContext, SimpleTVM
+
+    tuning = earlier["tuning"]
+    context = BenchmarkingContext("cpu", num_threads=threads, store=tuning["store"])
+    return SimpleTVM(context).load(tuning["run_id"]), dict(tuning), earlier["curve"]
+
+
+def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: dict,
+                earlier: dict | None = None) -> dict:
+    """Tune ``model`` (or load what ``earlier`` tuned) and time it side by side with the
+    peers and the untuned build."""
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.models.zoo import build_keras_model
+
+    example = np.random.default_rng(0).standard_normal(
+        (1, args.image_size, args.image_size, 3)).astype("float32")
+    untuned = SimpleTVM(BenchmarkingContext("cpu", num_threads=args.threads, store=store)) \
+        .from_model(model, image_size=args.image_size).build(records=None)
+    if earlier is None:
+        tuned, tuning, curve = tune_model(model, args, store, out)
+    else:
+        tuned, tuning, curve = load_tuned(earlier, args.threads)
+        tuning["retimed"] = True
 
     keras_model = build_keras_model(model, args.image_size)
     flops = model_flops(keras_model)
@@ -264,7 +304,7 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
     fastest_peer = min((peer for peer in PEERS if peer in medians), key=medians.__getitem__)
     sgemm = sgemm_rate(args.threads, args.sgemm_size)  # right after the timing, same load
     gflops = {name: flops / (m * 1e-3) / 1e9 for name, m in medians.items()}
-    summary = tuned.context.tuning
+    tuning["measured_to_estimate"] = medians["tvm tuned"] / tuning["estimated_ms"]
     return {
         "model": model, "image_size": args.image_size, "threads": args.threads,
         "host": host, "model_gflop": flops / 1e9, "missing_peers": missing,
@@ -276,18 +316,8 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
         "fraction_of_sgemm": {name: rate / sgemm["gflops"] for name, rate in gflops.items()},
         "sgemm": sgemm,
         "max_abs_difference_to_tensorflow": agreement,
-        "tuning": {"seconds": tuning_s, "trials": summary["trials"],
-                   "run_id": tuned.context.run_id, "store": store,
-                   "tasks": summary["num_tasks"],
-                   "estimated_ms": summary["estimated_latency_s"] * 1e3,
-                   "search_estimated_ms": summary["search_estimated_latency_s"] * 1e3,
-                   "remeasured": summary["remeasured"],
-                   "measured_to_estimate": medians["tvm tuned"]
-                   / (summary["estimated_latency_s"] * 1e3),
-                   "options": tuned.context.parameters.get("autotune", {}),
-                   "conv_forms": build_step.get("conv_forms", [])},
-        "curve": curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)]
-                 .to_dict("records") if len(curve) else [],
+        "tuning": tuning,
+        "curve": curve,
     }
 
 
@@ -323,7 +353,9 @@ def print_report(result: dict) -> None:
           f"{tuning['search_estimated_ms']:.3f} ms before {tuning['remeasured']} of its best "
           f"records were timed again); measured / estimate "
           f"{tuning['measured_to_estimate']:.2f}")
-    print(f"  tuned module: run {tuning['run_id']} in store {tuning['store']}")
+    print(f"  tuned module: run {tuning['run_id']} in store {tuning['store']}"
+          + (" (tuned by an earlier run of this bench, timed again here)"
+             if tuning.get("retimed") else ""))
     for choice in tuning["conv_forms"]:
         estimates = ", ".join(f"{form} {'-' if ms is None else f'{ms:.3f} ms'}"
                               for form, ms in choice["estimate_ms"].items())
@@ -337,7 +369,9 @@ def print_report(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mobilenetv2,resnet18")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated (default: mobilenetv2,resnet18, or those "
+                             "--retime names)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--minutes", type=float, default=None,
@@ -356,7 +390,23 @@ def main() -> None:
     parser.add_argument("--sgemm-size", type=int, default=2048,
                         help="n of the n x n float32 matmul that gives the machine's rate")
     parser.add_argument("--out", type=Path, default=Path("bench/results/peers"))
+    parser.add_argument("--retime", type=Path, default=None, metavar="PEERS_JSON",
+                        help="time again the models an earlier run tuned (its peers.json; "
+                             "their stores must still exist) instead of tuning")
     args = parser.parse_args()
+    earlier = {}
+    if args.retime is not None:
+        try:
+            earlier = {entry["model"]: entry for entry in json.loads(args.retime.read_text())}
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"--retime {args.retime}: not a peers.json of this bench ({error})")
+        args.models = args.models or ",".join(earlier)
+        unknown = [m for m in args.models.split(",") if m not in earlier]
+        if unknown:
+            parser.error(f"--retime {args.retime} holds no tuned {', '.join(unknown)} "
+                         f"(it has {', '.join(earlier) or 'none'})")
+        args.image_size = next(iter(earlier.values()))["image_size"]
+    args.models = args.models or "mobilenetv2,resnet18"
 
     # every framework gets the same threads: TVM's runtime pool, TF's intra-op pool
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
@@ -371,7 +421,7 @@ def main() -> None:
     host = host_description()
     results = []
     for model in args.models.split(","):
-        result = bench_model(model, args, store, args.out, scratch, host)
+        result = bench_model(model, args, store, args.out, scratch, host, earlier.get(model))
         print_report(result)
         results.append(result)
     (args.out / "peers.json").write_text(json.dumps(results, indent=2))
