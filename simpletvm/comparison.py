@@ -45,19 +45,24 @@ def tflite_runners(flatbuffer: bytes, example: np.ndarray, threads: int) -> dict
 
 
 def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
-    """A built SimpleTVM module's entry function, NumPy in, NumPy out.
+    """A built SimpleTVM module's entry function, NumPy in, NumPy out, as lean as
+    TFLite's ``set_tensor``/``invoke``/``get_tensor``.
 
-    The input is copied into one tensor allocated up front, as TFLite's ``set_tensor``
-    copies into its own: a new tensor per call cost 12 us against 5.5 us, 3% of the
-    quickstart model's 0.22 ms."""
+    The input is copied into one tensor allocated up front (through a NumPy view of it),
+    as ``set_tensor`` copies into the interpreter's own; the output is handed back as a
+    NumPy view of the tensor the call returned, which no later call reuses while the
+    view lives. TVM's own ``copyfrom`` and ``numpy()`` cost 5.3 and 4.2 us per call
+    against 1.2 and 0.2 us this way (TFLite's: 1.2 and 0.5): 6% of the quickstart model's
+    0.15 ms."""
     import tvm
 
     main = stvm.vm["main"]
     data = tvm.runtime.empty(example.shape, str(example.dtype), stvm.target.device())
+    staged = np.from_dlpack(data)
 
     def infer() -> np.ndarray:
-        data.copyfrom(example)
-        return main(data).numpy()
+        np.copyto(staged, example)
+        return np.from_dlpack(main(data))
     return infer
 
 
