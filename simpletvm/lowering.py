@@ -29,9 +29,6 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
     of given layers (``{ConvSignature: tile size or None}``, see
     :mod:`simpletvm.conv_forms`); the others get their default form.
 
-    On CPUs, matrix-vector products (dense layers at batch 1) get a schedule space of
-    their own (:mod:`simpletvm.gemv`).
-
     With ``separate_residual_pads``, a pad whose result is added to a convolution's output
     (a residual branch padded to more channels, as in BlazeFace's blocks) is kept out of
     the convolution's fused operator (:func:`separate_residual_pads`): MetaSchedule cannot
@@ -47,7 +44,7 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
         mod, _ = apply_winograd(mod, forms=winograd_forms)
     weight_prepack = [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
     with target.tvm_target():
-        fused = tvm.transform.Sequential(
+        return tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
@@ -60,12 +57,6 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
                 *weight_prepack,
             ]
         )(mod)
-    if target.device_type != "cpu":
-        return fused
-    from .gemv import mark_gemv_blocks, register_rule
-
-    register_rule()
-    return mark_gemv_blocks(fused)
 
 
 def to_layout(mod, target: ResolvedTarget, layout: str | None = "NHWC"):

@@ -349,8 +349,6 @@ class TuningJob:
     def _start_task(self, index: int) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        from ..gemv import register_rule
-
         task = self.tasks[index]
         options = self.options
         if options.search_strategy == "evolutionary":
@@ -362,7 +360,6 @@ class TuningJob:
         else:
             strategy = options.search_strategy
         seed = -1 if options.seed is None else options.seed + index
-        register_rule()  # the space of matrix-vector blocks, as lowering marked them
         context = ms.TuneContext(
             mod=task.dispatched[0], target=self._tvm_target,
             space_generator="post-order-apply", search_strategy=strategy,
