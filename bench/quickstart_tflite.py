@@ -25,7 +25,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import psutil
 
 
 def main() -> None:
@@ -42,9 +41,9 @@ def main() -> None:
 
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.comparison import simpletvm_runner, time_side_by_side, tflite_runners
-    from simpletvm.threads import runtime_threads
     from simpletvm.models.tflite import keras_to_tflite
     from simpletvm.models.zoo import build_keras_model, builtin_recipe
+    from simpletvm.threads import runtime_threads
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store, num_threads=args.threads)
                      ).load(args.run_id)
@@ -54,7 +53,7 @@ def main() -> None:
                          "rebuild TFLite's model from")
     model, options = recipe
     options.pop("batch_size", None)  # the Keras model is batch-agnostic
-    threads = psutil.cpu_count(logical=False) or 1  # TFLite on every core (and on one)
+    threads = stvm.target.host_cores()  # TFLite on every core and on one, as the quickstart
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
     tflite = tflite_runners(keras_to_tflite(build_keras_model(model, **options)), example,

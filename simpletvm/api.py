@@ -565,10 +565,14 @@ class SimpleTVM:
 def _to_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
     """NumPy arrays of a call's outputs: views of the tensors the VM returned when they
     are in this process's memory (no call reuses them while a view lives; TVM's
-    ``numpy()`` copy costs 4 us a call), copies of remote ones."""
+    ``numpy()`` copy costs 4 us a call), copies of remote ones and of types NumPy cannot
+    view (bfloat16, float8: ``numpy()`` gives them ml_dtypes' types)."""
     if hasattr(result, "numpy"):
         if result.device.dlpack_device_type() == DLPACK_CPU:  # an RPC tensor's differs
-            return np.from_dlpack(result)
+            try:
+                return np.from_dlpack(result)
+            except RuntimeError:  # "Unsupported dtype in DLTensor"
+                pass
         return result.numpy()
     items = [_to_numpy(item) for item in result]
     return items[0] if len(items) == 1 else items

@@ -78,6 +78,43 @@ def test_run_checks_shapes_and_names(built):
     assert out.shape == (1, 10) and out.dtype == np.float32
 
 
+def test_outputs_numpy_cannot_view_still_come_back_as_arrays():
+    import ml_dtypes
+    import tvm
+
+    from simpletvm.api import _to_numpy  # where run() turns every output into an array
+
+    values = np.arange(4, dtype="float32")
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        source = values.astype(dtype)
+        out = _to_numpy(tvm.runtime.tensor(source))
+        assert out.dtype == source.dtype
+        np.testing.assert_array_equal(out.astype("float32"), values)
+
+
+def test_results_are_not_overwritten_by_later_calls(built):
+    """run() and the comparison's runner hand back views of the returned tensors, not
+    copies: a kept result must survive the calls after it, on other inputs."""
+    from simpletvm.comparison import simpletvm_runner
+
+    rng = np.random.default_rng(0)
+    first_input, other = (rng.standard_normal((1, 3, 32, 32)).astype("float32")
+                          for _ in range(2))
+    kept = built.run(first_input)
+    expected = kept.copy()
+    for _ in range(3):
+        assert not np.array_equal(built.run(other), expected)
+    np.testing.assert_array_equal(kept, expected)
+
+    infer = simpletvm_runner(built, first_input)
+    kept = infer()
+    np.testing.assert_array_equal(kept, expected)
+    first_input[:] = other  # the runner reads its example anew on every call
+    for _ in range(3):
+        assert not np.array_equal(infer(), expected)
+    np.testing.assert_array_equal(kept, expected)
+
+
 def test_run_ids_are_32_alphanumeric_and_unique(store):
     ids = {BenchmarkingContext(store=store).run_id for _ in range(200)}
     assert len(ids) == 200
