@@ -397,14 +397,23 @@ def main() -> None:
     earlier = {}
     if args.retime is not None:
         try:
-            earlier = {entry["model"]: entry for entry in json.loads(args.retime.read_text())}
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            text = args.retime.read_text()
+        except OSError as error:
+            parser.error(f"--retime: cannot read {args.retime} ({error.strerror})")
+        try:
+            earlier = {entry["model"]: entry for entry in json.loads(text)}
+        except (ValueError, KeyError, TypeError) as error:
             parser.error(f"--retime {args.retime}: not a peers.json of this bench ({error})")
         args.models = args.models or ",".join(earlier)
         unknown = [m for m in args.models.split(",") if m not in earlier]
         if unknown:
             parser.error(f"--retime {args.retime} holds no tuned {', '.join(unknown)} "
                          f"(it has {', '.join(earlier) or 'none'})")
+        gone = [earlier[m]["tuning"]["store"] for m in args.models.split(",")
+                if not Path(earlier[m]["tuning"]["store"]).is_dir()]
+        if gone:
+            parser.error(f"--retime {args.retime}: the store of its tuned modules is gone "
+                         f"({', '.join(gone)}); tune again")
         args.image_size = next(iter(earlier.values()))["image_size"]
     args.models = args.models or "mobilenetv2,resnet18"
 
