@@ -52,7 +52,7 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
     as ``set_tensor`` copies into the interpreter's own; the output is handed back as a
     NumPy view of the tensor the call returned, which no later call reuses while the
     view lives. TVM's own ``copyfrom`` and ``numpy()`` cost 5.3 and 4.2 us per call
-    against 1.2 and 0.2 us this way (TFLite's: 1.2 and 0.5): 6% of the quickstart model's
+    against 1.2 and 0.2 us this way (TFLite's: 1.2 and 0.5): 5% of the quickstart model's
     0.15 ms."""
     import tvm
 
