@@ -301,8 +301,9 @@ class SimpleTVM:
     def run(self, data: Any) -> np.ndarray | list[np.ndarray]:
         """Inference: a NumPy array (one-input models), a list, or ``{name: array}``.
 
-        Returns an array, or a list of arrays for models with several outputs. With an
-        RPC tracker, the model runs on a server of the device key.
+        Returns an array, or a list of arrays for models with several outputs (each a
+        view of the call's own output, which later calls leave alone). With an RPC
+        tracker, the model runs on a server of the device key.
         """
         self._require("run()", "built", "loaded")
         import tvm
