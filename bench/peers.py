@@ -404,6 +404,12 @@ def main() -> None:
             earlier = {entry["model"]: entry for entry in json.loads(text)}
         except (ValueError, KeyError, TypeError) as error:
             parser.error(f"--retime {args.retime}: not a peers.json of this bench ({error})")
+        given = [f"--{name.replace('_', '-')}" for name in
+                 ("minutes", "trials", "total_trials", "batch_size", "population")
+                 if getattr(args, name) is not None]
+        if given:
+            parser.error(f"--retime times modules tuned before: {', '.join(given)} would "
+                         "not be used")
         args.models = args.models or ",".join(earlier)
         unknown = [m for m in args.models.split(",") if m not in earlier]
         if unknown:

@@ -313,7 +313,7 @@ class SimpleTVM:
             vm, device, where = self._execution()
             step["device"] = where
             result = vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
-            return _to_numpy(result)
+            return as_numpy(result)
 
     def evaluate(self, repeat: int = 50, warmup: int = 5, number: int = 1,
                  seed: int = 0) -> "SimpleTVM":
@@ -563,7 +563,7 @@ class SimpleTVM:
         return arrays
 
 
-def _to_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
+def as_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
     """NumPy arrays of a call's outputs: views of the tensors the VM returned when they
     are in this process's memory (no call reuses them while a view lives; TVM's
     ``numpy()`` copy costs 4 us a call), copies of remote ones and of types NumPy cannot
@@ -575,5 +575,5 @@ def _to_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
             except RuntimeError:  # "Unsupported dtype in DLTensor"
                 pass
         return result.numpy()
-    items = [_to_numpy(item) for item in result]
+    items = [as_numpy(item) for item in result]
     return items[0] if len(items) == 1 else items

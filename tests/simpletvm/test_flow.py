@@ -82,12 +82,12 @@ def test_outputs_numpy_cannot_view_still_come_back_as_arrays():
     import ml_dtypes
     import tvm
 
-    from simpletvm.api import _to_numpy  # where run() turns every output into an array
+    from simpletvm.api import as_numpy  # where run() turns every output into an array
 
     values = np.arange(4, dtype="float32")
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
         source = values.astype(dtype)
-        out = _to_numpy(tvm.runtime.tensor(source))
+        out = as_numpy(tvm.runtime.tensor(source))
         assert out.dtype == source.dtype
         np.testing.assert_array_equal(out.astype("float32"), values)
 
