@@ -3,7 +3,7 @@
 Those versions wrote ``workloads.jsonl`` and ``records.jsonl`` per directory: each run's
 (``runs/<run_id>/tuning/``), the global one and the best-only one (``database/global/``,
 ``database/best/``). The first process that opens a store's records imports them all in
-one transaction (records found in several directories become one row, by identity) and
+one transaction (a record found in several directories becomes one row) and
 notes it in the database, so no other process does it again. The directories are left
 as they were.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..store import iter_json_lines
-from .records import RecordStore, insert, record_latency
+from .records import RecordStore, canonical_json, insert, record_latency
 
 IMPORTED = "json_lines_imported"
 
@@ -38,7 +38,9 @@ def import_once(records: RecordStore, directories: list[Path]) -> int:
     with records.transaction() as connection:
         if connection.execute("SELECT 1 FROM meta WHERE key = ?", (IMPORTED,)).fetchone():
             return 0  # another process imported while this one waited for the lock
-        added = sum(insert(connection, *_rows(directory)) for directory in directories)
+        seen: set[tuple[str, str]] = set()
+        added = sum(insert(connection, _first_copies(rows, seen), workloads)
+                    for rows, workloads in map(_rows, directories))
         connection.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
                            (IMPORTED, f"{time.time():.0f} {added} records"))
     if directories:
@@ -64,6 +66,17 @@ def _rows(directory: Path) -> tuple[Iterator[tuple[str, list, str | None, float]
                        float(row.get("time") or 0.0))
 
     return rows(), workloads
+
+
+def _first_copies(rows: Iterator[tuple[str, list, str | None, float]],
+                  seen: set[tuple[str, str]]) -> Iterator[tuple[str, list, str | None, float]]:
+    """The rows whose record no earlier directory held: a record that several
+    directories kept (a run's, the global one, the best one) is one measurement."""
+    for row in rows:
+        copy = (row[0], canonical_json(row[1]))
+        if copy not in seen:
+            seen.add(copy)
+            yield row
 
 
 def _measured(record: list) -> bool:

@@ -2,7 +2,8 @@
 
 Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural hash.
 ``records``: one row per measured candidate (workload, target key, latency, run id,
-time, the record's JSON and an identity that makes a record committed twice one row).
+time, the record's JSON and an identity, of the run and the record, that makes a record
+committed twice one row while two runs' equal measurements stay two).
 ``best``: each workload's fastest record per target, updated in the transaction that
 inserts (or re-measures) a record, so it is never stale. A record measured again by its
 run (tuning's closing round) replaces its row's measurement. A run's records, all
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+IDENTITIES = "record_identities"  # meta key: set once identities include the run
 BUSY_TIMEOUT_S = 120  # a legacy import holds the write lock for a while; writers wait
 
 SCHEMA = """
@@ -248,6 +250,7 @@ class RecordStore:
             with file_lock(self.path):
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.executescript(SCHEMA)
+                _scope_identities_by_run(connection)
             # WAL + NORMAL: a killed process loses nothing committed; only a power cut can
             # drop the last transactions, and never corrupts the file
             connection.execute("PRAGMA synchronous = NORMAL")
@@ -319,7 +322,7 @@ def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str |
         if key not in ids:
             ids[key] = _workload_id(connection, key, workloads.get(key))
         text = canonical_json(record)
-        identity = _identity(key, text)
+        identity = _identity(key, run_id, text)
         target = target_key(record[2])
         cursor = connection.execute(
             "INSERT INTO records (workload_id, target_key, latency_s, run_id, time, identity,"
@@ -356,13 +359,36 @@ def replace_measurements(connection: sqlite3.Connection,
         text = canonical_json(record)
         connection.execute(
             "UPDATE OR IGNORE records SET latency_s = ?, json = ?, identity = ?, time = ? "
-            "WHERE id = ?", (latency, text, _identity(key, text), at, earlier))
+            "WHERE id = ?", (latency, text, _identity(key, run_id, text), at, earlier))
         connection.execute(_RECOMPUTE_BEST, (workload_id, target))
     return added
 
 
-def _identity(key: str, text: str) -> bytes:
-    return hashlib.blake2b(f"{key}\n{text}".encode(), digest_size=16).digest()
+def _identity(key: str, run_id: str | None, text: str) -> bytes:
+    # tiny kernels measure in 10 ns steps: two runs can time one trace alike
+    scope = "" if run_id is None else f"{run_id}\n"
+    return hashlib.blake2b(f"{key}\n{scope}{text}".encode(), digest_size=16).digest()
+
+
+def _scope_identities_by_run(connection: sqlite3.Connection) -> None:
+    """Give a database whose identities leave the run out (earlier versions) the
+    current ones, once."""
+    if connection.execute("SELECT 1 FROM meta WHERE key = ?", (IDENTITIES,)).fetchone():
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        rows = connection.execute(
+            "SELECT r.id, w.key, r.run_id, r.json FROM records r JOIN workloads w "
+            "ON w.id = r.workload_id WHERE r.run_id IS NOT NULL").fetchall()
+        connection.executemany("UPDATE records SET identity = ? WHERE id = ?",
+                               [(_identity(key, run_id, text), row_id)
+                                for row_id, key, run_id, text in rows])
+        connection.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
+                           (IDENTITIES, "by run"))
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
 
 
 def _workload_id(connection: sqlite3.Connection, key: str, workload_json: Any) -> int:

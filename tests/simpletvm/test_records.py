@@ -84,6 +84,39 @@ def test_best_record_is_kept_per_workload_and_target_on_insert(tmp_path):
     assert not records.has_run("d")
 
 
+def test_two_runs_timing_one_trace_alike_keep_a_record_each(tmp_path):
+    """Tiny kernels are timed in 10 ns steps: two runs of one model can measure a trace
+    to the same figures. Each run's measurement is its own row."""
+    records = RecordStore(tmp_path / "records.sqlite")
+    workload = ["w", "{}"]
+    assert records.add("w", workload, [_record(1, 3e-8)], run_id="a") == 1
+    assert records.add("w", workload, [_record(1, 3e-8)], run_id="b") == 1
+    assert records.add("w", workload, [_record(1, 3e-8)], run_id="b") == 0  # a retry
+    assert records.add("w", workload, [_record(1, 3e-8)], remeasured=True, run_id="a") == 0
+    assert records.count(run_id="a") == records.count(run_id="b") == 1 and len(records) == 2
+
+
+def test_a_database_of_an_earlier_version_gets_identities_by_run_once(tmp_path):
+    """Earlier versions left the run out of a record's identity: opening their database
+    rewrites the identities once, so a record its run commits again stays one row."""
+    import hashlib
+    import sqlite3
+
+    path = tmp_path / "records.sqlite"
+    RecordStore(path).add("w", ["w", "{}"], [_record(1, 0.002)], run_id="a")
+    earlier = sqlite3.connect(path, isolation_level=None)
+    text = canonical_json(_record(1, 0.002))
+    earlier.execute("UPDATE records SET identity = ?",
+                    (hashlib.blake2b(f"w\n{text}".encode(), digest_size=16).digest(),))
+    earlier.execute("DELETE FROM meta")
+    earlier.close()
+    records = RecordStore(path)
+    assert records.meta("record_identities") == "by run"
+    assert records.add("w", ["w", "{}"], [_record(1, 0.002)], run_id="a") == 0
+    assert records.add("w", ["w", "{}"], [_record(1, 0.002)], run_id="b") == 1
+    assert len(records) == 2
+
+
 def test_a_buffer_holds_writes_for_the_single_writer_and_reads_the_store(tmp_path):
     """A job on another machine buffers its records; the driver writes what it drains."""
     import pickle
