@@ -99,3 +99,22 @@ def test_l3_mode_has_an_evaluator_of_its_own():
 def test_the_first_input_of_a_profile_stage_is_timed_twice():
     assert timing.warmed_up(["a", "b"]) == ["a", "a", "b"]
     assert timing.warmed_up([]) == []
+
+
+def test_each_candidates_first_timed_run_is_dropped():
+    """A candidate's first run after loading is slow for reasons the model never meets:
+    the evaluator runs once more than ``repeat`` and drops that run, per argument set."""
+    from types import SimpleNamespace
+
+    class Module:
+        entry_name = "main"
+
+        def time_evaluator(self, func_name, dev, number, repeat, min_repeat_ms, f_preproc):
+            self.asked = (func_name, number, repeat, f_preproc)
+            return lambda *args: SimpleNamespace(results=[9.0] + [float(args[0])] * (repeat - 1))
+
+    module, device = Module(), SimpleNamespace(sync=lambda: None)
+    config = timing.evaluator_config(TuningOptions(repeat=4), "memory")
+    costs = timing.run_evaluator_as_configured(module, device, config, [[1], [2]])
+    assert costs == [1.0] * 4 + [2.0] * 4
+    assert module.asked == ("main", 1, 5, "cache_flush_cpu_non_first_arg")
