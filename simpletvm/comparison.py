@@ -51,9 +51,9 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
     The input is copied into one tensor allocated up front (through a NumPy view of it),
     as ``set_tensor`` copies into the interpreter's own; the output comes back as
     ``run()`` returns it (:func:`~simpletvm.api.as_numpy`: a view of the tensor the call
-    returned, which no later call reuses while the view lives). TVM's own ``copyfrom`` and ``numpy()`` cost 5.3 and 4.2 us per call
-    against 1.2 and 0.2 us this way (TFLite's: 1.2 and 0.5): 5% of the quickstart model's
-    0.15 ms."""
+    returned, which no later call reuses while the view lives). TVM's own ``copyfrom``
+    and ``numpy()`` cost 5.3 and 4.2 us per call against 1.2 and 0.2 us this way
+    (TFLite's: 1.2 and 0.5): 5% of the quickstart model's 0.15 ms."""
     import tvm
 
     from .api import as_numpy
