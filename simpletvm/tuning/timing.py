@@ -35,7 +35,7 @@ from typing import Any, Callable
 CACHE_MODES = ("auto", "memory", "l3", "off")
 L3_SHARE = 4  # "auto" times from L3 the models whose weights fit in this part of it
 EVICT_PREPROC = "simpletvm.evict_private_caches"
-WARMUP_RUNS = 1  # timed runs of each candidate that are dropped (:func:`_timed_runs`)
+WARMUP_RUNS = 3  # timed runs of each candidate that are dropped (:func:`_timed_runs`)
 
 
 def cache_mode(value: str | bool) -> str:
@@ -137,9 +137,13 @@ def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> li
 
 def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
                 ) -> list[float]:
-    """``repeat`` timings per argument set, after WARMUP_RUNS timed runs that are dropped:
-    a candidate's first run after loading took 1.5-3x its later ones (2 us and more) for
-    two thirds of a quickstart search's best records, a cost the model never pays."""
+    """``repeat`` timings per argument set, after WARMUP_RUNS timed runs that are dropped.
+
+    A freshly loaded candidate takes a few runs to reach the pace it keeps: timed 16 times
+    from L3 (the quickstart's best records), its runs came out at 2.0, 1.10 and 1.03 times
+    the later ones' median, then level; of the 5 runs kept after dropping one, the first
+    two were 4-11% above the others. The model, calling every kernel over and over, only
+    ever meets the level pace."""
     evaluator = rt_mod.time_evaluator(
         func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number,
         repeat=evaluator_config.repeat + WARMUP_RUNS,

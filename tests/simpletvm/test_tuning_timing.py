@@ -101,9 +101,9 @@ def test_the_first_input_of_a_profile_stage_is_timed_twice():
     assert timing.warmed_up([]) == []
 
 
-def test_each_candidates_first_timed_run_is_dropped():
-    """A candidate's first run after loading is slow for reasons the model never meets:
-    the evaluator runs once more than ``repeat`` and drops that run, per argument set."""
+def test_each_candidates_first_timed_runs_are_dropped():
+    """A candidate's first runs after loading are slow for reasons the model never meets:
+    the evaluator runs WARMUP_RUNS more than ``repeat`` and drops those, per argument set."""
     from types import SimpleNamespace
 
     class Module:
@@ -111,10 +111,13 @@ def test_each_candidates_first_timed_run_is_dropped():
 
         def time_evaluator(self, func_name, dev, number, repeat, min_repeat_ms, f_preproc):
             self.asked = (func_name, number, repeat, f_preproc)
-            return lambda *args: SimpleNamespace(results=[9.0] + [float(args[0])] * (repeat - 1))
+            warmup = [9.0] * timing.WARMUP_RUNS
+            return lambda *args: SimpleNamespace(
+                results=warmup + [float(args[0])] * (repeat - timing.WARMUP_RUNS))
 
     module, device = Module(), SimpleNamespace(sync=lambda: None)
     config = timing.evaluator_config(TuningOptions(repeat=4), "memory")
     costs = timing.run_evaluator_as_configured(module, device, config, [[1], [2]])
     assert costs == [1.0] * 4 + [2.0] * 4
-    assert module.asked == ("main", 1, 5, "cache_flush_cpu_non_first_arg")
+    assert module.asked == ("main", 1, 4 + timing.WARMUP_RUNS, "cache_flush_cpu_non_first_arg")
+    assert timing.WARMUP_RUNS >= 1
