@@ -7,7 +7,14 @@ run) and puts each task's estimate beside its time in situ, plus what the model 
 outside the tuned kernels (other calls, the VM itself). Run it on a quiet machine.
 
     python bench/kernels_in_situ.py --run-id RUN_ID --store DIR [--runs 20]
-                                    [--out bench/results/kernels_in_situ.json]
+                                    [--by-difference] [--out bench/results/kernels_in_situ.json]
+
+The instrument costs microseconds per call, more than a small model's kernels take.
+``--by-difference`` times each task without it instead: the whole model against the same
+build with that task's kernels emptied (a body that does nothing, the same signature),
+in alternating rounds; the difference is what the task costs inside the model, what its
+absence changes for its neighbours included. The build with every kernel emptied gives
+what the model spends outside them (calls, the VM, Python).
 
 RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
 the quickstart print them); its records must be in DIR's record database.
@@ -127,19 +134,79 @@ def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
     return {name: statistics.median(values[1:]) for name, values in totals.items()}
 
 
+def emptied(mod, names: set[str]):
+    """``mod`` with the kernels called ``names`` doing nothing (same signatures)."""
+    import tvm
+
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for var, function in mod.functions.items():
+        if var.name_hint in names:
+            out[var] = function.with_body(tvm.tirx.Evaluate(0))
+    return out
+
+
+def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
+                       ) -> dict[str, float]:
+    """Per tuned kernel name (and ``"outside the kernels"``), the ms a model run loses
+    when that kernel does nothing, medians over ``rounds`` alternating rounds."""
+    import tempfile
+
+    import tvm
+    from tvm import relax
+
+    from simpletvm.evaluation import warm_up
+    from simpletvm.fork_join import use_for_loaded_kernels
+    from simpletvm.lowering import apply_records, compile_fused
+
+    applied = apply_records(built, stvm.target, database)
+    kernels = {var.name_hint for var, function in applied.functions.items()
+               if isinstance(function, tvm.tirx.PrimFunc)}
+    variants = {"whole": applied, "outside the kernels": emptied(applied, kernels)}
+    variants.update({name: emptied(applied, {name}) for name in sorted(kernels)})
+    data = model_input(stvm)
+    scratch = tempfile.TemporaryDirectory(prefix="kernels-by-difference-")
+    calls_of = {}
+    for index, (name, mod) in enumerate(variants.items()):
+        library = f"{scratch.name}/{index}.so"
+        compile_fused(mod, stvm.target).export_library(library)
+        main = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())["main"]
+        calls_of[name] = lambda main=main: main(data)
+    use_for_loaded_kernels(os.cpu_count())  # every core, as the kernels were tuned
+    medians: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, call in calls_of.items():
+            warm_up(call, 20, 0.05)
+            times = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            medians[name].append(statistics.median(times) * 1e3)
+    whole = statistics.median(medians.pop("whole"))
+    outside = statistics.median(medians.pop("outside the kernels"))
+    return {"whole": whole, "outside the kernels": outside,
+            **{name: whole - statistics.median(ms) for name, ms in medians.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--by-difference", action="store_true",
+                        help="time each task by emptying its kernels, not by an instrument")
     parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
     args = parser.parse_args()
 
     saved = load_saved(args.store, args.run_id)
     stvm, database, built = rebuilt(saved, args.store, args.run_id)
     tasks = task_estimates(stvm, database, built)
-    in_situ = profile_in_situ(stvm, database, built, args.runs)
-    whole_ms = whole_model_ms(saved, args.runs)
+    if args.by_difference:
+        in_situ = cost_by_difference(stvm, database, built, args.runs)
+        whole_ms = in_situ.pop("whole")
+    else:
+        in_situ = profile_in_situ(stvm, database, built, args.runs)
+        whole_ms = whole_model_ms(saved, args.runs)
     rows = []
     for task in tasks:
         estimate = task["best_ms"] * task["weight"] if task["best_ms"] is not None else None
@@ -166,6 +233,8 @@ def main() -> None:
           f"({whole_ms / estimate:.2f}x the estimate)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"run_id": args.run_id,
+                                    "method": "by difference" if args.by_difference
+                                    else "instrument",
                                     "tasks": rows,
                                     "other_calls_ms": others,
                                     "estimate_ms": estimate, "kernels_in_situ_ms": kernels,
