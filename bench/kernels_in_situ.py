@@ -223,12 +223,12 @@ def main() -> None:
     print(f"{'task':<48} {'calls':>5} {'estimate ms':>11} {'in situ ms':>10} {'ratio':>6}")
     for row in rows:
         ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
-        print(f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.3f} "
-              f"{row['in_situ_ms'] or 0:>10.3f} {ratio:>6}")
+        print(f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.4f} "
+              f"{row['in_situ_ms'] or 0:>10.4f} {ratio:>6}")
     print(f"\ntuned kernels: estimate {estimate:.3f} ms, in situ {kernels:.3f} ms "
           f"({kernels / estimate:.2f}x)")
-    print(f"other calls in situ: {sum(others.values()):.3f} ms "
-          + ", ".join(f"{name} {ms:.3f}" for name, ms in list(others.items())[:6]))
+    print(f"other calls in situ: {sum(others.values()):.4f} ms "
+          + ", ".join(f"{name} {ms:.4f}" for name, ms in list(others.items())[:6]))
     print(f"whole model without the profiler: {whole_ms:.3f} ms "
           f"({whole_ms / estimate:.2f}x the estimate)")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -177,13 +177,15 @@ def _print_skipped(console, summary: dict) -> None:
 
 def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     """Time the tuned module and TFLite (XNNPACK) on one input, in turns, from Python:
-    what a user's inference loop sees of either."""
+    what a user's inference loop sees of either. Each runs on every core and on one (the
+    module only on its count when ``--threads`` pins one), and the comparison takes each
+    one's faster count."""
     import numpy as np
 
-    from .comparison import simpletvm_runner, time_side_by_side, tflite_runners
+    from .comparison import simpletvm_runners, time_side_by_side, tflite_runners
     from .models.tflite import keras_to_tflite
     from .models.zoo import build_keras_model
-    from .threads import runtime_threads
+    from .threads import runtime_threads, set_runtime_threads
 
     try:
         keras_model = build_keras_model(model, **options)
@@ -193,21 +195,28 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
         return
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
-    tflite = tflite_runners(flatbuffer, example, stvm.target.host_cores())
-    runners = {"SimpleTVM": simpletvm_runner(stvm, example),
-               **{f"TFLite {count}": infer for count, infer in tflite.items()}}
-    samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
-    medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
-    ours = medians["SimpleTVM"]
-    fastest = min(tflite, key=lambda count: medians[f"TFLite {count}"])
-    theirs = medians[f"TFLite {fastest}"]
+    cores, chosen = stvm.target.host_cores(), runtime_threads()
+    ours_on = {cores, 1} if stvm.context.num_threads is None else {chosen}
+    sides = {"SimpleTVM": simpletvm_runners(stvm, example, ours_on),
+             "TFLite (XNNPACK)": tflite_runners(flatbuffer, example, cores)}
+    runners = {f"{side} {count}": infer for side, by_count in sides.items()
+               for count, infer in by_count.items()}
+    try:
+        samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
+    finally:
+        set_runtime_threads(chosen)
+    medians = {key: float(np.median(values)) * 1e3 for key, values in samples.items()}
+    fastest = {side: min(medians[f"{side} {count}"] for count in by_count)
+               for side, by_count in sides.items()}
+    ours, theirs = fastest["SimpleTVM"], fastest["TFLite (XNNPACK)"]
     verdict = "faster" if ours < theirs else "slower"
-    tflite_text = ", ".join(f"{medians[f'TFLite {count}']:.3f} ms on {_threads(count)}"
-                            for count in tflite)
-    console.print(f"side by side on one input (median per call from Python): SimpleTVM "
-                  f"{ours:.3f} ms on {_threads(runtime_threads())}, TFLite (XNNPACK) "
-                  f"{tflite_text}: SimpleTVM / TFLite {ours / theirs:.2f}x, SimpleTVM is "
-                  f"{verdict}")
+    timings = "; ".join(
+        f"{side} " + ", ".join(f"{medians[f'{side} {count}']:.3f} ms on {_threads(count)}"
+                               for count in by_count)
+        for side, by_count in sides.items())
+    console.print(f"side by side on one input (median per call from Python): {timings}. "
+                  f"Each on its faster count: SimpleTVM / TFLite {ours / theirs:.2f}x, "
+                  f"SimpleTVM is {verdict}")
 
 
 def _threads(count: int) -> str:

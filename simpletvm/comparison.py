@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -66,6 +66,29 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
         np.copyto(staged, example)
         return as_numpy(main(data))
     return infer
+
+
+def simpletvm_runners(stvm, example: np.ndarray, counts: Iterable[int]) -> dict[int, Runner]:
+    """The module on each of the thread ``counts``, keyed by the count, as
+    :func:`tflite_runners` gives TFLite's on every core and on one. The faster count is
+    the host's state of the moment (a quickstart's build chose 2 threads; minutes later
+    they ran 0.274 ms, and TFLite too ran faster on 1 thread than on 2), so each side is
+    compared on its faster count measured in the same rounds. A runner resizes the pool
+    only when the other left it at another count: once per turn, not per call. Set the
+    pool back with :func:`~simpletvm.threads.set_runtime_threads` after timing."""
+    from .threads import set_runtime_threads
+
+    infer = simpletvm_runner(stvm, example)
+    pool = {"threads": None}
+
+    def on(count: int) -> Runner:
+        def run() -> np.ndarray:
+            if pool["threads"] != count:
+                set_runtime_threads(count)
+                pool["threads"] = count
+            return infer()
+        return run
+    return {count: on(count) for count in sorted(set(counts), reverse=True)}
 
 
 def time_side_by_side(runners: dict[str, Runner], rounds: int, calls: int,
