@@ -59,8 +59,9 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
     # still lose to TVM's default schedule (0.71x once, under the suite's load); the
     # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md)
     assert speedup > 0
-    match = re.search(r"SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its faster count: "
-                      r"SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)", output)
+    match = re.search(r"from Python\): SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its "
+                      r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)",
+                      output)
     ours, tflite = ({int(count): float(ms) for ms, count in
                      re.findall(r"([\d.]+) ms on (\d+) threads?", match.group(side))}
                     for side in (1, 2))
