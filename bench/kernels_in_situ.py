@@ -89,16 +89,22 @@ def model_input(stvm):
 
 def whole_model_ms(saved, runs: int) -> float:
     """The median ms of a run of the saved module (compiled entry, no instrument)."""
+    main, data = saved.vm["main"], model_input(saved)
+    return median_ms(lambda: main(data), runs, warmup_calls=5, warmup_s=0.2)
+
+
+def median_ms(call, calls: int, warmup_calls: int, warmup_s: float) -> float:
+    """The median ms of ``calls`` timed calls, after untimed ones (at least
+    ``warmup_calls`` and ``warmup_s``)."""
     from simpletvm.evaluation import warm_up
 
-    main, data = saved.vm["main"], model_input(saved)
-    warm_up(lambda: main(data), 5, 0.2)
-    whole = []
-    for _ in range(runs):
+    warm_up(call, warmup_calls, warmup_s)
+    times = []
+    for _ in range(calls):
         start = time.perf_counter()
-        main(data)
-        whole.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(whole)
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
 
 
 def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
@@ -154,7 +160,6 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
     import tvm
     from tvm import relax
 
-    from simpletvm.evaluation import warm_up
     from simpletvm.fork_join import use_for_loaded_kernels
     from simpletvm.lowering import apply_records, compile_fused
 
@@ -175,13 +180,7 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
     medians: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, call in calls_of.items():
-            warm_up(call, 20, 0.05)
-            times = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - start)
-            medians[name].append(statistics.median(times) * 1e3)
+            medians[name].append(median_ms(call, calls, warmup_calls=20, warmup_s=0.05))
     whole = statistics.median(medians.pop("whole"))
     outside = statistics.median(medians.pop("outside the kernels"))
     return {"whole": whole, "outside the kernels": outside,

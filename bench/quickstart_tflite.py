@@ -43,7 +43,7 @@ def main() -> None:
     from simpletvm.comparison import simpletvm_runners, time_side_by_side, tflite_runners
     from simpletvm.models.tflite import keras_to_tflite
     from simpletvm.models.zoo import build_keras_model, builtin_recipe
-    from simpletvm.threads import runtime_threads, set_runtime_threads
+    from simpletvm.threads import runtime_threads
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store, num_threads=args.threads)
                      ).load(args.run_id)
@@ -59,19 +59,15 @@ def main() -> None:
     tflite = tflite_runners(keras_to_tflite(build_keras_model(model, **options)), example,
                             threads)
     chosen = runtime_threads()
-    ours = simpletvm_runners(stvm, example, {threads, 1} if args.threads is None else {chosen})
-    runners = {**{_name("simpletvm", count, threads): infer for count, infer in ours.items()},
-               **{_name("tflite", count, threads): infer for count, infer in tflite.items()}}
-    difference = float(np.abs(runners[_name("simpletvm", max(ours), threads)]()
-                              - runners["tflite"]()).max())
-    if difference > 1e-4:
-        raise SystemExit(f"the saved module and TFLite disagree (max |diff| {difference:.3g}):"
-                         " is the run a quickstart of this model?")
-
-    try:
+    with simpletvm_runners(stvm, example) as ours:
+        runners = {**{_name("simpletvm", count, threads): run for count, run in ours.items()},
+                   **{_name("tflite", count, threads): run for count, run in tflite.items()}}
+        difference = float(np.abs(runners[_name("simpletvm", max(ours), threads)]()
+                                  - runners["tflite"]()).max())
+        if difference > 1e-4:
+            raise SystemExit(f"the saved module and TFLite disagree (max |diff| "
+                             f"{difference:.3g}): is the run a quickstart of this model?")
         samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
-    finally:
-        set_runtime_threads(chosen)
     per_round = {name: np.median(np.reshape(s, (args.rounds, args.calls)), axis=1) * 1e3
                  for name, s in samples.items()}
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}

@@ -185,7 +185,6 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     from .comparison import simpletvm_runners, time_side_by_side, tflite_runners
     from .models.tflite import keras_to_tflite
     from .models.zoo import build_keras_model
-    from .threads import runtime_threads, set_runtime_threads
 
     try:
         keras_model = build_keras_model(model, **options)
@@ -195,16 +194,12 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
         return
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
-    cores, chosen = stvm.target.host_cores(), runtime_threads()
-    ours_on = {cores, 1} if stvm.context.num_threads is None else {chosen}
-    sides = {"SimpleTVM": simpletvm_runners(stvm, example, ours_on),
-             "TFLite (XNNPACK)": tflite_runners(flatbuffer, example, cores)}
-    runners = {f"{side} {count}": infer for side, by_count in sides.items()
-               for count, infer in by_count.items()}
-    try:
+    with simpletvm_runners(stvm, example) as simpletvm:
+        sides = {"SimpleTVM": simpletvm, "TFLite (XNNPACK)": tflite_runners(
+            flatbuffer, example, stvm.target.host_cores())}
+        runners = {f"{side} {count}": infer for side, by_count in sides.items()
+                   for count, infer in by_count.items()}
         samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
-    finally:
-        set_runtime_threads(chosen)
     medians = {key: float(np.median(values)) * 1e3 for key, values in samples.items()}
     fastest = {side: min(medians[f"{side} {count}"] for count in by_count)
                for side, by_count in sides.items()}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -68,16 +69,23 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
     return infer
 
 
-def simpletvm_runners(stvm, example: np.ndarray, counts: Iterable[int]) -> dict[int, Runner]:
+@contextmanager
+def simpletvm_runners(stvm, example: np.ndarray,
+                      counts: Iterable[int] | None = None) -> Iterator[dict[int, Runner]]:
     """The module on each of the thread ``counts``, keyed by the count, as
-    :func:`tflite_runners` gives TFLite's on every core and on one. The faster count is
-    the host's state of the moment (a quickstart's build chose 2 threads; minutes later
-    they ran 0.274 ms, and TFLite too ran faster on 1 thread than on 2), so each side is
-    compared on its faster count measured in the same rounds. A runner resizes the pool
-    only when the other left it at another count: once per turn, not per call. Set the
-    pool back with :func:`~simpletvm.threads.set_runtime_threads` after timing."""
-    from .threads import set_runtime_threads
+    :func:`tflite_runners` gives TFLite's; by default on every core and on one, or only
+    on the count the context pins (``num_threads``). The faster count is the host's state
+    of the moment (a quickstart's build chose 2 threads; minutes later they ran 0.274 ms,
+    and TFLite too ran faster on 1 thread than on 2), so each side is compared on its
+    faster count measured in the same rounds. A runner resizes the pool only when the
+    other left it at another count: once per turn, not per call. Leaving the block sets
+    the pool back to the count it had."""
+    from .threads import runtime_threads, set_runtime_threads
 
+    before = runtime_threads()
+    if counts is None:
+        pinned = stvm.context.num_threads is not None
+        counts = {before} if pinned else {stvm.target.host_cores(), 1}
     infer = simpletvm_runner(stvm, example)
     pool = {"threads": None}
 
@@ -88,7 +96,10 @@ def simpletvm_runners(stvm, example: np.ndarray, counts: Iterable[int]) -> dict[
                 pool["threads"] = count
             return infer()
         return run
-    return {count: on(count) for count in sorted(set(counts), reverse=True)}
+    try:
+        yield {count: on(count) for count in sorted(set(counts), reverse=True)}
+    finally:
+        set_runtime_threads(before)
 
 
 def time_side_by_side(runners: dict[str, Runner], rounds: int, calls: int,

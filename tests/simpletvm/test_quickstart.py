@@ -34,18 +34,21 @@ def test_each_turn_warms_up_for_at_least_its_warmup_time():
 
 def test_simpletvm_runners_resize_the_pool_only_when_the_count_changes(monkeypatch):
     """One runner per thread count; each resizes the shared pool when the other left it
-    at another count, so a turn of many calls pays for one resize."""
+    at another count, so a turn of many calls pays for one resize; the pool gets its
+    count back after."""
     import simpletvm.comparison as comparison
     import simpletvm.threads as threads
 
     resized: list[int] = []
     monkeypatch.setattr(comparison, "simpletvm_runner", lambda stvm, example: lambda: example)
     monkeypatch.setattr(threads, "set_runtime_threads", resized.append)
-    runners = comparison.simpletvm_runners(None, np.ones(1), [1, 2, 2])
-    assert list(runners) == [2, 1]
-    for count in (2, 2, 1, 1, 2):
-        assert runners[count]() == 1
-    assert resized == [2, 1, 2]
+    monkeypatch.setattr(threads, "runtime_threads", lambda: 7)
+    with comparison.simpletvm_runners(None, np.ones(1), [1, 2, 2]) as runners:
+        assert list(runners) == [2, 1]
+        for count in (2, 2, 1, 1, 2):
+            assert runners[count]() == 1
+        assert resized == [2, 1, 2]
+    assert resized == [2, 1, 2, 7]  # the pool set back to the count it had
 
 
 @pytest.mark.slow
