@@ -5,22 +5,23 @@ A layer inside a model finds its input just written by the layer before and its 
 where the rest of the model left them: in the last-level cache when the model's weights
 fit there, in memory when they do not. The cache modes stand for these cases:
 
-- ``"memory"``: before each run every argument but the input is flushed from all caches
-  (MetaSchedule's ``enable_cpu_cache_flush``): weights come from memory. Right for
-  ResNet-18 (46 MB of weights) and MobileNetV2 1.0 (14 MB; measured / estimate 0.97).
-- ``"l3"``: before each run every core of the runtime's pool streams twice its private
-  cache through, which pushes the arguments out of L1 and L2 into the L3; the input is
-  read again. For small models, whose kernels of a few microseconds ran 1.6-1.7x faster
-  in the model than timed from memory.
+- ``"memory"``: before each run every core of the runtime's pool streams through a buffer
+  of the L3's size, reading it and writing a second one, so the caches are full of other
+  data, as the rest of a model larger than the L3 leaves them; the input is read again.
+  For ResNet-18 (46 MB of weights) the model ran 0.97-1.04x its kernels timed this way,
+  measured in alternating rounds, against 1.08-1.11x with MetaSchedule's
+  ``enable_cpu_cache_flush`` (the arguments flushed, the caches left empty). A remote
+  device is timed with that flush: the eviction kernel lives in the local runner's process.
+- ``"l3"``: before each run every core of the pool streams twice its private cache
+  through, which pushes the arguments out of L1 and L2 into the L3; the input is read
+  again. The quickstart model (6.7 MB) ran 0.99-1.00x its kernels timed this way and
+  MobileNetV2 1.0 (14 MB) 1.05-1.07x (0.89x flushed, 0.75x from memory as above).
 - ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
-- ``"auto"``: ``"l3"`` for a model whose weights take at most a quarter of the L3, else
-  ``"memory"`` (the L3 of these hosts is shared with other tenants' cores: MobileNetV2
-  1.0's 14 MB in a 32 MB L3 ran as if from memory). A remote device is timed
-  ``"memory"``: the eviction kernel lives in the local runner's process.
+- ``"auto"``: ``"l3"`` for a model whose weights fit in the L3, else ``"memory"``.
 
 A candidate timed here forks its parallel loops onto the pool the built model will use
 (:mod:`simpletvm.fork_join`), so the search ranks kernels by what they cost in the model,
-and its first timed run is dropped (it pays once-only costs the model never meets).
+and its first timed runs are dropped (they pay once-only costs the model never meets).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 CACHE_MODES = ("auto", "memory", "l3", "off")
-L3_SHARE = 4  # "auto" times from L3 the models whose weights fit in this part of it
-EVICT_PREPROC = "simpletvm.evict_private_caches"
+EVICT_PRIVATE_CACHES = "simpletvm.evict_private_caches"  # the "l3" mode's preprocessor
+EVICT_ALL_CACHES = "simpletvm.evict_all_caches"  # the local "memory" mode's preprocessor
+FLUSH_ARGUMENTS = "cache_flush_cpu_non_first_arg"  # TVM's, for a remote "memory" device
 WARMUP_RUNS = 3  # timed runs of each candidate that are dropped (:func:`_timed_runs`)
 
 
@@ -63,7 +65,7 @@ def resolve_cache_mode(value: str | bool, weight_bytes: int, *, device_type: str
     if mode != "auto":
         return mode
     l3 = cache_bytes().get(3, 0)
-    return "l3" if local and weight_bytes * L3_SHARE <= l3 else "memory"
+    return "l3" if local and weight_bytes <= l3 else "memory"
 
 
 def model_weight_bytes(mod) -> int:
@@ -105,7 +107,8 @@ def evaluator_config(options, mode: str):
 
 def run_evaluator(mode: str) -> Callable:
     """The local runner's evaluator for ``mode``."""
-    return run_evaluator_from_l3 if mode == "l3" else run_evaluator_as_configured
+    return {"l3": run_evaluator_from_l3, "memory": run_evaluator_from_memory}.get(
+        mode, run_evaluator_as_configured)
 
 
 def warmed_up(runner_inputs: list) -> list:
@@ -117,22 +120,40 @@ def warmed_up(runner_inputs: list) -> list:
     return runner_inputs[:1] + runner_inputs
 
 
+def preprocessor(mode: str) -> str:
+    """The name of the function the local evaluator of ``mode`` runs before each timed run
+    ("" for none), registered in this process."""
+    if mode not in ("l3", "memory"):
+        return ""
+    _register_eviction(mode)
+    return EVICT_PRIVATE_CACHES if mode == "l3" else EVICT_ALL_CACHES
+
+
 def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
                                 ) -> list[float]:
-    """Times like MetaSchedule's evaluator (caches flushed to memory, or not at all, as
-    configured), the kernel on the model's pool (runs in the local runner's worker
-    process)."""
+    """Times like MetaSchedule's evaluator (the arguments flushed, or the caches left
+    alone, as configured), the kernel on the model's pool (runs in the local runner's
+    worker process)."""
     _kernels_on_pool()
-    flush = "cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else ""
+    flush = FLUSH_ARGUMENTS if evaluator_config.enable_cpu_cache_flush else ""
     return _timed_runs(rt_mod, device, evaluator_config, repeated_args, flush)
 
 
 def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """Times like MetaSchedule's evaluator, with the private caches evicted before each
     run (runs in the local runner's worker process)."""
-    _register_eviction()
+    preprocess = preprocessor("l3")
     _kernels_on_pool()
-    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, EVICT_PREPROC)
+    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess)
+
+
+def run_evaluator_from_memory(rt_mod, device, evaluator_config, repeated_args
+                              ) -> list[float]:
+    """Times like MetaSchedule's evaluator, with every cache filled with other data
+    before each run (runs in the local runner's worker process)."""
+    preprocess = preprocessor("memory")
+    _kernels_on_pool()
+    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess)
 
 
 def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
@@ -155,33 +176,36 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
     return costs
 
 
-@lru_cache(maxsize=1)
-def _register_eviction() -> tempfile.TemporaryDirectory:
-    """Register :data:`EVICT_PREPROC`: a parallel kernel on the runtime's own threads
-    (the ones the timed kernel runs on) reads and writes a buffer of each core's L2 size,
-    then the input is read again, as the layer before would have left it."""
+@lru_cache(maxsize=None)
+def _register_eviction(mode: str) -> tempfile.TemporaryDirectory:
+    """Register the preprocessor of ``mode`` (:func:`preprocessor`): a parallel kernel on
+    the runtime's own threads (the ones the timed kernel runs on) reads one buffer and
+    writes another, each a core's L2 per thread ("l3") or the L3 in all ("memory"), then
+    the input is read again, as the layer before would have left it."""
     import tvm
 
     from ..hostinfo import cache_bytes
 
-    evict, buffers, scratch = _eviction_kernel(_runtime_threads(),
-                                               cache_bytes().get(2, 1 << 20))
+    sizes, threads = cache_bytes(), _runtime_threads()
+    name, thread_bytes = ((EVICT_PRIVATE_CACHES, sizes.get(2, 1 << 20)) if mode == "l3" else
+                          (EVICT_ALL_CACHES, sizes.get(3, 32 << 20) // threads))
+    evict, buffers, scratch = _eviction_kernel(threads, thread_bytes)
 
     def preprocess(*args: Any) -> None:
         evict(*buffers)
         if args:
             args[0].numpy()
 
-    tvm.register_global_func(EVICT_PREPROC, preprocess, override=True)
+    tvm.register_global_func(name, preprocess, override=True)
     return scratch  # the eviction library's directory: cached, so it outlives the loads
 
 
-def _eviction_kernel(threads: int, l2_bytes: int):
+def _eviction_kernel(threads: int, thread_bytes: int):
     import numpy as np
     import tvm
     from tvm import te
 
-    shape = (threads, max(l2_bytes // 4, 16))
+    shape = (threads, max(thread_bytes // 4 // 16 * 16, 16))
     source = te.placeholder(shape, "float32", name="source")
     sink = te.compute(shape, lambda t, i: source[t, i] + 1.0, name="sink")
     schedule = tvm.s_tir.Schedule(te.create_prim_func([source, sink]))
@@ -214,12 +238,16 @@ def _kernels_on_pool() -> None:
 def _quiet_tvm_pool() -> None:
     """Cut TVM's pool of this runner process to one thread: MetaSchedule's random fill of
     the arguments runs on it, and its woken workers spin for 0.1 s on the cores the timed
-    kernel needs."""
+    kernel needs. TVM binds the calling thread to one core as it does so; the model's
+    caller is not bound, and with the caller bound the quickstart's kernels timed 15%
+    slower, so the binding is undone."""
     import tvm
 
     from ..threads import AFFINITY_BIG_CORES
 
+    allowed = os.sched_getaffinity(0)
     tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, 1)
+    os.sched_setaffinity(0, allowed)
 
 
 def _runtime_threads() -> int:

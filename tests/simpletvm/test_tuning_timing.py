@@ -32,9 +32,8 @@ def l3_of_32_mb(monkeypatch):
     monkeypatch.setattr("simpletvm.hostinfo.cache_bytes", lambda: {2: 1 << 20, 3: 32 << 20})
 
 
-@pytest.mark.parametrize("weights_mb, mode", [(6.7, "l3"), (8, "l3"), (14, "memory"), (97, "memory")])
-def test_auto_times_from_l3_the_models_whose_weights_fit_a_quarter_of_it(l3_of_32_mb,
-                                                                        weights_mb, mode):
+@pytest.mark.parametrize("weights_mb, mode", [(6.7, "l3"), (14, "l3"), (32, "l3"), (46, "memory")])
+def test_auto_times_from_l3_the_models_whose_weights_fit_in_it(l3_of_32_mb, weights_mb, mode):
     weights = int(weights_mb * (1 << 20))
     assert timing.resolve_cache_mode("auto", weights, device_type="cpu", local=True) == mode
 
@@ -88,12 +87,42 @@ def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
                for result in results)
 
 
-def test_l3_mode_has_an_evaluator_of_its_own():
+def test_each_evicting_mode_has_an_evaluator_and_a_registered_preprocessor():
+    import tvm
+
     assert timing.run_evaluator("l3") is timing.run_evaluator_from_l3
-    assert timing.run_evaluator("memory") is timing.run_evaluator("off") is \
-        timing.run_evaluator_as_configured
+    assert timing.run_evaluator("memory") is timing.run_evaluator_from_memory
+    assert timing.run_evaluator("off") is timing.run_evaluator_as_configured
+    assert timing.preprocessor("off") == ""
+    for mode in ("l3", "memory"):
+        assert tvm.get_global_func(timing.preprocessor(mode), allow_missing=True) is not None
+    assert timing.preprocessor("l3") != timing.preprocessor("memory")
+    # a remote device cannot run the eviction kernel: its "memory" is TVM's flush
     assert timing.evaluator_config(TuningOptions(), "memory").enable_cpu_cache_flush
     assert not timing.evaluator_config(TuningOptions(), "l3").enable_cpu_cache_flush
+
+
+def test_the_memory_eviction_streams_the_l3_and_the_l3_one_each_cores_l2(monkeypatch):
+    """What each preprocessor passes through the caches: a buffer read and one written,
+    per thread of the pool, sized so that "memory" leaves no byte of the L3 to the timed
+    kernel's arguments and "l3" none of the private caches."""
+    sizes = []
+
+    def fake_kernel(threads, thread_bytes):
+        sizes.append((threads, thread_bytes))
+        return (lambda *buffers: None), [], None
+
+    monkeypatch.setattr(timing, "_eviction_kernel", fake_kernel)
+    monkeypatch.setattr("simpletvm.hostinfo.cache_bytes", lambda: {2: 1 << 20, 3: 32 << 20})
+    monkeypatch.setattr(timing, "_runtime_threads", lambda: 2)
+    timing._register_eviction.cache_clear()
+    try:
+        timing.preprocessor("memory")
+        timing.preprocessor("l3")
+        timing.preprocessor("memory")  # registered once per process
+    finally:
+        timing._register_eviction.cache_clear()
+    assert sizes == [(2, 16 << 20), (2, 1 << 20)]
 
 
 def test_the_first_input_of_a_profile_stage_is_timed_twice():
@@ -119,5 +148,5 @@ def test_each_candidates_first_timed_runs_are_dropped():
     config = timing.evaluator_config(TuningOptions(repeat=4), "memory")
     costs = timing.run_evaluator_as_configured(module, device, config, [[1], [2]])
     assert costs == [1.0] * 4 + [2.0] * 4
-    assert module.asked == ("main", 1, 4 + timing.WARMUP_RUNS, "cache_flush_cpu_non_first_arg")
+    assert module.asked == ("main", 1, 4 + timing.WARMUP_RUNS, timing.FLUSH_ARGUMENTS)
     assert timing.WARMUP_RUNS >= 1

@@ -1,0 +1,129 @@
+"""Does the tuning's timing predict the model? Its kernels timed again beside the model.
+
+The estimate a tuning run reports is the sum over tasks of (calls per model run) x (the
+task's best latency), each candidate timed alone by the profile stage with the caches set
+as its cache mode says (:mod:`simpletvm.tuning.timing`). On a shared host the machine's
+speed moves between the search and a later measurement, so the recorded estimate and the
+measured model can differ by the host's drift alone. This script takes the drift out:
+in alternating rounds it times the run's saved module and each task's best record timed
+again exactly as the profile stage timed it (the same evaluator, in this process), and
+prints model / estimate per round. ``--modes`` times the kernels in other cache modes too.
+
+    python bench/estimate_fidelity.py --run-id RUN_ID --store DIR [--rounds 3]
+                                      [--modes memory,l3] [--out bench/results/x.json]
+
+RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
+the quickstart print them); its records must be in DIR's record database. Run it on a
+quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from kernels_in_situ import load_saved, rebuilt, whole_model_ms
+
+
+def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
+    """Per tuned task of the built module: (calls per run, its best latency in the
+    records, that record compiled alone and loaded as the profile stage loads a
+    candidate, random arguments)."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from simpletvm.lowering import extract_tasks
+    from simpletvm.tuning.database import best_latency_s
+
+    target = stvm.target.tvm_target()
+    rng = np.random.default_rng(0)
+    kernels = []
+    for task in extract_tasks(built, stvm.target):
+        with target:
+            scheduled = database.query_ir_module(task.dispatched[0], target, "main")
+        if scheduled is None:
+            continue  # a task with no record keeps TVM's default schedule: not estimated
+        # the builder's step before compiling a candidate (the weights come in as they are)
+        scheduled = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(scheduled)
+        library = os.path.join(scratch, f"{len(kernels)}.so")
+        tvm.compile(scheduled, target).export_library(library)
+        arguments = [tvm.runtime.tensor(rng.uniform(-1, 1, [int(n) for n in info.shape])
+                                        .astype(info.dtype))
+                     for info in ArgInfo.from_prim_func(scheduled["main"])]
+        kernels.append((int(task.weight), best_latency_s(database, task),
+                        tvm.runtime.load_module(library), arguments))
+    return kernels
+
+
+def estimate_ms(kernels: list[tuple], mode: str) -> float:
+    """The sum over tasks of calls x median latency, each best record timed by the profile
+    stage's evaluator for ``mode``."""
+    import tvm
+
+    from simpletvm.tuning.options import TuningOptions
+    from simpletvm.tuning.timing import evaluator_config, run_evaluator
+
+    evaluate = run_evaluator(mode)
+    config = evaluator_config(TuningOptions(repeat=10, cache_flush=mode), mode)
+    device = tvm.cpu()
+    return sum(weight * statistics.median(evaluate(module, device, config, [arguments])) * 1e3
+               for weight, _, module, arguments in kernels)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default=None,
+                        help="cache modes to time the kernels in (default: the run's)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/estimate_fidelity.json"))
+    args = parser.parse_args()
+
+    from simpletvm.tuning.timing import CACHE_MODES, model_weight_bytes, resolve_cache_mode
+
+    saved = load_saved(args.store, args.run_id)
+    stvm, database, built = rebuilt(saved, args.store, args.run_id)
+    # runs of earlier versions did not record their mode: this version's choice for them
+    run_mode = (saved.context.tuning or {}).get("cache_mode") or resolve_cache_mode(
+        "auto", model_weight_bytes(stvm.conv_forms.default), device_type="cpu", local=True)
+    modes = args.modes.split(",") if args.modes else [run_mode]
+    unknown = [mode for mode in modes if mode not in CACHE_MODES or mode == "auto"]
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from memory, l3, off")
+    scratch = tempfile.TemporaryDirectory(prefix="estimate-fidelity-")
+    kernels = best_kernels(stvm, database, built, scratch.name)
+    recorded = sum(weight * best_s * 1e3 for weight, best_s, _, _ in kernels)
+    print(f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
+          f"recorded estimate {recorded:.4f} ms")
+    rounds = []
+    for index in range(args.rounds):
+        before = whole_model_ms(saved, 100)
+        estimates = {mode: estimate_ms(kernels, mode) for mode in modes}
+        model = (before + whole_model_ms(saved, 100)) / 2
+        rounds.append({"model_ms": model, "estimate_ms": estimates})
+        print(f"round {index + 1}: model {model:.4f} ms; " + ", ".join(
+            f"estimate in '{mode}' {ms:.4f} ms (model / estimate {model / ms:.2f})"
+            for mode, ms in estimates.items()), flush=True)
+    model = statistics.median(r["model_ms"] for r in rounds)
+    summary = {mode: statistics.median(r["model_ms"] / r["estimate_ms"][mode] for r in rounds)
+               for mode in modes}
+    print(f"median model {model:.4f} ms = {model / recorded:.2f}x the recorded estimate; "
+          "beside its kernels timed again: " + ", ".join(
+              f"'{mode}' {ratio:.2f}x" for mode, ratio in summary.items()))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "run_id": args.run_id, "run_mode": run_mode, "recorded_estimate_ms": recorded,
+        "rounds": rounds, "model_to_estimate": summary,
+        "model_to_recorded_estimate": model / recorded}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
