@@ -197,16 +197,16 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     with simpletvm_runners(stvm, example) as simpletvm:
         sides = {"SimpleTVM": simpletvm, "TFLite (XNNPACK)": tflite_runners(
             flatbuffer, example, stvm.target.host_cores())}
-        runners = {f"{side} {count}": infer for side, by_count in sides.items()
+        runners = {(side, count): infer for side, by_count in sides.items()
                    for count, infer in by_count.items()}
         samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
     medians = {key: float(np.median(values)) * 1e3 for key, values in samples.items()}
-    fastest = {side: min(medians[f"{side} {count}"] for count in by_count)
+    fastest = {side: min(medians[side, count] for count in by_count)
                for side, by_count in sides.items()}
     ours, theirs = fastest["SimpleTVM"], fastest["TFLite (XNNPACK)"]
     verdict = "faster" if ours < theirs else "slower"
     timings = "; ".join(
-        f"{side} " + ", ".join(f"{medians[f'{side} {count}']:.3f} ms on {_threads(count)}"
+        f"{side} " + ", ".join(f"{medians[side, count]:.3f} ms on {_threads(count)}"
                                for count in by_count)
         for side, by_count in sides.items())
     console.print(f"side by side on one input (median per call from Python): {timings}. "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -102,8 +102,8 @@ def simpletvm_runners(stvm, example: np.ndarray,
         set_runtime_threads(before)
 
 
-def time_side_by_side(runners: dict[str, Runner], rounds: int, calls: int,
-                      warmup: int, warmup_s: float = MIN_WARMUP_S) -> dict[str, list[float]]:
+def time_side_by_side(runners: dict[Hashable, Runner], rounds: int, calls: int, warmup: int,
+                      warmup_s: float = MIN_WARMUP_S) -> dict[Hashable, list[float]]:
     """Per-call seconds of every runner, the runners taking turns round by round, so
     drift on a shared machine hits all alike.
 
@@ -112,7 +112,7 @@ def time_side_by_side(runners: dict[str, Runner], rounds: int, calls: int,
     call slowed the tuned one after it by a quarter), a machine that idled runs its first
     20-50 ms of calls slowly (:data:`~simpletvm.evaluation.MIN_WARMUP_S`), and a runner
     is timed in its steady state, not in its neighbour's."""
-    samples: dict[str, list[float]] = {name: [] for name in runners}
+    samples: dict[Hashable, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, infer in runners.items():
             warm_up(infer, warmup, warmup_s)

@@ -23,8 +23,8 @@ from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
 from .records import RecordStore
 from .tasks import TaskProgress
-from .timing import (evaluator_config, model_weight_bytes, resolve_cache_mode, run_evaluator,
-                     warmed_up)
+from .timing import (alloc_arguments, evaluator_config, model_weight_bytes, resolve_cache_mode,
+                     run_evaluator, warmed_up)
 
 CLIENT = "client"
 
@@ -449,6 +449,7 @@ class TuningJob:
                 timeout_sec=self.options.resolved_timeout(self.target.device_type),
                 initializer=exit_with_parent,
                 evaluator_config=evaluator_config(self.options, self.cache_mode),
+                f_alloc_argument=alloc_arguments,
                 f_run_evaluator=run_evaluator(self.cache_mode),
             )
         return self._runner

@@ -21,7 +21,8 @@ fit there, in memory when they do not. The cache modes stand for these cases:
 
 A candidate timed here forks its parallel loops onto the pool the built model will use
 (:mod:`simpletvm.fork_join`), so the search ranks kernels by what they cost in the model,
-and its first timed runs are dropped (they pay once-only costs the model never meets).
+its arguments are filled without waking TVM's own pool (:func:`alloc_arguments`), and its
+first timed runs are dropped (they pay once-only costs the model never meets).
 """
 
 from __future__ import annotations
@@ -109,6 +110,44 @@ def run_evaluator(mode: str) -> Callable:
     """The local runner's evaluator for ``mode``."""
     return {"l3": run_evaluator_from_l3, "memory": run_evaluator_from_memory}.get(
         mode, run_evaluator_as_configured)
+
+
+def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
+    """The local runner's arguments for a candidate, as MetaSchedule allocates them, filled
+    on this thread. MetaSchedule's random fill runs on TVM's own pool: its woken workers
+    spin on the cores the timed kernel needs, and quieting that pool instead (one thread)
+    bound the caller to one core; the quickstart's kernels timed 10-25% slower either way
+    than they run in the model (bench/estimate_fidelity.py)."""
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+
+    return alloc_argument_common(_fill_on_this_thread, device, args_info, alloc_repeat)
+
+
+def _fill_on_this_thread(tensor) -> None:
+    """Uniform values in [-1, 1) for floating-point tensors, zeros for the others (valid
+    indices whatever they index)."""
+    import numpy as np
+
+    shape = [int(n) for n in tensor.shape]
+    try:
+        dtype = np.dtype(str(tensor.dtype))
+    except TypeError:  # bfloat16 and other types numpy does not name: TVM's fill
+        import tvm
+
+        tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")(tensor)
+        return
+    if dtype.kind == "f":
+        values = (_random().random(shape, dtype=np.float32) * 2 - 1).astype(dtype)
+    else:
+        values = np.zeros(shape, dtype)
+    tensor.copyfrom(values)
+
+
+@lru_cache(maxsize=1)
+def _random():
+    import numpy as np
+
+    return np.random.default_rng(0)
 
 
 def warmed_up(runner_inputs: list) -> list:
@@ -230,24 +269,7 @@ def _kernels_on_pool() -> None:
     try:
         use_for_loaded_kernels(_runtime_threads())
     except PoolUnavailable:
-        return
-    _quiet_tvm_pool()
-
-
-@lru_cache(maxsize=1)
-def _quiet_tvm_pool() -> None:
-    """Cut TVM's pool of this runner process to one thread: MetaSchedule's random fill of
-    the arguments runs on it, and its woken workers spin for 0.1 s on the cores the timed
-    kernel needs. TVM binds the calling thread to one core as it does so; the model's
-    caller is not bound, and with the caller bound the quickstart's kernels timed 15%
-    slower, so the binding is undone."""
-    import tvm
-
-    from ..threads import AFFINITY_BIG_CORES
-
-    allowed = os.sched_getaffinity(0)
-    tvm.get_global_func("runtime.config_threadpool")(AFFINITY_BIG_CORES, 1)
-    os.sched_setaffinity(0, allowed)
+        pass
 
 
 def _runtime_threads() -> int:

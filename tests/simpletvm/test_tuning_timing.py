@@ -78,6 +78,7 @@ def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
         str(tmp_path / "kernel.so"))
     options = TuningOptions(repeat=3)
     runner = ms.runner.LocalRunner(evaluator_config=timing.evaluator_config(options, mode),
+                                   f_alloc_argument=timing.alloc_arguments,
                                    f_run_evaluator=timing.run_evaluator(mode))
     args = [TensorInfo("float32", [256, 64]), TensorInfo("float32", [64])]
     results = [future.result() for future in runner.run(
@@ -123,6 +124,22 @@ def test_the_memory_eviction_streams_the_l3_and_the_l3_one_each_cores_l2(monkeyp
     finally:
         timing._register_eviction.cache_clear()
     assert sizes == [(2, 16 << 20), (2, 1 << 20)]
+
+
+def test_candidate_arguments_are_filled_on_the_callers_thread_as_metaschedule_shapes_them():
+    """Floating-point arguments get varied values in [-1, 1), integer ones zeros (a valid
+    index whatever they index); one list of arguments per ``alloc_repeat``."""
+    import tvm
+
+    repeated = timing.alloc_arguments(
+        tvm.cpu(), [["TENSOR", "float32", [64, 8]], ["TENSOR", "float16", [3]],
+                    ["TENSOR", "int32", [5]]], 2)
+    assert len(repeated) == 2 and all(len(args) == 3 for args in repeated)
+    weights, halves, indices = (arg.numpy() for arg in repeated[0])
+    assert weights.shape == (64, 8) and weights.dtype == np.float32
+    assert -1 <= weights.min() < -0.5 and 0.5 < weights.max() < 1
+    assert halves.dtype == np.float16 and np.all(np.abs(halves) <= 1)
+    assert indices.dtype == np.int32 and not indices.any()
 
 
 def test_the_first_input_of_a_profile_stage_is_timed_twice():
