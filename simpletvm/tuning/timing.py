@@ -8,14 +8,14 @@ fit there, in memory when they do not. The cache modes stand for these cases:
 - ``"memory"``: before each run every core of the runtime's pool streams through a buffer
   of the L3's size, reading it and writing a second one, so the caches are full of other
   data, as the rest of a model larger than the L3 leaves them; the input is read again.
-  For ResNet-18 (46 MB of weights) the model ran 0.97-1.04x its kernels timed this way,
+  For ResNet-18 (46 MB of weights) the model ran 0.93-1.04x its kernels timed this way,
   measured in alternating rounds, against 1.08-1.11x with MetaSchedule's
   ``enable_cpu_cache_flush`` (the arguments flushed, the caches left empty). A remote
   device is timed with that flush: the eviction kernel lives in the local runner's process.
 - ``"l3"``: before each run every core of the pool streams twice its private cache
   through, which pushes the arguments out of L1 and L2 into the L3; the input is read
-  again. The quickstart model (6.7 MB) ran 0.99-1.00x its kernels timed this way and
-  MobileNetV2 1.0 (14 MB) 1.05-1.07x (0.89x flushed, 0.75x from memory as above).
+  again. The quickstart model (6.7 MB) ran 0.98-1.00x its kernels timed this way and
+  MobileNetV2 1.0 (14 MB) 1.05-1.14x (0.89x flushed, 0.75x from memory as above).
 - ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
 - ``"auto"``: ``"l3"`` for a model whose weights fit in the L3, else ``"memory"``.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -266,10 +267,8 @@ def _kernels_on_pool() -> None:
     had, the model keeps TVM's pool too, and so do the candidates."""
     from ..fork_join import PoolUnavailable, use_for_loaded_kernels
 
-    try:
+    with suppress(PoolUnavailable):
         use_for_loaded_kernels(_runtime_threads())
-    except PoolUnavailable:
-        pass
 
 
 def _runtime_threads() -> int:
