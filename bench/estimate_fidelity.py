@@ -26,8 +26,6 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from kernels_in_situ import load_saved, rebuilt, whole_model_ms
 
 
@@ -37,26 +35,23 @@ def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
     candidate, random arguments)."""
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     from simpletvm.lowering import extract_tasks
+    from simpletvm.tuning.builder import compile_candidate
     from simpletvm.tuning.database import best_latency_s
+    from simpletvm.tuning.timing import alloc_arguments
 
     target = stvm.target.tvm_target()
-    rng = np.random.default_rng(0)
     kernels = []
     for task in extract_tasks(built, stvm.target):
         with target:
             scheduled = database.query_ir_module(task.dispatched[0], target, "main")
         if scheduled is None:
             continue  # a task with no record keeps TVM's default schedule: not estimated
-        # the builder's step before compiling a candidate (the weights come in as they are)
-        scheduled = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(scheduled)
         library = os.path.join(scratch, f"{len(kernels)}.so")
-        tvm.compile(scheduled, target).export_library(library)
-        arguments = [tvm.runtime.tensor(rng.uniform(-1, 1, [int(n) for n in info.shape])
-                                        .astype(info.dtype))
-                     for info in ArgInfo.from_prim_func(scheduled["main"])]
+        compile_candidate(scheduled, target).export_library(library)
+        arguments = alloc_arguments(  # as the runner allocates a candidate's
+            tvm.cpu(), [info.as_json() for info in ArgInfo.from_entry_func(scheduled)], 1)[0]
         kernels.append((int(task.weight), best_latency_s(database, task),
                         tvm.runtime.load_module(library), arguments))
     return kernels

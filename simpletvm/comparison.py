@@ -87,13 +87,14 @@ def simpletvm_runners(stvm, example: np.ndarray,
         pinned = stvm.context.num_threads is not None
         counts = {before} if pinned else {stvm.target.host_cores(), 1}
     infer = simpletvm_runner(stvm, example)
-    pool = {"threads": None}
+    current = None  # the count the runners last set
 
     def on(count: int) -> Runner:
         def run() -> np.ndarray:
-            if pool["threads"] != count:
+            nonlocal current
+            if current != count:
                 set_runtime_threads(count)
-                pool["threads"] = count
+                current = count
             return infer()
         return run
     try:

@@ -28,16 +28,22 @@ def _worker_init(target_kind: str) -> None:
     load_tensor_intrinsics(target_kind)
 
 
-def _worker_build(mod, target, artifact_dir: str) -> str:
-    """Compile one candidate and export it as a tar the runner can upload."""
+def compile_candidate(mod, target):
+    """One scheduled candidate compiled as the runner times it: its weights taken as
+    given (the schedule's layout rewrite of them is dropped, as MetaSchedule does)."""
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod),
+                     target=target)
+
+
+def _worker_build(mod, target, artifact_dir: str) -> str:
+    """Compile one candidate and export it as a tar the runner can upload."""
     from tvm.support.tar import tar
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    rt_mod = tvm_build(mod, target=target)
     path = os.path.join(tempfile.mkdtemp(dir=artifact_dir), "candidate.tar")
-    rt_mod.export_library(path, fcompile=tar)
+    compile_candidate(mod, target).export_library(path, fcompile=tar)
     return path
 
 

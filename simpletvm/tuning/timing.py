@@ -174,7 +174,6 @@ def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
     """Times like MetaSchedule's evaluator (the arguments flushed, or the caches left
     alone, as configured), the kernel on the model's pool (runs in the local runner's
     worker process)."""
-    _kernels_on_pool()
     flush = FLUSH_ARGUMENTS if evaluator_config.enable_cpu_cache_flush else ""
     return _timed_runs(rt_mod, device, evaluator_config, repeated_args, flush)
 
@@ -182,18 +181,15 @@ def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
 def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """Times like MetaSchedule's evaluator, with the private caches evicted before each
     run (runs in the local runner's worker process)."""
-    preprocess = preprocessor("l3")
-    _kernels_on_pool()
-    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess)
+    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocessor("l3"))
 
 
 def run_evaluator_from_memory(rt_mod, device, evaluator_config, repeated_args
                               ) -> list[float]:
     """Times like MetaSchedule's evaluator, with every cache filled with other data
     before each run (runs in the local runner's worker process)."""
-    preprocess = preprocessor("memory")
-    _kernels_on_pool()
-    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess)
+    return _timed_runs(rt_mod, device, evaluator_config, repeated_args,
+                       preprocessor("memory"))
 
 
 def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
@@ -204,7 +200,9 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
     from L3 (the quickstart's best records), its runs came out at 2.0, 1.10 and 1.03 times
     the later ones' median, then level; of the 5 runs kept after dropping one, the first
     two were 4-11% above the others. The model, calling every kernel over and over, only
-    ever meets the level pace."""
+    ever meets the level pace. The candidate runs on the model's pool (its preprocessor,
+    registered before, too)."""
+    _kernels_on_pool()
     evaluator = rt_mod.time_evaluator(
         func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number,
         repeat=evaluator_config.repeat + WARMUP_RUNS,
