@@ -255,7 +255,8 @@ def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
 
 
 def test_remeasure_zero_ends_the_job_with_its_search():
-    plan = plan_of([0, 0], TuningOptions(trials=4, batch_size=4))  # the default
+    assert TuningOptions().remeasure == 2  # the default: each task's best two timed again
+    plan = plan_of([0, 0], TuningOptions(trials=4, batch_size=4, remeasure=0))
     iterations = run_to_end(plan, lambda task: 1e-3)
     assert len(iterations) == 2 and plan.is_complete()
     summary = plan.summary()
