@@ -175,6 +175,13 @@ def _print_skipped(console, summary: dict) -> None:
                       f"schedule): {skipped['error']}", highlight=False)
 
 
+# the quickstart's comparison: 1000 calls per side and thread count in 20 turns, about a
+# second in all (100 calls in 5 turns were over in a tenth of one: a short stall of the
+# shared host moved a median by several percent)
+COMPARISON_ROUNDS = 20
+COMPARISON_CALLS = 50
+
+
 def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     """Time the tuned module and TFLite (XNNPACK) on one input, in turns, from Python:
     what a user's inference loop sees of either. Each runs on every core and on one (the
@@ -199,7 +206,8 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
             flatbuffer, example, stvm.target.host_cores())}
         runners = {(side, count): infer for side, by_count in sides.items()
                    for count, infer in by_count.items()}
-        samples = time_side_by_side(runners, rounds=5, calls=20, warmup=5)
+        samples = time_side_by_side(runners, rounds=COMPARISON_ROUNDS, calls=COMPARISON_CALLS,
+                                    warmup=5)
     medians = {key: float(np.median(values)) * 1e3 for key, values in samples.items()}
     fastest = {side: min(medians[side, count] for count in by_count)
                for side, by_count in sides.items()}
