@@ -320,7 +320,9 @@ class SimpleTVM:
         """Time whole-model inference on random inputs; statistics go to the context.
 
         ``repeat`` samples of ``number`` runs each, after ``warmup`` runs and at least
-        0.2 s of them (an idle machine runs its first 20-50 ms of calls slowly).
+        0.2 s of them (an idle machine runs its first 20-50 ms of calls slowly). On this
+        CPU the thread count is chosen again first, as at build and load: a shared host's
+        speed moves within minutes, and with it the faster count.
 
         With an RPC tracker, the timing happens on a server of the device key, and the
         statistics say which (``device``: tracker, key, server address).
@@ -338,6 +340,7 @@ class SimpleTVM:
                                            number=number, seed=seed)
             vm, device, where = self._execution()
             step["device"] = where
+            self._choose_threads(step)  # the host may have changed since build or load
             inputs = [tvm.runtime.tensor(a, device)
                       for a in random_inputs(self.model.inputs, seed)]
             samples = time_vm(vm, device, inputs, warmup, repeat, number)
