@@ -1,8 +1,8 @@
 """The quickstart's tuned module against TFLite (XNNPACK), in many rounds.
 
-The quickstart compares its module with TFLite in 5 rounds of 20 calls; at 0.2 ms a call
-one noisy round moves that median, and TFLite's figure once moved 1.7x between two runs
-of the command. This script loads a saved run (the quickstart prints its run id), builds
+The quickstart compares its module with TFLite in 20 rounds of 50 calls, about a second;
+the host's speed moves within minutes, and TFLite's figure once moved 1.7x between two
+runs of the command. This script loads a saved run (the quickstart prints its run id), builds
 TFLite's model from the same built-in Keras model (same options, same seeded weights),
 checks that both compute the same output, then times SimpleTVM's module and TFLite, each
 on every core and on one, in alternating rounds (each turn opening with untimed warm-up
