@@ -14,7 +14,8 @@ A peer whose package is not installed (ONNX Runtime, OpenVINO) is left out and t
 report says so. Every framework's output is checked against TensorFlow's before timing.
 Timing is wall-clock per call from Python, what a user's inference loop sees, in
 alternating rounds so that drift on a shared machine hits every framework alike, each
-turn opening with untimed warm-up calls; the table gives medians and the ratio to the
+turn opening with untimed warm-up calls (the untuned build, a hundred times slower, is
+timed after the rounds, so that they stay seconds long); the table gives medians and the ratio to the
 fastest peer (TensorFlow, TFLite, ONNX Runtime, OpenVINO; below 1: faster than every
 peer). It also gives each framework's achieved GFLOP/s (the model's FLOPs, 2 per
 multiply-add of its Conv2D, DepthwiseConv2D and Dense layers, over the median time)
@@ -299,7 +300,11 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
         if not np.allclose(output, reference, rtol=1e-3, atol=1e-5):
             raise SystemExit(f"{model}: {name} disagrees with TensorFlow "
                              f"(max abs difference {agreement[name]:.3g})")
+    # the untuned build (a hundred times slower) is timed after the rounds, alone: inside
+    # them its 15 s per turn put the tuned module and the peers that far apart in time
+    untuned_runner = {"tvm untuned": runners.pop("tvm untuned")}
     samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
+    samples.update(time_side_by_side(untuned_runner, 1, args.calls, args.warmup))
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
     fastest_peer = min((peer for peer in PEERS if peer in medians), key=medians.__getitem__)
     sgemm = sgemm_rate(args.threads, args.sgemm_size)  # right after the timing, same load
@@ -383,7 +388,7 @@ def main() -> None:
                              "the latency is")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--population", type=int, default=None)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
     parser.add_argument("--warmup", type=int, default=5,
                         help="untimed calls at the start of each turn")
