@@ -15,9 +15,9 @@ report says so. Every framework's output is checked against TensorFlow's before 
 Timing is wall-clock per call from Python, what a user's inference loop sees, in
 alternating rounds so that drift on a shared machine hits every framework alike, each
 turn opening with untimed warm-up calls (the untuned build, a hundred times slower, is
-timed after the rounds, so that they stay seconds long); the table gives medians and the ratio to the
-fastest peer (TensorFlow, TFLite, ONNX Runtime, OpenVINO; below 1: faster than every
-peer). It also gives each framework's achieved GFLOP/s (the model's FLOPs, 2 per
+timed after the rounds, so that they stay seconds long); the table gives medians and the
+ratio to the fastest peer (TensorFlow, TFLite, ONNX Runtime, OpenVINO; below 1: faster
+than every peer). It also gives each framework's achieved GFLOP/s (the model's FLOPs, 2 per
 multiply-add of its Conv2D, DepthwiseConv2D and Dense layers, over the median time)
 and that rate as a fraction of this machine's sgemm rate, measured in the same run:
 ``numpy.matmul`` of float32 square matrices on the same thread count, best of several.
