@@ -340,9 +340,9 @@ class SimpleTVM:
                                            number=number, seed=seed)
             vm, device, where = self._execution()
             step["device"] = where
-            self._choose_threads(step)  # the host may have changed since build or load
             inputs = [tvm.runtime.tensor(a, device)
                       for a in random_inputs(self.model.inputs, seed)]
+            self._choose_threads(step, inputs)  # the host may have moved since build or load
             samples = time_vm(vm, device, inputs, warmup, repeat, number)
             stats = summarize(samples)
             stats.update(repeat=repeat, warmup=warmup, number=number,
@@ -396,7 +396,7 @@ class SimpleTVM:
                 warnings.warn(f"the module's parallel loops run on TVM's pool, slower for "
                               f"models of many short kernels: {error}", stacklevel=3)
 
-    def _choose_threads(self, step: dict) -> None:
+    def _choose_threads(self, step: dict, inputs: list | None = None) -> None:
         """Leave the runtime on the thread count this module runs fastest on here
         (:mod:`simpletvm.threads`), unless the context pins ``num_threads`` or the module
         runs elsewhere; the step records the choice and the timings behind it."""
@@ -407,8 +407,9 @@ class SimpleTVM:
         from .evaluation import random_inputs
         from .threads import choose_runtime_threads
 
-        device = self.target.device()
-        inputs = [tvm.runtime.tensor(a, device) for a in random_inputs(self.model.inputs)]
+        if inputs is None:  # evaluate() passes its own
+            inputs = [tvm.runtime.tensor(a, self.target.device())
+                      for a in random_inputs(self.model.inputs)]
         main = self._vm["main"]
         step["runtime_threads"] = choose_runtime_threads(lambda: main(*inputs),
                                                          self.target.host_cores())
