@@ -235,6 +235,9 @@ def tune_model(model: str, args, store: str, out: Path) -> tuple:
               "estimated_ms": summary["estimated_latency_s"] * 1e3,
               "search_estimated_ms": summary["search_estimated_latency_s"] * 1e3,
               "remeasured": summary["remeasured"],
+              # where the budget went: seconds per stage kind, and each task's share
+              "stage_seconds": tuned.context.stage_durations(),
+              "task_summary": summary["tasks"],
               "options": tuned.context.parameters.get("autotune", {}),
               "conv_forms": build_step.get("conv_forms", [])}
     points = curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)] \
@@ -354,6 +357,9 @@ def print_report(result: dict) -> None:
           f"in all, {options.get('minutes') or 'no'} minutes budget, batch "
           f"{options.get('batch_size')}, population {options.get('population')}) "
           f"in {tuning['seconds']:.0f} s")
+    if "stage_seconds" in tuning:  # (peers.json files of earlier versions lack it)
+        print("  tuning time by stage: " + ", ".join(
+            f"{stage} {seconds:.0f} s" for stage, seconds in tuning["stage_seconds"].items()))
     print(f"  estimate {tuning['estimated_ms']:.3f} ms (the search's "
           f"{tuning['search_estimated_ms']:.3f} ms before {tuning['remeasured']} of its best "
           f"records were timed again); measured / estimate "

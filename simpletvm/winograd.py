@@ -30,11 +30,17 @@ TILE_SIZES = (4, 2)  # F(4,3) saves most multiplications; F(2,3) keeps weights s
 # direct weights (4x for F(4,3)): with few tiles the layer streams weights instead of
 # computing. ResNet-18's 512-channel 7x7 layers as F(4,3) (4 tiles) ran 1.5x their tuned
 # estimate inside the model; its 14x14 ones (16 tiles) within 10%.
-MIN_TILES = 16
-# Below this many tiles the layer is likely to stream its weights, and whether the next
-# smaller form (fewer weight bytes, more multiplications) is faster in the model is
+# The tiles a form needs to be tuned at all, by tile size. F(2,3) reads each weight once
+# per 2x2 tile and its U is 1.78x the direct weights: at 16 tiles (ResNet-18's 512-channel
+# 7x7 layers) the direct convolution won in every search that tuned both, on two hosts
+# (1.64-1.76 ms against 2.17-2.30 for the three calls in three runs on a 2-core EPYC, 3.18
+# against 3.71 on a 2-core Xeon), and the contest spent 120 of the Xeon search's 905
+# trials (30 minutes) on the losing form's tasks, each a Winograd build of 1-2 s.
+MIN_TILES = {4: 16, 2: 32}
+# Below twice a form's MIN_TILES the layer is likely to stream its weights, and whether the
+# next smaller form (fewer weight bytes, more multiplications) is faster in the model is
 # measured, not guessed: both forms are tuned (:mod:`simpletvm.conv_forms`).
-CONTESTED_TILES = 2 * MIN_TILES
+CONTESTED_FACTOR = 2
 
 
 class ConvSignature(NamedTuple):
@@ -56,19 +62,20 @@ def tile_count(out_h: int, out_w: int, tile_size: int) -> int:
 
 def tile_size_for(out_h: int, out_w: int) -> int | None:
     """The Winograd tile a layer of this output size gets: the largest of TILE_SIZES
-    that still gives MIN_TILES tiles to reuse each weight over, or None (direct)."""
+    that still gives its MIN_TILES tiles to reuse each weight over, or None (direct)."""
     for m in TILE_SIZES:
-        if tile_count(out_h, out_w, m) >= MIN_TILES:
+        if tile_count(out_h, out_w, m) >= MIN_TILES[m]:
             return m
     return None
 
 
 def forms_for(out_h: int, out_w: int) -> tuple[int | None, ...]:
     """The forms (tile sizes, None: direct) a layer of this output size is tuned in:
-    :func:`tile_size_for`'s first, then, when that gives fewer than CONTESTED_TILES
-    tiles, the next smaller form."""
+    :func:`tile_size_for`'s first, then, when that gives fewer than CONTESTED_FACTOR
+    times its MIN_TILES tiles, the next smaller form."""
     first = tile_size_for(out_h, out_w)
-    if first is None or tile_count(out_h, out_w, first) >= CONTESTED_TILES:
+    if first is None or (tile_count(out_h, out_w, first)
+                         >= CONTESTED_FACTOR * MIN_TILES[first]):
         return (first,)
     smaller = [m for m in TILE_SIZES if m < first]
     return (first, smaller[0] if smaller else None)

@@ -55,8 +55,8 @@ def reference(x, weights):
 @pytest.mark.parametrize("size, forms", [
     (56, (4,)), (28, (4,)),  # many tiles: F(4,3) only
     (14, (4, 2)),  # 16 tiles of 4x4: F(2,3) measured too
-    (7, (2, None)),  # 16 tiles of 2x2: direct measured too
-    (3, (None,)),  # too few tiles for any Winograd form
+    (12, (2, None)),  # 36 tiles of 2x2: direct measured too
+    (7, (None,)), (3, (None,)),  # too few tiles for any Winograd form
 ])
 def test_layers_with_few_tiles_are_tuned_in_the_next_smaller_form_too(size, forms):
     assert forms_for(size, size) == forms
