@@ -53,8 +53,13 @@ class TuningOptions:
     search_strategy: str = "evolutionary"
     cost_model: str = "xgb"
     seed: int | None = None
-    population: int = 128
-    genetic_iterations: int = 2
+    # 64 and 1: a select stage a third of the work of 128 and 2 (MetaSchedule samples and
+    # mutates population x (1 + iterations) candidates). On the quickstart model, 5
+    # minutes: 621 trials against 493 and an estimate of 0.58 ms against 0.71 on a 2-core
+    # Xeon, where select took 60% of the tuning at 128 and 2; 1213 trials against 941 with
+    # 1 iteration on a 2-core EPYC (BENCHMARKS.md)
+    population: int = 64
+    genetic_iterations: int = 1
     eps_greedy: float = 0.05
     build_timeout: float = 60.0
     number: int = 1
