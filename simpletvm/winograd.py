@@ -25,21 +25,21 @@ from .relax_ir import static_shape
 
 KERNEL_SIZE = 3
 OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable
-TILE_SIZES = (4, 2)  # F(4,3) saves most multiplications; F(2,3) keeps weights smaller
-# Each transformed weight is read once per output tile, and U is (m+2)^2/9 times the
-# direct weights (4x for F(4,3)): with few tiles the layer streams weights instead of
-# computing. ResNet-18's 512-channel 7x7 layers as F(4,3) (4 tiles) ran 1.5x their tuned
-# estimate inside the model; its 14x14 ones (16 tiles) within 10%.
-# The tiles a form needs to be tuned at all, by tile size. F(2,3) reads each weight once
-# per 2x2 tile and its U is 1.78x the direct weights: at 16 tiles (ResNet-18's 512-channel
-# 7x7 layers) the direct convolution won in every search that tuned both, on two hosts
-# (1.64-1.76 ms against 2.17-2.30 for the three calls in three runs on a 2-core EPYC, 3.18
-# against 3.71 on a 2-core Xeon), and the contest spent 120 of the Xeon search's 905
-# trials (30 minutes) on the losing form's tasks, each a Winograd build of 1-2 s.
+# The Winograd forms by tile size m, largest first (F(4,3) saves most multiplications,
+# F(2,3) keeps weights smaller), each with the output tiles it needs to be used at all.
+# A transformed weight is read once per tile and U is (m+2)^2/9 times the direct weights:
+# with few tiles a layer streams weights instead of computing. ResNet-18's 512-channel
+# 7x7 layers ran 1.5x their tuned estimate in the model as F(4,3) (4 tiles); as F(2,3)
+# (16 tiles) they lost to the direct convolution in every search that tuned both, on two
+# hosts (1.64-1.76 ms against 2.17-2.30 for the three calls in three runs on a 2-core EPYC,
+# 3.18 against 3.71 on a 2-core Xeon, where that contest took 120 of a 30-minute search's
+# 905 trials, each a Winograd build of 1-2 s); the 14x14 ones (16 tiles of F(4,3)) ran
+# within 10% of their estimate.
 MIN_TILES = {4: 16, 2: 32}
-# Below twice a form's MIN_TILES the layer is likely to stream its weights, and whether the
-# next smaller form (fewer weight bytes, more multiplications) is faster in the model is
-# measured, not guessed: both forms are tuned (:mod:`simpletvm.conv_forms`).
+TILE_SIZES = tuple(MIN_TILES)
+# Below CONTESTED_FACTOR times its form's MIN_TILES a layer may stream its weights, and
+# whether the next smaller form (fewer weight bytes, more multiplications) is faster in
+# the model is measured, not guessed: both forms are tuned (:mod:`simpletvm.conv_forms`).
 CONTESTED_FACTOR = 2
 
 
