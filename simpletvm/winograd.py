@@ -43,6 +43,13 @@ TILE_SIZES = tuple(MIN_TILES)
 CONTESTED_FACTOR = 2
 
 
+# MetaSchedule's rules for the transform blocks, registered for CPU targets by
+# :func:`register_schedule_rules` (TVM's own rules unroll the channel loop's body instead of
+# vectorizing it, and expect the 2-D sums this operator no longer computes)
+DATA_PACK_RULE = "simpletvm_winograd_data_pack"
+INVERSE_RULE = "simpletvm_winograd_inverse"
+
+
 class ConvSignature(NamedTuple):
     """What makes two convolutions the same layer to the rewrite: the NHWC input shape,
     the output channels and the padding (top, left, bottom, right)."""
@@ -172,14 +179,12 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
     """
     from tvm import te
     from tvm.topi.nn.pad import pad
-    from tvm.topi.nn.winograd_util import winograd_transform_matrices
 
     n, h, w, ci = (int(s) for s in data.shape)
     alpha, alpha2, co, ci2 = (int(s) for s in kernel_pack.shape)
     m, r = tile_size, KERNEL_SIZE
     assert alpha == alpha2 == m + r - 1 and ci2 == ci, (data.shape, kernel_pack.shape)
     pad_t, pad_l, pad_b, pad_r = padding
-    a_mat, b_mat, _ = winograd_transform_matrices(m, r, str(data.dtype))
 
     out_h = h + pad_t + pad_b - r + 1
     out_w = w + pad_l + pad_r - r + 1
@@ -196,15 +201,19 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
             p // (n_h * n_w), ((p // n_w) % n_h) * m + eps, (p % n_w) * m + nu, c],
         name="input_tile", attrs={"schedule_rule": "None"},
     )
-    r_a = te.reduce_axis((0, alpha), "r_a")
-    r_b = te.reduce_axis((0, alpha), "r_b")
+    # B^T d B and A^T M A as two 1-D passes each, written with the matrices' nonzero
+    # entries as constants (:func:`_combine`): a third of the multiply-adds of the 2-D
+    # sums, and no Select chain over 36 matrix entries left in every unrolled statement
+    b_mat, a_mat = (np.asarray(mat, dtype=np.float32) for mat in _matrices_f64(m)[1::-1])
+    data_pack_rows = te.compute(
+        (alpha, alpha, tiles, ci),
+        lambda eps, nu, p, c: _combine(b_mat, eps, lambda k: input_tile[k, nu, p, c]),
+        name="data_pack_rows", attrs={"schedule_rule": "None"},
+    )
     data_pack = te.compute(
         (alpha, alpha, tiles, ci),
-        lambda eps, nu, p, c: te.sum(
-            input_tile[r_a, r_b, p, c] * b_mat[r_a, eps] * b_mat[r_b, nu], axis=[r_a, r_b]),
-        name="data_pack",
-        attrs={"auto_scheduler_simplify_const_tensor_indices": ["eps", "nu", "r_a", "r_b"],
-               "schedule_rule": "conv2d_nhwc_winograd_data_pack"},
+        lambda eps, nu, p, c: _combine(b_mat, nu, lambda k: data_pack_rows[eps, k, p, c]),
+        name="data_pack", attrs={"schedule_rule": DATA_PACK_RULE},
     )
     r_c = te.reduce_axis((0, ci), name="ci")
     bgemm = te.compute(
@@ -215,15 +224,18 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
         attrs={"layout_free_placeholders": [kernel_pack],
                "meta_schedule.write_cache_level": [2]},
     )
-    r_a = te.reduce_axis((0, alpha), "r_a")
-    r_b = te.reduce_axis((0, alpha), "r_b")
+    # a reduction, unlike the other passes: MetaSchedule's tiling of bgemm fuses a
+    # spatial consumer into its tiles, and fails on one that reads a constant index
+    r_k = te.reduce_axis((0, alpha), "r_k")
+    inverse_rows = te.compute(
+        (m, alpha, tiles, co),
+        lambda vh, nu, p, o: te.sum(bgemm[r_k, nu, p, o] * _entry(a_mat, r_k, vh), axis=[r_k]),
+        name="inverse_rows", attrs={"schedule_rule": "None"},
+    )
     inverse = te.compute(
         (m, m, tiles, co),
-        lambda vh, vw, p, o: te.sum(
-            bgemm[r_a, r_b, p, o] * a_mat[r_a, vh] * a_mat[r_b, vw], axis=[r_a, r_b]),
-        name="inverse",
-        attrs={"auto_scheduler_simplify_const_tensor_indices": ["vh", "vw", "r_a", "r_b"],
-               "schedule_rule": "conv2d_nhwc_winograd_inverse"},
+        lambda vh, vw, p, o: _combine(a_mat, vw, lambda k: inverse_rows[vh, k, p, o]),
+        name="inverse", attrs={"schedule_rule": INVERSE_RULE},
     )
     return te.compute(
         (n, out_h, out_w, co),
@@ -232,7 +244,104 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
     )
 
 
+def register_schedule_rules() -> None:
+    """Make the transform blocks' schedule rules known to MetaSchedule in this process
+    (it looks a block's ``schedule_rule`` up as ``s_tir.meta_schedule.cpu.<name>``).
+    Every process that generates design spaces calls this; safe to call again."""
+    import tvm_ffi
+
+    for name, rule in ((DATA_PACK_RULE, _schedule_data_pack), (INVERSE_RULE, _schedule_inverse)):
+        tvm_ffi.register_global_func(f"s_tir.meta_schedule.cpu.{name}", rule, override=True)
+
+
+def _schedule_data_pack(sch, data_pack):
+    """The input transform: per tile and channel chunk, the padded tile, then both 1-D
+    passes, unrolled over the tile's points and vectorized over the channels."""
+    (rows,) = sch.get_producers(data_pack)
+    (input_tile,) = sch.get_producers(rows)
+    (data_pad,) = sch.get_producers(input_tile)
+    tile_inner = _schedule_transform(sch, data_pack, rows)
+    sch.compute_inline(input_tile)
+    # the tile's padded input, per chunk: a location inside the vectorized transform
+    # (which a sampled location may be) computes wrong values
+    sch.compute_at(data_pad, tile_inner, preserve_unit_loops=True)
+    sch.vectorize(sch.get_loops(data_pad)[-1])
+    return [sch]
+
+
+def _schedule_inverse(sch, inverse):
+    """The output transform, scheduled as the input transform is."""
+    (rows,) = sch.get_producers(inverse)
+    _schedule_transform(sch, inverse, rows)
+    return [sch]
+
+
+def _schedule_transform(sch, block, rows):
+    """Tile ``block``'s (point, point, tile, channel) loops as tile and channel chunks
+    (sampled), with its first pass ``rows`` computed per chunk; the points unrolled, the
+    channels innermost and vectorized. Returns the loop over the tiles of a chunk."""
+    first, second, tile, channel = sch.get_loops(block)
+    tile_outer, tile_inner = sch.split(tile, sch.sample_perfect_tile(tile, n=2,
+                                                                     max_innermost_factor=64))
+    channel_outer, channel_inner = sch.split(
+        channel, sch.sample_perfect_tile(channel, n=2, max_innermost_factor=64))
+    sch.reorder(tile_outer, channel_outer, tile_inner, first, second, channel_inner)
+    sch.compute_at(rows, tile_inner, preserve_unit_loops=True)
+    for loop in (first, second):
+        sch.unroll(loop)
+    sch.vectorize(channel_inner)
+    # the first pass's own loops, below the three of the chunk: (point, point, tile,
+    # channel) and, for the output transform's, its reduction over the points last
+    row_first, row_second, row_tile, row_channel, *reduction = sch.get_loops(rows)[3:]
+    if reduction:
+        sch.reorder(row_tile, *reduction, row_channel)
+    for loop in (row_first, row_second, *reduction):
+        sch.unroll(loop)
+    sch.vectorize(row_channel)
+    return tile_inner
+
+
 # ---- internals ------------------------------------------------------------------------
+def _entry(matrix: np.ndarray, row, column):
+    """matrix[row, column] for symbolic indices: a Select chain over its nonzero entries,
+    one constant once both indices are unrolled."""
+    from tvm import tirx
+
+    expr = tirx.const(0.0, "float32")
+    for (i, j), value in np.ndenumerate(matrix):
+        if value != 0:
+            expr = tirx.Select(tirx.And(row == i, column == j),
+                               tirx.const(float(value), "float32"), expr)
+    return expr
+
+
+def _combine(matrix: np.ndarray, index, term):
+    """sum_k matrix[k, index] * term(k) for a symbolic ``index``: a Select over the
+    values of ``index``, each branch the sum of its column's nonzero entries times
+    ``term`` (1 and -1 add or subtract the term). Once the rule unrolls ``index``, the
+    simplifier keeps one branch of a chain as long as the matrix is wide (at most 6)."""
+    from tvm import tirx
+
+    def column(i):
+        total = None
+        for k, coefficient in enumerate(matrix[:, i]):
+            if coefficient == 0:
+                continue
+            value = term(k)
+            if coefficient == -1:
+                total = -value if total is None else total - value
+                continue
+            if coefficient != 1:
+                value = value * tirx.const(float(coefficient), "float32")
+            total = value if total is None else total + value
+        return total if total is not None else tirx.const(0.0, "float32")
+
+    expr = column(matrix.shape[1] - 1)
+    for i in reversed(range(matrix.shape[1] - 1)):
+        expr = tirx.Select(index == i, column(i), expr)
+    return expr
+
+
 @lru_cache(maxsize=None)
 def _matrices_f64(tile_size: int):
     """TVM's A, B, G (the ones ``winograd_transform_matrices`` wraps) in float64."""

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..conv_forms import ConvForms
 from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
+from ..winograd import register_schedule_rules
 from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
 from .records import RecordStore
@@ -81,6 +82,7 @@ class TuningJob:
         from .database import RecordDatabase, workload_key
 
         load_tensor_intrinsics(target.kind)
+        register_schedule_rules()  # the Winograd operator's transform blocks name them
         use_runtime_threads(target.host_cores())  # the runner processes measure with them
         self.target = target
         self.options = options
