@@ -213,3 +213,67 @@ def test_tuned_winograd_task_builds_and_matches(tmp_path):
     x = np.random.default_rng(4).standard_normal((1, 14, 14, 16)).astype("float32")
     tuned = run(compile_fused(fused, target, database), x)
     assert relative_error(tuned, run(mod, x)) < 1e-4
+
+
+def sampled_schedules(prim_mod, target, seeds):
+    """Schedules of the task drawn from its design spaces with each of ``seeds``,
+    post-processed as the search post-processes a candidate, its weights' layout rewrite
+    left out so that the arguments keep their shapes."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.targets import load_tensor_intrinsics
+    from simpletvm.winograd import register_schedule_rules
+
+    load_tensor_intrinsics(target.kind)
+    register_schedule_rules()
+    schedules = []
+    for seed in seeds:
+        context = ms.TuneContext(mod=prim_mod, target=target.tvm_target(),
+                                 space_generator="post-order-apply", task_name="winograd",
+                                 rand_state=seed, num_threads=1)
+        for schedule in context.generate_design_space():  # one per bgemm tiling structure
+            for postproc in context.space_generator.postprocs:
+                if "RewriteLayout" not in str(postproc):
+                    assert postproc.apply(schedule), postproc
+            schedules.append(schedule)
+    return schedules
+
+
+def innermost_loop_kind(schedule, block_name: str) -> str:
+    """The kind of the loop directly around the named block ("VECTORIZED", "UNROLLED"...)."""
+    from tvm import tirx
+
+    loops = schedule.get_loops(schedule.get_sblock(block_name))
+    return tirx.ForKind(schedule.get(loops[-1]).kind).name
+
+
+@pytest.mark.parametrize("tile_size", [4, 2])
+def test_every_sampled_schedule_computes_the_operator(tile_size):
+    """The transform rules' schedules (tile and channel chunks sampled, points unrolled,
+    channels vectorized) give the unscheduled operator's values, and vectorize both
+    transforms' channel loops. A padding computed inside the vectorized loop, which a
+    sampled location allowed, once gave wrong values: seed 8 drew it here."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from simpletvm.tuning.builder import compile_candidate
+
+    target = resolve_target("cpu")
+    mod = conv_model(14, 14, 16, 16, residual=True)
+    winograd, _ = apply_winograd(mod, tile_size=tile_size)
+    (task,) = extract_tasks(fuse(winograd, target, winograd=False), target)
+    base = task.dispatched[0]
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal([int(d) for d in info.shape]).astype(info.dtype)
+              for info in ArgInfo.from_prim_func(base["main"])]
+
+    def output(prim_mod):
+        tensors = [tvm.runtime.tensor(array) for array in arrays]
+        compile_candidate(prim_mod, target.tvm_target())["main"](*tensors)
+        return tensors[-1].numpy()
+
+    expected = output(base)
+    for schedule in sampled_schedules(base, target, seeds=(0, 8)):
+        for block in ("data_pack", "inverse"):
+            assert innermost_loop_kind(schedule, block) == "VECTORIZED", block
+        assert relative_error(output(schedule.mod), expected) < 1e-6, schedule.trace
