@@ -9,8 +9,8 @@ as a constant. Measured on a 2-core Zen3 host: a tuned 3x3 128->128 28x28 layer 
 The operator keeps the block names of ``topi.nn.conv2d._conv2d_winograd_nhwc_impl``
 (data_pad, input_tile, data_pack, bgemm, inverse) but computes each transform as two 1-D
 passes (B^T d, then (B^T d) B) whose coefficients are the matrices' nonzero entries as
-constants: TOPI's 2-D sums cost three times the multiply-adds and reach each entry
-through a 36-way Select that every unrolled statement carried into the build (1.5-2.7 s
+constants: TOPI's 2-D sums cost more multiply-adds and reach each entry through a
+36-way Select that every unrolled statement carried into the build (1.5-2.7 s
 of TIR passes per candidate against 0.1 s for a direct convolution). Its transform
 blocks name SimpleTVM's own schedule rules (:func:`register_schedule_rules`): per tile
 and channel chunk (both sampled), the points unrolled and the channels vectorized, where
@@ -208,9 +208,10 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
         name="input_tile", attrs={"schedule_rule": "None"},
     )
     # B^T d B and A^T M A as two 1-D passes each, written with the matrices' nonzero
-    # entries as constants (:func:`_combine`): a third of the multiply-adds of the 2-D
-    # sums, and no Select chain over 36 matrix entries left in every unrolled statement
-    b_mat, a_mat = (np.asarray(mat, dtype=np.float32) for mat in _matrices_f64(m)[1::-1])
+    # entries as constants (:func:`_combine`): fewer multiply-adds than the 2-D sums, and
+    # no Select chain over 36 matrix entries left in every unrolled statement
+    a_f64, b_f64, _ = _matrices_f64(m)
+    a_mat, b_mat = a_f64.astype(np.float32), b_f64.astype(np.float32)
     data_pack_rows = te.compute(
         (alpha, alpha, tiles, ci),
         lambda eps, nu, p, c: _combine(b_mat, eps, lambda k: input_tile[k, nu, p, c]),
