@@ -10,8 +10,8 @@ The operator keeps the block names of ``topi.nn.conv2d._conv2d_winograd_nhwc_imp
 (data_pad, input_tile, data_pack, bgemm, inverse) but computes each transform as two 1-D
 passes (B^T d, then (B^T d) B) whose coefficients are the matrices' nonzero entries as
 constants: TOPI's 2-D sums cost more multiply-adds and reach each entry through a
-36-way Select that every unrolled statement carried into the build (1.5-2.7 s
-of TIR passes per candidate against 0.1 s for a direct convolution). Its transform
+36-way Select that every unrolled statement carried into the build (1.5-2.7 s of TIR
+passes per candidate against 0.1 s for a direct convolution). Its transform
 blocks name SimpleTVM's own schedule rules (:func:`register_schedule_rules`): per tile
 and channel chunk (both sampled), the points unrolled and the channels vectorized, where
 TVM's rules unroll the body of a scalar channel loop. The operator is marked
@@ -39,7 +39,7 @@ OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable
 # (16 tiles) they lost to the direct convolution in every search that tuned both, on two
 # hosts (1.64-1.76 ms against 2.17-2.30 for the three calls in three runs on a 2-core EPYC,
 # 3.18 against 3.71 on a 2-core Xeon, where that contest took 120 of a 30-minute search's
-# 905 trials, each a Winograd build of 1-2 s); the 14x14 ones (16 tiles of F(4,3)) ran
+# 905 trials, each a Winograd build of 1-2 s with the operator of then); the 14x14 ones (16 tiles of F(4,3)) ran
 # within 10% of their estimate.
 MIN_TILES = {4: 16, 2: 32}
 TILE_SIZES = tuple(MIN_TILES)
