@@ -39,8 +39,8 @@ OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable
 # (16 tiles) they lost to the direct convolution in every search that tuned both, on two
 # hosts (1.64-1.76 ms against 2.17-2.30 for the three calls in three runs on a 2-core EPYC,
 # 3.18 against 3.71 on a 2-core Xeon, where that contest took 120 of a 30-minute search's
-# 905 trials, each a Winograd build of 1-2 s with the operator of then); the 14x14 ones (16 tiles of F(4,3)) ran
-# within 10% of their estimate.
+# 905 trials, each a Winograd build of 1-2 s with the operator of then); the 14x14 ones
+# (16 tiles of F(4,3)) ran within 10% of their estimate.
 MIN_TILES = {4: 16, 2: 32}
 TILE_SIZES = tuple(MIN_TILES)
 # Below CONTESTED_FACTOR times its form's MIN_TILES a layer may stream its weights, and
