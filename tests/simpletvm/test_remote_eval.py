@@ -39,17 +39,25 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def server_cpu_seconds() -> float:
-    """CPU time of the tracker and server processes this test started, with the session
-    processes they have reaped (a server serves each session in a child process)."""
-    total = 0.0
+def child_cpu_seconds() -> dict[int, float]:
+    """CPU time of each process this test process started (the tracker and server among
+    them), with the session processes they have reaped (a server serves each session in
+    a child process)."""
+    spent = {}
     for process in psutil.Process().children(recursive=True):
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
+        spent[process.pid] = (times.user + times.system + times.children_user
+                              + times.children_system)
+    return spent
+
+
+def cpu_spent_since(before: dict[int, float]) -> float:
+    """CPU time the child processes spent since ``before``; a process that exited in
+    between (a worker of an earlier test) drops out instead of subtracting its past."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in child_cpu_seconds().items())
 
 
 def test_evaluate_times_the_model_in_the_servers_process(rpc, store, model_64):
@@ -63,11 +71,11 @@ def test_evaluate_times_the_model_in_the_servers_process(rpc, store, model_64):
     assert work > 0.2
 
     stvm = remote(store, rpc).from_model(model_64).build(records=None).save()
-    servers_before, own_before = server_cpu_seconds(), own_cpu_seconds()
+    servers_before, own_before = child_cpu_seconds(), own_cpu_seconds()
     stvm.evaluate(repeat=200, warmup=2)
     assert own_cpu_seconds() - own_before < 0.25 * work
     deadline = time.monotonic() + 30
-    while server_cpu_seconds() - servers_before < 0.5 * work:  # reaped after the session
+    while cpu_spent_since(servers_before) < 0.5 * work:  # reaped after the session
         assert time.monotonic() < deadline, "the servers did not spend the evaluation's CPU"
         time.sleep(0.2)
     where = stvm.context.evaluation["device"]
