@@ -10,7 +10,7 @@ again exactly as the profile stage timed it (the same evaluator, in this process
 prints model / estimate per round. ``--modes`` times the kernels in other cache modes too.
 
     python bench/estimate_fidelity.py --run-id RUN_ID --store DIR [--rounds 3]
-                                      [--modes memory,l3] [--out bench/results/x.json]
+                                      [--modes model,memory,l3] [--out bench/results/x.json]
 
 RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
 the quickstart print them); its records must be in DIR's record database. Run it on a
@@ -57,15 +57,15 @@ def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
     return kernels
 
 
-def estimate_ms(kernels: list[tuple], mode: str) -> float:
+def estimate_ms(kernels: list[tuple], mode: str, model_bytes: int) -> float:
     """The sum over tasks of calls x median latency, each best record timed by the profile
-    stage's evaluator for ``mode``."""
+    stage's evaluator for ``mode`` (``model_bytes``: what the "model" mode streams)."""
     import tvm
 
     from simpletvm.tuning.options import TuningOptions
     from simpletvm.tuning.timing import evaluator_config, run_evaluator
 
-    evaluate = run_evaluator(mode)
+    evaluate = run_evaluator(mode, model_bytes)
     config = evaluator_config(TuningOptions(repeat=10, cache_flush=mode), mode)
     device = tvm.cpu()
     return sum(weight * statistics.median(evaluate(module, device, config, [arguments])) * 1e3
@@ -82,26 +82,29 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/estimate_fidelity.json"))
     args = parser.parse_args()
 
-    from simpletvm.tuning.timing import CACHE_MODES, model_weight_bytes, resolve_cache_mode
+    from simpletvm.tuning.timing import CACHE_MODES, model_traffic_bytes, resolve_cache_mode
 
     saved = load_saved(args.store, args.run_id)
     stvm, database, built = rebuilt(saved, args.store, args.run_id)
     # runs of earlier versions did not record their mode: this version's choice for them
     run_mode = (saved.context.tuning or {}).get("cache_mode") or resolve_cache_mode(
-        "auto", model_weight_bytes(stvm.conv_forms.default), device_type="cpu", local=True)
+        "auto", device_type="cpu", local=True)
+    model_bytes = model_traffic_bytes(stvm.conv_forms.default)  # as the tuning job counts
     modes = args.modes.split(",") if args.modes else [run_mode]
-    unknown = [mode for mode in modes if mode not in CACHE_MODES or mode == "auto"]
+    choices = [mode for mode in CACHE_MODES if mode != "auto"]
+    unknown = [mode for mode in modes if mode not in choices]
     if unknown:
-        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from memory, l3, off")
+        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
     scratch = tempfile.TemporaryDirectory(prefix="estimate-fidelity-")
     kernels = best_kernels(stvm, database, built, scratch.name)
     recorded = sum(weight * best_s * 1e3 for weight, best_s, _, _ in kernels)
     print(f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
-          f"recorded estimate {recorded:.4f} ms")
+          f"recorded estimate {recorded:.4f} ms; one model run touches "
+          f"{model_bytes / 2**20:.1f} MB")
     rounds = []
     for index in range(args.rounds):
         before = whole_model_ms(saved, 100)
-        estimates = {mode: estimate_ms(kernels, mode) for mode in modes}
+        estimates = {mode: estimate_ms(kernels, mode, model_bytes) for mode in modes}
         model = (before + whole_model_ms(saved, 100)) / 2
         rounds.append({"model_ms": model, "estimate_ms": estimates})
         print(f"round {index + 1}: model {model:.4f} ms; " + ", ".join(

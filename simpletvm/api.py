@@ -216,7 +216,8 @@ class SimpleTVM:
                                "rpc_tracker": list(tracker) if tracker else None,
                                "device_key": device_key,
                                "runner": "rpc" if tracker else "local",
-                               "cache_mode": job.cache_mode}
+                               "cache_mode": job.cache_mode,
+                               "model_bytes": job.model_bytes}
 
     def build(self, records: str | None = "global") -> "SimpleTVM":
         """Compile the model, applying tuning records.
@@ -486,7 +487,7 @@ class SimpleTVM:
         from .tuning.timing import evaluator_config, resolve_cache_mode
 
         timeout = options.resolved_timeout(self.target.device_type)
-        mode = resolve_cache_mode(options.cache_flush, 0, device_type=self.target.device_type,
+        mode = resolve_cache_mode(options.cache_flush, device_type=self.target.device_type,
                                   local=False)
         return ms.runner.RPCRunner(
             rpc_config=ms.runner.RPCConfig(

@@ -24,7 +24,7 @@ from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
 from .records import RecordStore
 from .tasks import TaskProgress
-from .timing import (alloc_arguments, evaluator_config, model_weight_bytes, resolve_cache_mode,
+from .timing import (alloc_arguments, evaluator_config, model_traffic_bytes, resolve_cache_mode,
                      run_evaluator, warmed_up)
 
 CLIENT = "client"
@@ -95,9 +95,9 @@ class TuningJob:
         self._num_threads = num_threads or "physical"
         forms = fused_mod if isinstance(fused_mod, ConvForms) else None
         self.tasks = extract_tasks(forms.modules() if forms else fused_mod, target)
-        self.cache_mode = resolve_cache_mode(
-            options.cache_flush, model_weight_bytes(forms.default if forms else fused_mod),
-            device_type=target.device_type, local=runner is None)
+        self.cache_mode = resolve_cache_mode(options.cache_flush, device_type=target.device_type,
+                                             local=runner is None)
+        self.model_bytes = model_traffic_bytes(forms.default if forms else fused_mod)
         measured_before = records.run_counts(self.run_id)
         self._keys = [workload_key(t.dispatched[0]) for t in self.tasks]
         index = {key: i for i, key in enumerate(self._keys)}
@@ -452,7 +452,7 @@ class TuningJob:
                 initializer=exit_with_parent,
                 evaluator_config=evaluator_config(self.options, self.cache_mode),
                 f_alloc_argument=alloc_arguments,
-                f_run_evaluator=run_evaluator(self.cache_mode),
+                f_run_evaluator=run_evaluator(self.cache_mode, self.model_bytes),
             )
         return self._runner
 

@@ -33,9 +33,10 @@ class TuningOptions:
     eps_greedy set how much the select stage costs.
     number / repeat / min_repeat_ms / cache_flush: how a candidate is timed. On CPUs
     the caches are set before each run (one run per measurement) as a layer inside the
-    model finds them: its input just written, its weights in the L3 when the model's
-    fit there (``"l3"``), else in memory (``"memory"``); ``"auto"`` picks one per model,
-    ``"off"`` times hot (:mod:`simpletvm.tuning.timing`).
+    model finds them: its input just written, and as many bytes passed through the caches
+    as one run of the model touches (``"model"``, what ``"auto"`` takes locally); ``"l3"``
+    and ``"memory"`` push out the private caches or all of them, ``"off"`` times hot
+    (:mod:`simpletvm.tuning.timing`).
     remeasure: when the search is over, each task's best this many records are timed
     again and keep the new latency, so the build and the estimate rest on timings that
     were not picked for being lucky (0: off; a ``minutes`` budget keeps the time it is

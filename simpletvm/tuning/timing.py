@@ -16,8 +16,16 @@ fit there, in memory when they do not. The cache modes stand for these cases:
   through, which pushes the arguments out of L1 and L2 into the L3; the input is read
   again. The quickstart model (6.7 MB) ran 0.98-1.00x its kernels timed this way and
   MobileNetV2 1.0 (14 MB) 1.05-1.14x (0.89x flushed, 0.75x from memory as above).
+- ``"model"``: before each run the pool streams as many bytes as one run of the model
+  touches (its weights and the tensors its calls write, :func:`model_traffic_bytes`),
+  between the ``"l3"`` and the ``"memory"`` amounts: what the rest of the model passes
+  through the caches between two calls of a kernel. On a 2-core Xeon whose 300 MB L3 is
+  shared with other tenants, ResNet-18 (72 MB of weights with the Winograd layers'
+  transformed ones, 10 MB of activations) ran 1.10-1.20x its kernels timed from the L3
+  and 0.99-1.01x with 92 MB streamed; the quickstart model (6.6 MB) 1.05-1.09x with 4 MB
+  and 0.89-0.90x with 13 MB.
 - ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
-- ``"auto"``: ``"l3"`` for a model whose weights fit in the L3, else ``"memory"``.
+- ``"auto"``: ``"model"`` on a local CPU, ``"memory"`` through RPC.
 
 A candidate timed here forks its parallel loops onto the pool the built model will use
 (:mod:`simpletvm.fork_join`), so the search ranks kernels by what they cost in the model,
@@ -31,13 +39,14 @@ import math
 import os
 import tempfile
 from contextlib import suppress
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-CACHE_MODES = ("auto", "memory", "l3", "off")
+CACHE_MODES = ("auto", "model", "memory", "l3", "off")
 EVICT_PRIVATE_CACHES = "simpletvm.evict_private_caches"  # the "l3" mode's preprocessor
 EVICT_ALL_CACHES = "simpletvm.evict_all_caches"  # the local "memory" mode's preprocessor
+EVICT_MODEL_TRAFFIC = "simpletvm.evict_model_traffic"  # "model"'s, + "_<bytes>"
 FLUSH_ARGUMENTS = "cache_flush_cpu_non_first_arg"  # TVM's, for a remote "memory" device
 WARMUP_RUNS = 3  # timed runs of each candidate that are dropped (:func:`_timed_runs`)
 
@@ -52,22 +61,43 @@ def cache_mode(value: str | bool) -> str:
     return value
 
 
-def resolve_cache_mode(value: str | bool, weight_bytes: int, *, device_type: str,
-                       local: bool) -> str:
-    """The mode a job times its candidates with: ``auto`` decided for a model whose
-    weights take ``weight_bytes``, on this host's L3; only a local CPU runner can time
-    from L3."""
-    from ..hostinfo import cache_bytes
-
+def resolve_cache_mode(value: str | bool, *, device_type: str, local: bool) -> str:
+    """The mode a job times its candidates with: ``auto`` decided for the device; only a
+    local CPU runner can run the eviction kernels (through RPC, ``"memory"`` is TVM's
+    flush of the arguments)."""
     mode = cache_mode(value)
     if device_type != "cpu":
         return "off"
-    if not local and mode == "l3":
+    if mode == "auto":
+        return "model" if local else "memory"
+    if not local and mode in ("l3", "model"):
         return "memory"
-    if mode != "auto":
-        return mode
-    l3 = cache_bytes().get(3, 0)
-    return "l3" if local and weight_bytes <= l3 else "memory"
+    return mode
+
+
+def model_traffic_bytes(mod) -> int:
+    """Bytes one run of a Relax module touches: its constants (:func:`model_weight_bytes`)
+    and the tensors its entry function's calls write."""
+    return model_weight_bytes(mod) + activation_bytes(mod)
+
+
+def activation_bytes(mod) -> int:
+    """Bytes of the statically shaped tensors bound to calls in ``main``."""
+    from tvm import relax
+
+    from ..relax_ir import static_shape
+
+    main = next((function for gv, function in mod.functions.items()
+                 if gv.name_hint == "main" and isinstance(function, relax.Function)), None)
+    if main is None or not isinstance(main.body, relax.SeqExpr):
+        return 0
+    total = 0
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            shape = static_shape(binding.var)
+            if shape is not None and isinstance(binding.value, relax.Call):
+                total += math.prod(shape) * _itemsize(str(binding.var.ty.dtype))
+    return total
 
 
 def model_weight_bytes(mod) -> int:
@@ -107,8 +137,11 @@ def evaluator_config(options, mode: str):
         enable_cpu_cache_flush=mode == "memory")
 
 
-def run_evaluator(mode: str) -> Callable:
-    """The local runner's evaluator for ``mode``."""
+def run_evaluator(mode: str, model_bytes: int = 0) -> Callable:
+    """The local runner's evaluator for ``mode`` (``model_bytes``: what ``"model"``
+    streams, :func:`model_traffic_bytes`)."""
+    if mode == "model":
+        return partial(run_evaluator_from_model_traffic, model_bytes)
     return {"l3": run_evaluator_from_l3, "memory": run_evaluator_from_memory}.get(
         mode, run_evaluator_as_configured)
 
@@ -160,13 +193,25 @@ def warmed_up(runner_inputs: list) -> list:
     return runner_inputs[:1] + runner_inputs
 
 
-def preprocessor(mode: str) -> str:
+def preprocessor(mode: str, model_bytes: int = 0) -> str:
     """The name of the function the local evaluator of ``mode`` runs before each timed run
     ("" for none), registered in this process."""
-    if mode not in ("l3", "memory"):
+    if mode not in ("l3", "memory", "model"):
         return ""
-    _register_eviction(mode)
-    return EVICT_PRIVATE_CACHES if mode == "l3" else EVICT_ALL_CACHES
+    return _register_eviction(mode, model_bytes if mode == "model" else 0)[0]
+
+
+def eviction_bytes(mode: str, model_bytes: int, cache_sizes: dict[int, int],
+                   threads: int) -> int:
+    """Bytes of each of the two buffers every thread of the pool streams before a run
+    (one read, one written): a core's L2 (``"l3"``), the L3 over the threads
+    (``"memory"``), or the model's own traffic (``"model"``) between those two."""
+    l2, l3 = cache_sizes.get(2, 1 << 20), cache_sizes.get(3, 32 << 20)
+    if mode == "l3":
+        return l2
+    if mode == "memory":
+        return l3 // threads
+    return min(max(model_bytes, 2 * l2 * threads), 2 * l3) // (2 * threads)
 
 
 def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
@@ -192,6 +237,14 @@ def run_evaluator_from_memory(rt_mod, device, evaluator_config, repeated_args
                        preprocessor("memory"))
 
 
+def run_evaluator_from_model_traffic(model_bytes: int, rt_mod, device, evaluator_config,
+                                     repeated_args) -> list[float]:
+    """Times like MetaSchedule's evaluator, with the model's own traffic streamed through
+    the caches before each run (runs in the local runner's worker process)."""
+    return _timed_runs(rt_mod, device, evaluator_config, repeated_args,
+                       preprocessor("model", model_bytes))
+
+
 def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
                 ) -> list[float]:
     """``repeat`` timings per argument set, after WARMUP_RUNS timed runs that are dropped.
@@ -215,18 +268,20 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
 
 
 @lru_cache(maxsize=None)
-def _register_eviction(mode: str) -> tempfile.TemporaryDirectory:
+def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.TemporaryDirectory]:
     """Register the preprocessor of ``mode`` (:func:`preprocessor`): a parallel kernel on
     the runtime's own threads (the ones the timed kernel runs on) reads one buffer and
-    writes another, each a core's L2 per thread ("l3") or the L3 in all ("memory"), then
-    the input is read again, as the layer before would have left it."""
+    writes another, each :func:`eviction_bytes` per thread, then the input is read again,
+    as the layer before would have left it. Returns its name and the eviction library's
+    directory (cached, so that it outlives the loads)."""
     import tvm
 
     from ..hostinfo import cache_bytes
 
-    sizes, threads = cache_bytes(), _runtime_threads()
-    name, thread_bytes = ((EVICT_PRIVATE_CACHES, sizes.get(2, 1 << 20)) if mode == "l3" else
-                          (EVICT_ALL_CACHES, sizes.get(3, 32 << 20) // threads))
+    threads = _runtime_threads()
+    thread_bytes = eviction_bytes(mode, model_bytes, cache_bytes(), threads)
+    name = {"l3": EVICT_PRIVATE_CACHES, "memory": EVICT_ALL_CACHES}.get(
+        mode, f"{EVICT_MODEL_TRAFFIC}_{model_bytes}")
     evict, buffers, scratch = _eviction_kernel(threads, thread_bytes)
 
     def preprocess(*args: Any) -> None:
@@ -235,7 +290,7 @@ def _register_eviction(mode: str) -> tempfile.TemporaryDirectory:
             args[0].numpy()
 
     tvm.register_global_func(name, preprocess, override=True)
-    return scratch  # the eviction library's directory: cached, so it outlives the loads
+    return name, scratch
 
 
 def _eviction_kernel(threads: int, thread_bytes: int):

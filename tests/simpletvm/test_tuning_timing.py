@@ -11,13 +11,14 @@ from simpletvm.tuning.options import TuningOptions
 
 
 @pytest.mark.parametrize("value, mode", [
-    (True, "memory"), (False, "off"), ("auto", "auto"), ("l3", "l3"), ("memory", "memory")])
+    (True, "memory"), (False, "off"), ("auto", "auto"), ("l3", "l3"), ("memory", "memory"),
+    ("model", "model")])
 def test_cache_modes_and_the_old_switch_are_understood(value, mode):
     assert TuningOptions(cache_flush=value).cache_flush == mode
 
 
 def test_an_unknown_cache_mode_is_named_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown cache_flush 'l2'.*'auto', 'memory', 'l3'"):
+    with pytest.raises(ValueError, match=r"unknown cache_flush 'l2'.*'auto', 'model', 'memory', 'l3'"):
         TuningOptions(cache_flush="l2")
 
 
@@ -32,17 +33,30 @@ def l3_of_32_mb(monkeypatch):
     monkeypatch.setattr("simpletvm.hostinfo.cache_bytes", lambda: {2: 1 << 20, 3: 32 << 20})
 
 
-@pytest.mark.parametrize("weights_mb, mode", [(6.7, "l3"), (14, "l3"), (32, "l3"), (46, "memory")])
-def test_auto_times_from_l3_the_models_whose_weights_fit_in_it(l3_of_32_mb, weights_mb, mode):
-    weights = int(weights_mb * (1 << 20))
-    assert timing.resolve_cache_mode("auto", weights, device_type="cpu", local=True) == mode
+def test_auto_streams_the_models_traffic_on_a_local_cpu():
+    assert timing.resolve_cache_mode("auto", device_type="cpu", local=True) == "model"
+    assert timing.resolve_cache_mode("l3", device_type="cpu", local=True) == "l3"
 
 
-def test_a_remote_or_gpu_device_is_never_timed_from_l3(l3_of_32_mb):
-    assert timing.resolve_cache_mode("auto", 1, device_type="cpu", local=False) == "memory"
-    assert timing.resolve_cache_mode("l3", 1, device_type="cpu", local=False) == "memory"
-    assert timing.resolve_cache_mode("off", 1, device_type="cpu", local=False) == "off"
-    assert timing.resolve_cache_mode("auto", 1, device_type="cuda", local=False) == "off"
+def test_a_remote_or_gpu_device_is_never_timed_with_the_eviction_kernels():
+    assert timing.resolve_cache_mode("auto", device_type="cpu", local=False) == "memory"
+    assert timing.resolve_cache_mode("l3", device_type="cpu", local=False) == "memory"
+    assert timing.resolve_cache_mode("model", device_type="cpu", local=False) == "memory"
+    assert timing.resolve_cache_mode("off", device_type="cpu", local=False) == "off"
+    assert timing.resolve_cache_mode("auto", device_type="cuda", local=False) == "off"
+
+
+@pytest.mark.parametrize("model_mb, thread_mb", [
+    (1, 1),  # a small model: as much as the "l3" mode, every core's L2 pushed out
+    (46, 11.5),  # its own bytes, split over two buffers and two threads
+    (300, 16),  # more than the L3 holds: as much as the "memory" mode
+])
+def test_the_model_mode_streams_the_models_bytes_between_the_other_modes(model_mb, thread_mb):
+    sizes = {2: 1 << 20, 3: 32 << 20}
+    assert timing.eviction_bytes("l3", 0, sizes, 2) == 1 << 20
+    assert timing.eviction_bytes("memory", 0, sizes, 2) == 16 << 20
+    assert timing.eviction_bytes("model", int(model_mb * (1 << 20)), sizes, 2) == int(
+        thread_mb * (1 << 20))
 
 
 def test_model_weight_bytes_counts_each_tensor_constant_once():
@@ -58,9 +72,14 @@ def test_model_weight_bytes_counts_each_tensor_constant_once():
         out = builder.emit(relax.op.add(z, relax.op.astype(bias, "float32")))
         builder.emit_func_output(out)
     assert timing.model_weight_bytes(builder.get()) == 16 * 27 * 4 + 3 * 2
+    # what one run touches: those constants, and the tensors main's calls write: three
+    # broadcast to the weight's shape, and the bias cast (bound on its own)
+    activations = timing.activation_bytes(builder.get())
+    assert activations == 3 * 16 * 27 * 4 + 3 * 4
+    assert timing.model_traffic_bytes(builder.get()) == 16 * 27 * 4 + 3 * 2 + activations
 
 
-@pytest.mark.parametrize("mode", ["l3", "memory"])
+@pytest.mark.parametrize("mode", ["l3", "memory", "model"])
 def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
     """Each mode's evaluator runs in MetaSchedule's local runner process, on the model's
     pool, and times the kernel like MetaSchedule's own does (the order of the modes is
@@ -79,7 +98,7 @@ def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
     options = TuningOptions(repeat=3)
     runner = ms.runner.LocalRunner(evaluator_config=timing.evaluator_config(options, mode),
                                    f_alloc_argument=timing.alloc_arguments,
-                                   f_run_evaluator=timing.run_evaluator(mode))
+                                   f_run_evaluator=timing.run_evaluator(mode, 8 << 20))
     args = [TensorInfo("float32", [256, 64]), TensorInfo("float32", [64])]
     results = [future.result() for future in runner.run(
         [RunnerInput(str(tmp_path / "kernel.so"), "cpu", args)] * 2)]
@@ -94,10 +113,14 @@ def test_each_evicting_mode_has_an_evaluator_and_a_registered_preprocessor():
     assert timing.run_evaluator("l3") is timing.run_evaluator_from_l3
     assert timing.run_evaluator("memory") is timing.run_evaluator_from_memory
     assert timing.run_evaluator("off") is timing.run_evaluator_as_configured
+    model = timing.run_evaluator("model", 8 << 20)
+    assert model.func is timing.run_evaluator_from_model_traffic and model.args == (8 << 20,)
     assert timing.preprocessor("off") == ""
-    for mode in ("l3", "memory"):
-        assert tvm.get_global_func(timing.preprocessor(mode), allow_missing=True) is not None
-    assert timing.preprocessor("l3") != timing.preprocessor("memory")
+    names = [timing.preprocessor("l3"), timing.preprocessor("memory"),
+             timing.preprocessor("model", 8 << 20), timing.preprocessor("model", 9 << 20)]
+    for name in names:
+        assert tvm.get_global_func(name, allow_missing=True) is not None
+    assert len(set(names)) == 4  # one per mode, and per model size
     # a remote device cannot run the eviction kernel: its "memory" is TVM's flush
     assert timing.evaluator_config(TuningOptions(), "memory").enable_cpu_cache_flush
     assert not timing.evaluator_config(TuningOptions(), "l3").enable_cpu_cache_flush
@@ -106,7 +129,7 @@ def test_each_evicting_mode_has_an_evaluator_and_a_registered_preprocessor():
 def test_the_memory_eviction_streams_the_l3_and_the_l3_one_each_cores_l2(monkeypatch):
     """What each preprocessor passes through the caches: a buffer read and one written,
     per thread of the pool, sized so that "memory" leaves no byte of the L3 to the timed
-    kernel's arguments and "l3" none of the private caches."""
+    kernel's arguments, "l3" none of the private caches, and "model" the model's bytes."""
     sizes = []
 
     def fake_kernel(threads, thread_bytes):
@@ -120,10 +143,12 @@ def test_the_memory_eviction_streams_the_l3_and_the_l3_one_each_cores_l2(monkeyp
     try:
         timing.preprocessor("memory")
         timing.preprocessor("l3")
+        timing.preprocessor("model", 46 << 20)
         timing.preprocessor("memory")  # registered once per process
+        timing.preprocessor("model", 46 << 20)
     finally:
         timing._register_eviction.cache_clear()
-    assert sizes == [(2, 16 << 20), (2, 1 << 20)]
+    assert sizes == [(2, 16 << 20), (2, 1 << 20), (2, 23 << 19)]
 
 
 def test_candidate_arguments_are_filled_on_the_callers_thread_as_metaschedule_shapes_them():
