@@ -101,7 +101,7 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
     _p("profile_min_repeat_ms", "autotune", "min_repeat_ms", "int",
        "profiling: minimum time per measurement"),
     _p("cache_flush", "autotune", "cache_flush", "bool-or-str",
-       "profiling: where a candidate's weights are before each run: auto, memory, l3, "
+       "profiling: what the caches hold before each run: auto, model, memory, l3, "
        "off (true/false: memory/off)"),
     _p("remeasure", "autotune", "remeasure", "int",
        "best records per task timed again when the search is over (0: off)"),
