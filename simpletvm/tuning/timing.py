@@ -2,8 +2,9 @@
 inside the model.
 
 A layer inside a model finds its input just written by the layer before and its weights
-where the rest of the model left them: in the last-level cache when the model's weights
-fit there, in memory when they do not. The cache modes stand for these cases:
+where the rest of the model left them: in the last-level cache when what the model
+touches fits there, in memory when it does not, and partly in each on a cache shared
+with other work. The cache modes stand for these cases:
 
 - ``"memory"``: before each run every core of the runtime's pool streams through a buffer
   of the L3's size, reading it and writing a second one, so the caches are full of other
