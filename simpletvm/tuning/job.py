@@ -121,6 +121,8 @@ class TuningJob:
         self._own_builder = builder is None  # ours to start and to close
         self._runner = runner
         self._tune_contexts: dict[int, Any] = {}  # per started task: its search state
+        self._samplers: dict[int, Any] = {}  # per started task: its cold-start sampling
+        self._sampled = False  # the current candidates came from the cold-start sampling
         self._workloads: dict[int, Any] = {}
         self._measured: dict[int, set[int]] = {}  # per started task: modules measured
         # closing round, per task: traces of the records timed again (tried, succeeded)
@@ -219,17 +221,17 @@ class TuningJob:
                     self.plan.finish_task()
                     return {"batch_size": 0}
                 self._start_task(index)
-            strategy = self._tune_contexts[index].search_strategy
-            candidates = list(strategy.generate_measure_candidates() or [])
+            candidates, self._sampled = self._offered(index)
         except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
             self.plan.task_failed(f"{type(error).__name__}: {_first_line(error)}")
             return {"batch_size": 0, "errors": 1}
         offered = len(candidates)
         candidates = self._not_measured_before(index, candidates)
-        if offered and not candidates:  # all measured by the stopped run: ask again
+        if offered and not candidates:  # all measured already: ask again
             return {"batch_size": 0, "measured_before": offered}
         self._candidates = candidates[:self.plan.selected(len(candidates))]
-        return {"batch_size": len(self._candidates)}
+        self._measured[index].update(_module_hash(c.sch.mod) for c in self._candidates)
+        return {"batch_size": len(self._candidates), **({"sampled": True} if self._sampled else {})}
 
     def _build(self) -> dict[str, Any]:
         from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -280,7 +282,8 @@ class TuningJob:
             return self._update_best_records()
         index = self.plan.task
         context, workload = self._tune_contexts[index], self._workloads[index]
-        context.search_strategy.notify_runner_results(self._candidates, self._run_results)
+        source = self._samplers[index] if self._sampled else context
+        source.search_strategy.notify_runner_results(self._candidates, self._run_results)
         self._cost_model.update(context, self._candidates, self._run_results)
         args_info = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         latencies = []
@@ -375,6 +378,45 @@ class TuningJob:
         self._tune_contexts[index] = context
         if options.transfer_learning:
             self._warm_cost_model(context, workload)
+        if options.search_strategy == "evolutionary" and self._cost_model_is_cold():
+            self._samplers[index] = self._cold_sampler(index, context)
+
+    def _offered(self, index: int) -> tuple[list, bool]:
+        """The task's candidates, and whether they were drawn by its cold-start sampling:
+        while the cost model is cold, unless the draws repeat what was measured or each
+        other (a small design space, which the search enumerates and then ends)."""
+        sampler = self._samplers.get(index) if self._cost_model_is_cold() else None
+        if sampler is not None:
+            draws = list(sampler.search_strategy.generate_measure_candidates() or [])
+            if draws and len(self._not_measured_before(index, draws)) == len(draws):
+                return draws, True
+            self._samplers.pop(index).post_tuning()
+        search = self._tune_contexts[index].search_strategy
+        return list(search.generate_measure_candidates() or []), False
+
+    def _cold_sampler(self, index: int, context):
+        """The task's design spaces sampled at random (MetaSchedule's ReplayTrace), what
+        the evolutionary search's first selects amount to while the cost model predicts at
+        random, at a tenth of their cost: they sample and mutate a whole population (1-2.4
+        s per task on the quickstart model) to keep a batch picked by random scores."""
+        from tvm.s_tir import meta_schedule as ms
+
+        options = self.options
+        seed = -1 if options.seed is None else options.seed + len(self.tasks) + index
+        sampler = ms.TuneContext(
+            mod=context.mod, target=self._tvm_target, space_generator="post-order-apply",
+            search_strategy=ms.search_strategy.ReplayTrace(), task_name=context.task_name,
+            rand_state=seed, num_threads=self._num_threads)
+        sampler.pre_tuning(max_trials=self.plan.task_budget(),
+                           num_trials_per_iter=options.resolved_batch_size(),
+                           database=self._database, cost_model=self._cost_model)
+        return sampler
+
+    def _cost_model_is_cold(self) -> bool:
+        """Whether the cost model still predicts at random (XGBoost before it has its
+        warm-up samples): then evolving a population buys nothing."""
+        warmup = getattr(self._cost_model, "num_warmup_samples", None)
+        return warmup is not None and self._cost_model.data_size < warmup
 
     def _modules_measured_before(self, index: int, workload) -> set[int]:
         """Structural hashes of the modules a stopped run under this id measured for the
@@ -388,14 +430,14 @@ class TuningJob:
                 for record in self._own_records.get_top_k(workload, count)}
 
     def _not_measured_before(self, index: int, candidates: list) -> list:
-        measured = self._measured.get(index)
-        if not measured:
-            return candidates
-        fresh = []
+        """The candidates neither this job nor a stopped run under its id measured (the
+        search and the cold-start sampling do not know each other's)."""
+        measured = self._measured[index]
+        fresh, seen = [], set()
         for candidate in candidates:
             digest = _module_hash(candidate.sch.mod)
-            if digest not in measured:
-                measured.add(digest)
+            if digest not in measured and digest not in seen:
+                seen.add(digest)
                 fresh.append(candidate)
         return fresh
 
@@ -423,11 +465,12 @@ class TuningJob:
                 self._close_task(index)
 
     def _close_task(self, index: int) -> None:
-        context = self._tune_contexts.pop(index)
-        try:
-            context.post_tuning()
-        except Exception:  # noqa: BLE001 - a skipped task's search state may be broken
-            pass
+        for context in (self._tune_contexts.pop(index), self._samplers.pop(index, None)):
+            try:
+                if context is not None:
+                    context.post_tuning()
+            except Exception:  # noqa: BLE001 - a skipped task's search state may be broken
+                pass
         if self.context is not None:
             progress = self.progress[index]
             if progress.skipped:

@@ -53,6 +53,29 @@ def test_the_job_spends_its_budget_and_commits_every_measurement(fused, tmp_path
     assert all(p.history for p in job.progress)  # every task measured
 
 
+def test_selects_sample_the_design_space_until_the_cost_model_can_predict(fused, tmp_path):
+    """While XGBoost predicts at random (before its warm-up samples) a select draws its
+    batch from the design space instead of evolving a population; then the evolutionary
+    search takes over. The two never offer a module the run measured."""
+    context = BenchmarkingContext("cpu", store=tmp_path / "store")
+    records, run_id = RecordStore(tmp_path / "records.sqlite"), "e" * 32
+    job = TuningJob(fused.fused_module, fused.target,
+                    TuningOptions(batch_size=16, seed=0, total_trials=140, **SEARCH),
+                    records=records, builder=fake_builder(), runner=fake_runner(0),
+                    context=context, run_id=run_id)
+    job.run()
+    measured_before, sampled, evolved = 0, [], []  # selects, by the trials measured before
+    for stage in context.stages:
+        if stage["stage"] == "select" and stage["batch_size"]:
+            (sampled if stage.get("sampled") else evolved).append(measured_before)
+        if stage["stage"] == "update":
+            measured_before += stage["batch_size"]
+    assert sampled and max(sampled) < 100  # XGBoost's num_warmup_samples
+    assert evolved and max(evolved) >= 100
+    rows = measured(tmp_path / "records.sqlite", run_id)
+    assert len(rows) == job.trials == 140 and len(set(rows)) == len(rows)
+
+
 def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_path):
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "b" * 32
     first = job_of(fused, records, run_id, seed=1, trials=12)
