@@ -30,7 +30,8 @@ class TuningOptions:
     once, then the one whose weighted latency is expected to fall most; "sequential"
     tunes the tasks one after another.
     search_strategy / cost_model: MetaSchedule's; population, genetic_iterations and
-    eps_greedy set how much the select stage costs.
+    eps_greedy set how much the select stage costs (the evolutionary search's first
+    selects draw from the design space while XGBoost still predicts at random).
     number / repeat / min_repeat_ms / cache_flush: how a candidate is timed. On CPUs
     the caches are set before each run (one run per measurement) as a layer inside the
     model finds them: its input just written, and as many bytes passed through the caches
