@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 CACHE_MODES = ("auto", "model", "memory", "l3", "off")
+EVICTING_MODES = ("model", "memory", "l3")  # the local evaluator runs an eviction kernel
 EVICT_PRIVATE_CACHES = "simpletvm.evict_private_caches"  # the "l3" mode's preprocessor
 EVICT_ALL_CACHES = "simpletvm.evict_all_caches"  # the local "memory" mode's preprocessor
 EVICT_MODEL_TRAFFIC = "simpletvm.evict_model_traffic"  # "model"'s, + "_<bytes>"
@@ -141,10 +142,9 @@ def evaluator_config(options, mode: str):
 def run_evaluator(mode: str, model_bytes: int = 0) -> Callable:
     """The local runner's evaluator for ``mode`` (``model_bytes``: what ``"model"``
     streams, :func:`model_traffic_bytes`)."""
-    if mode == "model":
-        return partial(run_evaluator_from_model_traffic, model_bytes)
-    return {"l3": run_evaluator_from_l3, "memory": run_evaluator_from_memory}.get(
-        mode, run_evaluator_as_configured)
+    if mode in EVICTING_MODES:
+        return partial(run_evaluator_evicting, mode, model_bytes if mode == "model" else 0)
+    return run_evaluator_as_configured
 
 
 def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
@@ -197,7 +197,7 @@ def warmed_up(runner_inputs: list) -> list:
 def preprocessor(mode: str, model_bytes: int = 0) -> str:
     """The name of the function the local evaluator of ``mode`` runs before each timed run
     ("" for none), registered in this process."""
-    if mode not in ("l3", "memory", "model"):
+    if mode not in EVICTING_MODES:
         return ""
     return _register_eviction(mode, model_bytes if mode == "model" else 0)[0]
 
@@ -224,26 +224,12 @@ def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
     return _timed_runs(rt_mod, device, evaluator_config, repeated_args, flush)
 
 
-def run_evaluator_from_l3(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
-    """Times like MetaSchedule's evaluator, with the private caches evicted before each
-    run (runs in the local runner's worker process)."""
-    return _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocessor("l3"))
-
-
-def run_evaluator_from_memory(rt_mod, device, evaluator_config, repeated_args
-                              ) -> list[float]:
-    """Times like MetaSchedule's evaluator, with every cache filled with other data
+def run_evaluator_evicting(mode: str, model_bytes: int, rt_mod, device, evaluator_config,
+                           repeated_args) -> list[float]:
+    """Times like MetaSchedule's evaluator, with the caches set by ``mode``'s preprocessor
     before each run (runs in the local runner's worker process)."""
     return _timed_runs(rt_mod, device, evaluator_config, repeated_args,
-                       preprocessor("memory"))
-
-
-def run_evaluator_from_model_traffic(model_bytes: int, rt_mod, device, evaluator_config,
-                                     repeated_args) -> list[float]:
-    """Times like MetaSchedule's evaluator, with the model's own traffic streamed through
-    the caches before each run (runs in the local runner's worker process)."""
-    return _timed_runs(rt_mod, device, evaluator_config, repeated_args,
-                       preprocessor("model", model_bytes))
+                       preprocessor(mode, model_bytes))
 
 
 def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str

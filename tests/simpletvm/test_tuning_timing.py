@@ -110,11 +110,10 @@ def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
 def test_each_evicting_mode_has_an_evaluator_and_a_registered_preprocessor():
     import tvm
 
-    assert timing.run_evaluator("l3") is timing.run_evaluator_from_l3
-    assert timing.run_evaluator("memory") is timing.run_evaluator_from_memory
+    evaluators = {mode: timing.run_evaluator(mode, 8 << 20) for mode in ("l3", "memory", "model")}
+    assert all(e.func is timing.run_evaluator_evicting for e in evaluators.values())
+    assert [e.args for e in evaluators.values()] == [("l3", 0), ("memory", 0), ("model", 8 << 20)]
     assert timing.run_evaluator("off") is timing.run_evaluator_as_configured
-    model = timing.run_evaluator("model", 8 << 20)
-    assert model.func is timing.run_evaluator_from_model_traffic and model.args == (8 << 20,)
     assert timing.preprocessor("off") == ""
     names = [timing.preprocessor("l3"), timing.preprocessor("memory"),
              timing.preprocessor("model", 8 << 20), timing.preprocessor("model", 9 << 20)]
