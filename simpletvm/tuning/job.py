@@ -221,16 +221,15 @@ class TuningJob:
                     self.plan.finish_task()
                     return {"batch_size": 0}
                 self._start_task(index)
-            candidates, self._sampled = self._offered(index)
+            offered, fresh, self._sampled = self._offered(index)
         except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
             self.plan.task_failed(f"{type(error).__name__}: {_first_line(error)}")
             return {"batch_size": 0, "errors": 1}
-        offered = len(candidates)
-        candidates = self._not_measured_before(index, candidates)
-        if offered and not candidates:  # all measured already: ask again
+        if offered and not fresh:  # all measured already: ask again
             return {"batch_size": 0, "measured_before": offered}
-        self._candidates = candidates[:self.plan.selected(len(candidates))]
-        self._measured[index].update(_module_hash(c.sch.mod) for c in self._candidates)
+        fresh = fresh[:self.plan.selected(len(fresh))]
+        self._measured[index].update(digest for digest, _ in fresh)
+        self._candidates = [candidate for _, candidate in fresh]
         return {"batch_size": len(self._candidates), **({"sampled": True} if self._sampled else {})}
 
     def _build(self) -> dict[str, Any]:
@@ -381,18 +380,21 @@ class TuningJob:
         if options.search_strategy == "evolutionary" and self._cost_model_is_cold():
             self._samplers[index] = self._cold_sampler(index, context)
 
-    def _offered(self, index: int) -> tuple[list, bool]:
-        """The task's candidates, and whether they were drawn by its cold-start sampling:
-        while the cost model is cold, unless the draws repeat what was measured or each
-        other (a small design space, which the search enumerates and then ends)."""
+    def _offered(self, index: int) -> tuple[int, list[tuple[int, Any]], bool]:
+        """How many candidates the task's search offered, those not measured yet (with
+        their digests), and whether they were drawn by its cold-start sampling: while the
+        cost model is cold, unless the draws repeat what was measured or each other (a
+        small design space, which the search enumerates and then ends)."""
         sampler = self._samplers.get(index) if self._cost_model_is_cold() else None
         if sampler is not None:
             draws = list(sampler.search_strategy.generate_measure_candidates() or [])
-            if draws and len(self._not_measured_before(index, draws)) == len(draws):
-                return draws, True
+            fresh = self._not_measured_before(index, draws)
+            if draws and len(fresh) == len(draws):
+                return len(draws), fresh, True
             self._samplers.pop(index).post_tuning()
-        search = self._tune_contexts[index].search_strategy
-        return list(search.generate_measure_candidates() or []), False
+        offered = list(self._tune_contexts[index].search_strategy.generate_measure_candidates()
+                       or [])
+        return len(offered), self._not_measured_before(index, offered), False
 
     def _cold_sampler(self, index: int, context):
         """The task's design spaces sampled at random (MetaSchedule's ReplayTrace), what
@@ -430,17 +432,17 @@ class TuningJob:
         return {_module_hash(record.as_measure_candidate().sch.mod)
                 for record in self._own_records.get_top_k(workload, count)}
 
-    def _not_measured_before(self, index: int, candidates: list) -> list:
-        """The candidates neither this job nor a stopped run under its id measured (the
-        search and the cold-start sampling do not know each other's)."""
+    def _not_measured_before(self, index: int, candidates: list) -> list[tuple[int, Any]]:
+        """The candidates neither this job nor a stopped run under its id measured, each
+        once, with their modules' digests (the search and the cold-start sampling do not
+        know each other's)."""
         measured = self._measured[index]
-        fresh, seen = [], set()
+        fresh: dict[int, Any] = {}
         for candidate in candidates:
             digest = _module_hash(candidate.sch.mod)
-            if digest not in measured and digest not in seen:
-                seen.add(digest)
-                fresh.append(candidate)
-        return fresh
+            if digest not in measured:
+                fresh.setdefault(digest, candidate)
+        return list(fresh.items())
 
     def _warm_cost_model(self, context, workload) -> None:
         """Train the cost model on the best records known for this workload (an index
