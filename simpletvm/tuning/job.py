@@ -371,14 +371,16 @@ class TuningJob:
         )
         workload = self._workload(index)
         self._measured[index] = self._modules_measured_before(index, workload)
+        spaces = context.generate_design_space()
         context.pre_tuning(max_trials=self.plan.task_budget(),
                            num_trials_per_iter=options.resolved_batch_size(),
-                           database=self._database, cost_model=self._cost_model)
+                           design_spaces=spaces, database=self._database,
+                           cost_model=self._cost_model)
         self._tune_contexts[index] = context
         if options.transfer_learning:
             self._warm_cost_model(context, workload)
         if options.search_strategy == "evolutionary" and self._cost_model_is_cold():
-            self._samplers[index] = self._cold_sampler(index, context)
+            self._samplers[index] = self._cold_sampler(index, context, spaces)
 
     def _offered(self, index: int) -> tuple[int, list[tuple[int, Any]], bool]:
         """How many candidates the task's search offered, those not measured yet (with
@@ -396,7 +398,7 @@ class TuningJob:
                        or [])
         return len(offered), self._not_measured_before(index, offered), False
 
-    def _cold_sampler(self, index: int, context):
+    def _cold_sampler(self, index: int, context, spaces: list):
         """The task's design spaces sampled at random (MetaSchedule's ReplayTrace), what
         the evolutionary search's first selects amount to while the cost model predicts at
         random, at a fifth of their cost: they sample and mutate a whole population to keep
@@ -412,7 +414,8 @@ class TuningJob:
             rand_state=seed, num_threads=self._num_threads)
         sampler.pre_tuning(max_trials=self.plan.task_budget(),
                            num_trials_per_iter=options.resolved_batch_size(),
-                           database=self._database, cost_model=self._cost_model)
+                           design_spaces=spaces, database=self._database,
+                           cost_model=self._cost_model)
         return sampler
 
     def _cost_model_is_cold(self) -> bool:
@@ -468,10 +471,10 @@ class TuningJob:
                 self._close_task(index)
 
     def _close_task(self, index: int) -> None:
-        for context in (self._tune_contexts.pop(index), self._samplers.pop(index, None)):
+        for context in filter(None, (self._tune_contexts.pop(index),
+                                     self._samplers.pop(index, None))):
             try:
-                if context is not None:
-                    context.post_tuning()
+                context.post_tuning()
             except Exception:  # noqa: BLE001 - a skipped task's search state may be broken
                 pass
         if self.context is not None:
