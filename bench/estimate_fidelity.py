@@ -82,14 +82,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/estimate_fidelity.json"))
     args = parser.parse_args()
 
-    from simpletvm.tuning.timing import CACHE_MODES, model_traffic_bytes, resolve_cache_mode
+    from simpletvm.tuning.timing import CACHE_MODES, model_footprint_bytes, resolve_cache_mode
 
     saved = load_saved(args.store, args.run_id)
     stvm, database, built = rebuilt(saved, args.store, args.run_id)
     # runs of earlier versions did not record their mode: this version's choice for them
     run_mode = (saved.context.tuning or {}).get("cache_mode") or resolve_cache_mode(
         "auto", device_type="cpu", local=True)
-    model_bytes = model_traffic_bytes(stvm.conv_forms.default)  # as the tuning job counts
+    model_bytes = model_footprint_bytes(stvm.conv_forms.default)  # as the tuning job counts
     modes = args.modes.split(",") if args.modes else [run_mode]
     choices = [mode for mode in CACHE_MODES if mode != "auto"]
     unknown = [mode for mode in modes if mode not in choices]
@@ -99,7 +99,7 @@ def main() -> None:
     kernels = best_kernels(stvm, database, built, scratch.name)
     recorded = sum(weight * best_s * 1e3 for weight, best_s, _, _ in kernels)
     print(f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
-          f"recorded estimate {recorded:.4f} ms; one model run touches "
+          f"recorded estimate {recorded:.4f} ms; one model run keeps "
           f"{model_bytes / 2**20:.1f} MB")
     rounds = []
     for index in range(args.rounds):

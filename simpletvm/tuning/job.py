@@ -24,7 +24,7 @@ from .options import TuningOptions
 from .plan import StageSpec, TuningPlan
 from .records import RecordStore
 from .tasks import TaskProgress
-from .timing import (alloc_arguments, evaluator_config, model_traffic_bytes, resolve_cache_mode,
+from .timing import (alloc_arguments, evaluator_config, model_footprint_bytes, resolve_cache_mode,
                      run_evaluator, warmed_up)
 
 CLIENT = "client"
@@ -97,7 +97,7 @@ class TuningJob:
         self.tasks = extract_tasks(forms.modules() if forms else fused_mod, target)
         self.cache_mode = resolve_cache_mode(options.cache_flush, device_type=target.device_type,
                                              local=runner is None)
-        self.model_bytes = model_traffic_bytes(forms.default if forms else fused_mod)
+        self.model_bytes = model_footprint_bytes(forms.default if forms else fused_mod)
         measured_before = records.run_counts(self.run_id)
         self._keys = [workload_key(t.dispatched[0]) for t in self.tasks]
         index = {key: i for i, key in enumerate(self._keys)}

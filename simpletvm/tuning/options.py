@@ -34,8 +34,9 @@ class TuningOptions:
     selects draw from the design space while XGBoost still predicts at random).
     number / repeat / min_repeat_ms / cache_flush: how a candidate is timed. On CPUs
     the caches are set before each run (one run per measurement) as a layer inside the
-    model finds them: its input just written, and as many bytes passed through the caches
-    as one run of the model touches (``"model"``, what ``"auto"`` takes locally); ``"l3"``
+    model finds them: its activations just written, and as many bytes passed through the
+    caches as one run of the model keeps there (``"model"``, what ``"auto"`` takes
+    locally); ``"l3"``
     and ``"memory"`` push out the private caches or all of them, ``"off"`` times hot
     (:mod:`simpletvm.tuning.timing`).
     remeasure: when the search is over, each task's best this many records are timed

@@ -8,23 +8,26 @@ with other work. The cache modes stand for these cases:
 
 - ``"memory"``: before each run every core of the runtime's pool streams through a buffer
   of the L3's size, reading it and writing a second one, so the caches are full of other
-  data, as the rest of a model larger than the L3 leaves them; the input is read again.
+  data, as the rest of a model larger than the L3 leaves them; the activations (the
+  input, the output, a residual) are read again.
   For ResNet-18 (46 MB of weights) the model ran 0.93-1.04x its kernels timed this way,
   measured in alternating rounds, against 1.08-1.11x with MetaSchedule's
   ``enable_cpu_cache_flush`` (the arguments flushed, the caches left empty). A remote
   device is timed with that flush: the eviction kernel lives in the local runner's process.
 - ``"l3"``: before each run every core of the pool streams twice its private cache
-  through, which pushes the arguments out of L1 and L2 into the L3; the input is read
-  again. The quickstart model (6.7 MB) ran 0.98-1.00x its kernels timed this way and
+  through, which pushes the arguments out of L1 and L2 into the L3; the activations are
+  read again. The quickstart model (6.7 MB) ran 0.98-1.00x its kernels timed this way and
   MobileNetV2 1.0 (14 MB) 1.05-1.14x (0.89x flushed, 0.75x from memory as above).
 - ``"model"``: before each run the pool streams as many bytes as one run of the model
-  touches (its weights and the tensors its calls write, :func:`model_traffic_bytes`),
-  between the ``"l3"`` and the ``"memory"`` amounts: what the rest of the model passes
-  through the caches between two calls of a kernel. On a 2-core Xeon whose 300 MB L3 is
-  shared with other tenants, ResNet-18 (72 MB of weights with the Winograd layers'
-  transformed ones, 10 MB of activations) ran 1.10-1.20x its kernels timed from the L3
-  and 0.99-1.01x with 92 MB streamed; the quickstart model (6.6 MB) 1.05-1.09x with 4 MB
-  and 0.89-0.90x with 13 MB.
+  keeps in the caches (its weights and its activations' planned storage,
+  :func:`model_footprint_bytes`), between the ``"l3"`` and the ``"memory"`` amounts:
+  what the rest of the model passes through the caches between two calls of a kernel.
+  On a 2-core Xeon whose 300 MB L3 is shared with other tenants, ResNet-18 (72 MB of
+  weights with the Winograd layers' transformed ones) ran 1.10-1.20x its kernels timed
+  from the L3 and 0.99-1.01x with 92 MB streamed; the quickstart model (6.6 MB)
+  1.05-1.09x with 4 MB and 0.89-0.90x with 13 MB; MobileNetV2 1.0 0.88-0.95x with the
+  38.8 MB of its weights and every tensor its calls write, 1.01-1.03x with the 21.5 MB of
+  its weights and planned storage.
 - ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
 - ``"auto"``: ``"model"`` on a local CPU, ``"memory"`` through RPC.
 
@@ -48,7 +51,7 @@ CACHE_MODES = ("auto", "model", "memory", "l3", "off")
 EVICTING_MODES = ("model", "memory", "l3")  # the local evaluator runs an eviction kernel
 EVICT_PRIVATE_CACHES = "simpletvm.evict_private_caches"  # the "l3" mode's preprocessor
 EVICT_ALL_CACHES = "simpletvm.evict_all_caches"  # the local "memory" mode's preprocessor
-EVICT_MODEL_TRAFFIC = "simpletvm.evict_model_traffic"  # "model"'s, + "_<bytes>"
+EVICT_MODEL_FOOTPRINT = "simpletvm.evict_model_footprint"  # "model"'s, + "_<bytes>"
 FLUSH_ARGUMENTS = "cache_flush_cpu_non_first_arg"  # TVM's, for a remote "memory" device
 WARMUP_RUNS = 3  # timed runs of each candidate that are dropped (:func:`_timed_runs`)
 
@@ -77,29 +80,41 @@ def resolve_cache_mode(value: str | bool, *, device_type: str, local: bool) -> s
     return mode
 
 
-def model_traffic_bytes(mod) -> int:
-    """Bytes one run of a Relax module touches: its constants (:func:`model_weight_bytes`)
-    and the tensors its entry function's calls write."""
-    return model_weight_bytes(mod) + activation_bytes(mod)
+def model_footprint_bytes(mod) -> int:
+    """Bytes one run of a Relax module keeps in the caches: its constants
+    (:func:`model_weight_bytes`) and the activation storage its memory plan allocates
+    (:func:`planned_activation_bytes`)."""
+    return model_weight_bytes(mod) + planned_activation_bytes(mod)
 
 
-def activation_bytes(mod) -> int:
-    """Bytes of the statically shaped tensors bound to calls in ``main``."""
+def planned_activation_bytes(mod) -> int:
+    """Bytes of the storage ``main``'s tensors get from Relax's static memory plan, which
+    reuses one buffer for tensors whose lives do not overlap: MobileNetV2 1.0 writes
+    25.5 MB of tensors a run into 8.2 MB of storage. Storage of a size known only at run
+    time is not counted."""
+    import tvm
     from tvm import relax
+    from tvm.tirx import IntImm
 
-    from ..relax_ir import static_shape
-
-    main = next((function for gv, function in mod.functions.items()
-                 if gv.name_hint == "main" and isinstance(function, relax.Function)), None)
-    if main is None or not isinstance(main.body, relax.SeqExpr):
+    if not any(gv.name_hint == "main" and isinstance(function, relax.Function)
+               for gv, function in mod.functions.items()):
         return 0
-    total = 0
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            shape = static_shape(binding.var)
-            if shape is not None and isinstance(binding.value, relax.Call):
-                total += math.prod(shape) * _itemsize(str(binding.var.ty.dtype))
-    return total
+    planned = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.RewriteDataflowReshape(),
+        relax.transform.ToNonDataflow(), relax.transform.RemovePurityChecking(),
+        relax.transform.CallTIRRewrite(), relax.transform.StaticPlanBlockMemory(),
+    ])(mod)
+    sizes: list[int] = []
+
+    def visit(node) -> None:
+        if (isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op)
+                and node.op.name == "relax.memory.alloc_storage"):
+            size = node.args[0].values[0]
+            if isinstance(size, IntImm):
+                sizes.append(int(size))
+
+    relax.analysis.post_order_visit(planned["main"].body, visit)
+    return sum(sizes)
 
 
 def model_weight_bytes(mod) -> int:
@@ -141,7 +156,7 @@ def evaluator_config(options, mode: str):
 
 def run_evaluator(mode: str, model_bytes: int = 0) -> Callable:
     """The local runner's evaluator for ``mode`` (``model_bytes``: what ``"model"``
-    streams, :func:`model_traffic_bytes`)."""
+    streams, :func:`model_footprint_bytes`)."""
     if mode in EVICTING_MODES:
         return partial(run_evaluator_evicting, mode, model_bytes if mode == "model" else 0)
     return run_evaluator_as_configured
@@ -258,8 +273,8 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
 def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.TemporaryDirectory]:
     """Register the preprocessor of ``mode`` (:func:`preprocessor`): a parallel kernel on
     the runtime's own threads (the ones the timed kernel runs on) reads one buffer and
-    writes another, each :func:`eviction_bytes` per thread, then the input is read again,
-    as the layer before would have left it. Returns its name and the eviction library's
+    writes another, each :func:`eviction_bytes` per thread, then the kernel's
+    :func:`activations` are read again, as the layers around it would have left them. Returns its name and the eviction library's
     directory (cached, so that it outlives the loads)."""
     import tvm
 
@@ -268,16 +283,27 @@ def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.Tempo
     threads = _runtime_threads()
     thread_bytes = eviction_bytes(mode, model_bytes, cache_bytes(), threads)
     name = {"l3": EVICT_PRIVATE_CACHES, "memory": EVICT_ALL_CACHES}.get(
-        mode, f"{EVICT_MODEL_TRAFFIC}_{model_bytes}")
+        mode, f"{EVICT_MODEL_FOOTPRINT}_{model_bytes}")
     evict, buffers, scratch = _eviction_kernel(threads, thread_bytes)
 
     def preprocess(*args: Any) -> None:
         evict(*buffers)
-        if args:
-            args[0].numpy()
+        for tensor in activations(args):
+            tensor.numpy()
 
     tvm.register_global_func(name, preprocess, override=True)
     return name, scratch
+
+
+def activations(args: tuple) -> list:
+    """The arguments of a kernel that the layers around it leave in the cache: its input
+    (the first) and what has its output's shape (the output, the residual it adds), read
+    again after an eviction. The others are weights, as cold as the eviction left them."""
+    if not args:
+        return []
+    output_shape = tuple(args[-1].shape)
+    return [args[0]] + [tensor for tensor in args[1:]
+                        if tuple(tensor.shape) == output_shape]
 
 
 def _eviction_kernel(threads: int, thread_bytes: int):
