@@ -274,8 +274,9 @@ def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.Tempo
     """Register the preprocessor of ``mode`` (:func:`preprocessor`): a parallel kernel on
     the runtime's own threads (the ones the timed kernel runs on) reads one buffer and
     writes another, each :func:`eviction_bytes` per thread, then the kernel's
-    :func:`activations` are read again, as the layers around it would have left them. Returns its name and the eviction library's
-    directory (cached, so that it outlives the loads)."""
+    :func:`activations` are read again, as the layers around it would have left them.
+    Returns its name and the eviction library's directory (cached, so that it outlives
+    the loads)."""
     import tvm
 
     from ..hostinfo import cache_bytes
