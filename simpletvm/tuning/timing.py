@@ -25,9 +25,10 @@ with other work. The cache modes stand for these cases:
   On a 2-core Xeon whose 300 MB L3 is shared with other tenants, ResNet-18 (72 MB of
   weights with the Winograd layers' transformed ones) ran 1.10-1.20x its kernels timed
   from the L3 and 0.99-1.01x with 92 MB streamed; the quickstart model (6.6 MB)
-  1.05-1.09x with 4 MB and 0.89-0.90x with 13 MB; MobileNetV2 1.0 0.88-0.95x with the
-  38.8 MB of its weights and every tensor its calls write, 1.01-1.03x with the 21.5 MB of
-  its weights and planned storage.
+  1.05-1.09x with 4 MB and 0.89-0.90x with 13 MB. MobileNetV2 1.0 ran 0.92x (median of 4
+  rounds) its kernels timed with the 21.5 MB of its weights and planned storage streamed,
+  0.89x in the same rounds with the 38.8 MB of its weights and every tensor its calls
+  write.
 - ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
 - ``"auto"``: ``"model"`` on a local CPU, ``"memory"`` through RPC.
 
