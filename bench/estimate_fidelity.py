@@ -7,10 +7,13 @@ speed moves between the search and a later measurement, so the recorded estimate
 measured model can differ by the host's drift alone. This script takes the drift out:
 in alternating rounds it times the run's saved module and each task's best record timed
 again exactly as the profile stage timed it (the same evaluator, in this process), and
-prints model / estimate per round. ``--modes`` times the kernels in other cache modes too.
+prints model / estimate per round. ``--modes`` times the kernels in other cache modes too;
+``--model-bytes`` times the ``model`` mode once per amount streamed (default: the model's
+footprint, as the tuning job counts it), all in the same rounds.
 
     python bench/estimate_fidelity.py --run-id RUN_ID --store DIR [--rounds 3]
-                                      [--modes model,memory,l3] [--out bench/results/x.json]
+                                      [--modes model,memory,l3] [--model-bytes N,N]
+                                      [--out bench/results/x.json]
 
 RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
 the quickstart print them); its records must be in DIR's record database. Run it on a
@@ -79,8 +82,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=None,
                         help="cache modes to time the kernels in (default: the run's)")
+    parser.add_argument("--model-bytes", default=None,
+                        help="amounts the model mode streams, comma-separated (default: "
+                             "the model's footprint)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/estimate_fidelity.json"))
     args = parser.parse_args()
+    try:
+        requested = [int(n) for n in args.model_bytes.split(",")] if args.model_bytes else None
+    except ValueError:
+        parser.error(f"--model-bytes: {args.model_bytes!r} is not a list of integers")
 
     from simpletvm.tuning.timing import CACHE_MODES, model_footprint_bytes, resolve_cache_mode
 
@@ -95,6 +105,10 @@ def main() -> None:
     unknown = [mode for mode in modes if mode not in choices]
     if unknown:
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+    amounts = requested or [model_bytes]
+    # each timing: (label, mode, bytes the model mode streams)
+    timings = [(f"model@{n}" if len(amounts) > 1 else mode, mode, n)
+               for mode in modes for n in (amounts if mode == "model" else [model_bytes])]
     scratch = tempfile.TemporaryDirectory(prefix="estimate-fidelity-")
     kernels = best_kernels(stvm, database, built, scratch.name)
     recorded = sum(weight * best_s * 1e3 for weight, best_s, _, _ in kernels)
@@ -104,15 +118,15 @@ def main() -> None:
     rounds = []
     for index in range(args.rounds):
         before = whole_model_ms(saved, 100)
-        estimates = {mode: estimate_ms(kernels, mode, model_bytes) for mode in modes}
+        estimates = {label: estimate_ms(kernels, mode, n) for label, mode, n in timings}
         model = (before + whole_model_ms(saved, 100)) / 2
         rounds.append({"model_ms": model, "estimate_ms": estimates})
         print(f"round {index + 1}: model {model:.4f} ms; " + ", ".join(
             f"estimate in '{mode}' {ms:.4f} ms (model / estimate {model / ms:.2f})"
             for mode, ms in estimates.items()), flush=True)
     model = statistics.median(r["model_ms"] for r in rounds)
-    summary = {mode: statistics.median(r["model_ms"] / r["estimate_ms"][mode] for r in rounds)
-               for mode in modes}
+    summary = {label: statistics.median(r["model_ms"] / r["estimate_ms"][label] for r in rounds)
+               for label, _, _ in timings}
     print(f"median model {model:.4f} ms = {model / recorded:.2f}x the recorded estimate; "
           "beside its kernels timed again: " + ", ".join(
               f"'{mode}' {ratio:.2f}x" for mode, ratio in summary.items()))
