@@ -124,14 +124,14 @@ def import_builtin(
     details = {"builtin": config}
     slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
     cached = Path(cache_dir) / slug if cache_dir else None
-    if cached and cached.with_suffix(".tflite").exists():
-        return relax_from_tflite(cached.with_suffix(".tflite").read_bytes(), key, "builtin",
+    if cached and _cached_file(cached, ".tflite").exists():
+        return relax_from_tflite(_cached_file(cached, ".tflite").read_bytes(), key, "builtin",
                                  batch_size=batch_size, details={**details, "route": "tflite"},
                                  input_names=["input"])
-    if cached and cached.with_suffix(".onnx").exists():
+    if cached and _cached_file(cached, ".onnx").exists():
         import onnx
 
-        return relax_from_onnx(onnx.load(str(cached.with_suffix(".onnx"))), key, "builtin",
+        return relax_from_onnx(onnx.load(str(_cached_file(cached, ".onnx"))), key, "builtin",
                                None, batch_size, {**details, "route": "onnx"})
     from .tensorflow import _quiet_tensorflow
 
@@ -165,12 +165,19 @@ def builtin_recipe(model_details: dict[str, Any]) -> tuple[str, dict[str, Any]] 
     return config.pop("name"), config
 
 
+def _cached_file(stem: Path, suffix: str) -> Path:
+    """A converted model's file in the zoo cache. Its name, the whole configuration,
+    holds dots (``alpha=0.35``): the suffix is appended, never put in place of what
+    follows the last dot (which made every MobileNet of one alpha share a file)."""
+    return stem.parent / (stem.name + suffix)
+
+
 def _cache(cached: Path | None, suffix: str, config: dict, write: Callable[[Path], None]) -> None:
     """Keep a converted model (atomically) with the configuration it was made from."""
     if cached is None:
         return
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(suffix + ".tmp")
+    tmp = _cached_file(cached, suffix + ".tmp")
     write(tmp)
-    tmp.replace(cached.with_suffix(suffix))
-    atomic_write_text(cached.with_suffix(".json"), json.dumps(config, indent=2))
+    tmp.replace(_cached_file(cached, suffix))
+    atomic_write_text(_cached_file(cached, ".json"), json.dumps(config, indent=2))

@@ -137,6 +137,21 @@ def test_builtin_models_match_keras(store, name, options):
     np.testing.assert_allclose(cached.run(x), stvm.run(x), atol=1e-6)
 
 
+@pytest.mark.slow
+def test_the_cache_keeps_each_configuration_of_a_builtin_apart(tmp_path):
+    """Two image sizes of one MobileNet width: a file each, and each import gets its
+    own model back (the configuration's dots, as in alpha=0.35, are not a suffix)."""
+    from simpletvm.models import import_model
+
+    shapes = {size: import_model("mobilenetv2", cache_dir=tmp_path, image_size=size,
+                                 alpha=0.35, classes=10).inputs[0].shape for size in (32, 40)}
+    assert len(list(tmp_path.glob("*.tflite"))) == len(list(tmp_path.glob("*.json"))) == 2
+    for size in (32, 40):  # now from the cache
+        cached = import_model("mobilenetv2", cache_dir=tmp_path, image_size=size, alpha=0.35,
+                              classes=10)
+        assert cached.inputs[0].shape == shapes[size] == (1, size, size, 3)
+
+
 def test_input_shape_fixes_unknown_dimensions(store, tmp_path):
     import onnx
 
