@@ -24,6 +24,9 @@ from simpletvm.tuning.records import open_records
 
 from scheduler_helpers import by_job
 
+# one pytest-xdist worker runs every test that starts Ray: two local instances at once
+# would race for the same ports
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 def test_a_pinned_actor_reports_client_stages_under_its_node_role() -> None:

@@ -51,6 +51,7 @@ def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # with the other tests that start Ray (test_scheduler_ray.py)
 def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_onnx):
     grid = _two_tuned_runs(write_grid, tiny_onnx, "on-ray")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--backend", "ray")

@@ -1,0 +1,74 @@
+"""The suite runs on every core (pytest-xdist, ``-n auto --dist loadgroup`` in
+pyproject.toml); these hooks decide what may run side by side.
+
+- A module's tests run in one worker, so its module-scoped fixtures (a tuned model, a
+  sweep, an RPC tracker) are made once; ``@pytest.mark.xdist_group(name)`` puts tests of
+  several modules in one worker instead (two local Ray instances at once would race).
+- ``@pytest.mark.exclusive``: the test times the machine (a tuned build against an
+  untuned one, a signal sent into a run), so no other test runs while it does. A
+  readers-writer file lock around each test's whole protocol, fixtures included, in a
+  directory the controlling process makes for the session and hands its workers through
+  the environment; a single process (``-n 0``) takes no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LOCKS_VARIABLE = "SIMPLETVM_TEST_LOCKS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        os.environ[LOCKS_VARIABLE] = tempfile.mkdtemp(prefix="simpletvm-test-locks-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ and LOCKS_VARIABLE in os.environ:
+        shutil.rmtree(os.environ.pop(LOCKS_VARIABLE), ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _machine(locks: Path, exclusive: bool) -> Iterator[None]:
+    """Every test shares the machine, an exclusive one owns it. The turnstile makes it
+    fair: while an exclusive test waits for the running ones to end, no new one starts."""
+    with contextlib.ExitStack() as stack:
+        with _flock(locks / "turnstile.lock", fcntl.LOCK_EX):
+            stack.enter_context(_flock(locks / "machine.lock",
+                                       fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside a test
+        yield
+        return
+    with _machine(Path(os.environ[LOCKS_VARIABLE]),
+                  item.get_closest_marker("exclusive") is not None):
+        yield
