@@ -23,6 +23,9 @@ from typing import ClassVar
 from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
 
 
+WAKE_S = 0.2  # how often a waiting loop wakes to act on signals (Ctrl-C)
+
+
 class WorkerDied(Exception):
     """The process that held a job is gone (killed, crashed, its node lost)."""
 
@@ -96,8 +99,18 @@ class Backend(ABC):
         """Forget a finished or failed job and free whatever held it (e.g. its process)."""
 
     def wait(self, futures: Iterable[Future]) -> set[Future]:
-        """Block until at least one future is done; return the done ones."""
-        return concurrent.futures.wait(list(futures), return_when=concurrent.futures.FIRST_COMPLETED).done
+        """Block until at least one future is done; return the done ones.
+
+        Waits in slices of :data:`WAKE_S`: Linux may hand Ctrl-C to any thread (a relay
+        thread, a runtime's), and the main thread only raises KeyboardInterrupt once it
+        wakes; blocked until a stage ended, a sweep ignored Ctrl-C through a run's
+        minutes-long evaluation."""
+        pending = list(futures)
+        while True:
+            done = concurrent.futures.wait(
+                pending, timeout=WAKE_S, return_when=concurrent.futures.FIRST_COMPLETED).done
+            if done:
+                return done
 
     def close(self) -> None:
         """Release every job and stop the workers."""

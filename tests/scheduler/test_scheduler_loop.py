@@ -153,3 +153,33 @@ def test_resources_are_validated() -> None:
         Scheduler([device("gpu0"), device("gpu0")], backend="threads")
     with pytest.raises(ValueError, match="unknown backend 'dask'; valid names: processes, ray, threads"):
         Scheduler([client()], backend="dask")
+
+
+def test_a_waiting_scheduler_acts_on_a_signal_another_thread_received() -> None:
+    """Linux may hand Ctrl-C to any thread; the waiting main thread must act on it while
+    the stage it waits for still runs (this one ends after 5 s, long after the signal)."""
+    import signal
+    import threading
+    from concurrent.futures import Future
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_) -> None:
+        raise Interrupted
+
+    stage_end: Future = Future()
+    ends = threading.Timer(5.0, stage_end.set_result, (None,))
+    sender = threading.Timer(0.3, lambda: signal.pthread_kill(threading.get_ident(),
+                                                             signal.SIGUSR1))
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        ends.start()
+        sender.start()  # the timer's own thread receives the signal, not the main one
+        with pytest.raises(Interrupted):
+            InProcessBackend().wait([stage_end])
+        assert not stage_end.done()
+    finally:
+        sender.join()
+        ends.cancel()
+        signal.signal(signal.SIGUSR1, previous)
