@@ -4,6 +4,8 @@ pyproject.toml); these hooks decide what may run side by side.
 - A module's tests run in one worker, so its module-scoped fixtures (a tuned model, a
   sweep, an RPC tracker) are made once; ``@pytest.mark.xdist_group(name)`` puts tests of
   several modules in one worker instead (two local Ray instances at once would race).
+  The groups with the most slow tests go out first, so that the last minutes do not find
+  one worker busy with a long module and the other idle.
 - ``@pytest.mark.exclusive``: the test times the machine (a tuned build against an
   untuned one, a signal sent into a run), so no other test runs while it does. A
   readers-writer file lock around each test's whole protocol, fixtures included, in a
@@ -38,9 +40,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    slow: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = _group(item)
+        slow[group] = slow.get(group, 0) + (item.get_closest_marker("slow") is not None)
+        first.setdefault(group, index)
+    # stable: the tests of a group keep their order
+    items.sort(key=lambda item: (-slow[_group(item)], first[_group(item)]))
+
+
+def _group(item: pytest.Item) -> str:
+    return item.get_closest_marker("xdist_group").args[0]
 
 
 @contextlib.contextmanager
