@@ -4,10 +4,12 @@ pyproject.toml); these hooks decide what may run side by side.
 - A module's tests run in one worker, so its module-scoped fixtures (a tuned model, a
   sweep, an RPC tracker) are made once; ``@pytest.mark.xdist_group(name)`` puts tests of
   several modules in one worker instead (two local Ray instances at once would race).
+  The group becomes part of each test's id, which pytest 9.2 no longer lets xdist do
+  (hence the pin in pyproject.toml).
   The groups with the most slow tests go out first, so that the last minutes do not find
   one worker busy with a long module and the other idle.
 - ``@pytest.mark.exclusive``: the test times the machine (a tuned build against an
-  untuned one, a signal sent into a run), so no other test runs while it does. A
+  untuned one), so no other test runs while it does. A
   readers-writer file lock around each test's whole protocol, fixtures included, in a
   directory the controlling process makes for the session and hands its workers through
   the environment; a single process (``-n 0``) takes no lock.
