@@ -124,14 +124,16 @@ def import_builtin(
     details = {"builtin": config}
     slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
     cached = Path(cache_dir) / slug if cache_dir else None
-    if cached and _cached_file(cached, ".tflite").exists():
-        return relax_from_tflite(_cached_file(cached, ".tflite").read_bytes(), key, "builtin",
+    tflite, onnx_file = (_cached_file(cached, suffix) if cached else None
+                         for suffix in (".tflite", ".onnx"))
+    if tflite and tflite.exists():
+        return relax_from_tflite(tflite.read_bytes(), key, "builtin",
                                  batch_size=batch_size, details={**details, "route": "tflite"},
                                  input_names=["input"])
-    if cached and _cached_file(cached, ".onnx").exists():
+    if onnx_file and onnx_file.exists():
         import onnx
 
-        return relax_from_onnx(onnx.load(str(_cached_file(cached, ".onnx"))), key, "builtin",
+        return relax_from_onnx(onnx.load(str(onnx_file)), key, "builtin",
                                None, batch_size, {**details, "route": "onnx"})
     from .tensorflow import _quiet_tensorflow
 
