@@ -41,8 +41,7 @@ def main() -> None:
 
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.comparison import simpletvm_runners, time_side_by_side, tflite_runners
-    from simpletvm.models.tflite import keras_to_tflite
-    from simpletvm.models.zoo import build_keras_model, builtin_recipe
+    from simpletvm.models.zoo import builtin_recipe, builtin_tflite
     from simpletvm.threads import runtime_threads
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store, num_threads=args.threads)
@@ -52,11 +51,10 @@ def main() -> None:
         raise SystemExit(f"run {args.run_id} is not of a built-in model: nothing to "
                          "rebuild TFLite's model from")
     model, options = recipe
-    options.pop("batch_size", None)  # the Keras model is batch-agnostic
     threads = stvm.target.host_cores()  # TFLite on every core and on one, as the quickstart
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
-    tflite = tflite_runners(keras_to_tflite(build_keras_model(model, **options)), example,
+    tflite = tflite_runners(builtin_tflite(model, stvm.store.zoo_dir, **options), example,
                             threads)
     chosen = runtime_threads()
     with simpletvm_runners(stvm, example) as ours:

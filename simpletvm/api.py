@@ -123,7 +123,7 @@ class SimpleTVM:
             model = import_model(
                 source, format=format, output_name=output_name, output_size=output_size,
                 input_shapes=input_shapes, batch_size=batch_size, signature=signature,
-                cache_dir=self.store.root / "zoo", **options)
+                cache_dir=self.store.zoo_dir, **options)
             self.model = model
             self._forms = ConvForms(model.mod, self.target, **(lowering or {}))
             self._executable = self._vm = None

@@ -190,20 +190,18 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     import numpy as np
 
     from .comparison import simpletvm_runners, time_side_by_side, tflite_runners
-    from .models.tflite import keras_to_tflite
-    from .models.zoo import build_keras_model
+    from .models.zoo import builtin_tflite
 
+    size = options["image_size"]
+    example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
     try:
-        keras_model = build_keras_model(model, **options)
-        flatbuffer = keras_to_tflite(keras_model)
+        tflite = tflite_runners(builtin_tflite(model, stvm.store.zoo_dir, **options), example,
+                                stvm.target.host_cores())
     except ImportError:
         console.print("TFLite is not installed here: no comparison")
         return
-    size = options["image_size"]
-    example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
     with simpletvm_runners(stvm, example) as simpletvm:
-        sides = {"SimpleTVM": simpletvm, "TFLite (XNNPACK)": tflite_runners(
-            flatbuffer, example, stvm.target.host_cores())}
+        sides = {"SimpleTVM": simpletvm, "TFLite (XNNPACK)": tflite}
         runners = {(side, count): infer for side, by_count in sides.items()
                    for count, infer in by_count.items()}
         samples = time_side_by_side(runners, rounds=COMPARISON_ROUNDS, calls=COMPARISON_CALLS,

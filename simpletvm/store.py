@@ -126,6 +126,11 @@ class RunStore:
     def superb_dir(self) -> Path:
         return self.root / "superb"
 
+    @property
+    def zoo_dir(self) -> Path:
+        """Where built-in models are kept once converted (TFLite or ONNX files)."""
+        return self.root / "zoo"
+
     def run_ids(self) -> list[str]:
         runs = self.root / "runs"
         return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.exists() else []

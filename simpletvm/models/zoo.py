@@ -116,14 +116,9 @@ def import_builtin(
     seed: int = 0, batch_size: int = 1, **options: Any,
 ) -> ImportedModel:
     """A built-in model by name; options: image_size, classes, seed, alpha (MobileNets)."""
-    key = canonical_name(name)
-    if key is None:
-        raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
-    config = {"name": key, "batch_norm": "random", "image_size": image_size, "classes": classes, "seed": seed,
-              "batch_size": batch_size, **options}
+    key, config, cached = _configuration(name, cache_dir, image_size, classes, seed,
+                                         batch_size, options)
     details = {"builtin": config}
-    slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
-    cached = Path(cache_dir) / slug if cache_dir else None
     tflite, onnx_file = (_cached_file(cached, suffix) if cached else None
                          for suffix in (".tflite", ".onnx"))
     if tflite and tflite.exists():
@@ -155,6 +150,35 @@ def import_builtin(
     onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=ONNX_OPSET)
     _cache(cached, ".onnx", config, lambda path: onnx.save(onnx_model, str(path)))
     return relax_from_onnx(onnx_model, key, "builtin", None, batch_size, {**details, "route": "onnx"})
+
+
+def builtin_tflite(name: str, cache_dir: Path | None, image_size: int = 224,
+                   classes: int = 1000, seed: int = 0, batch_size: int = 1,
+                   **options: Any) -> bytes:
+    """A built-in model as a TFLite flatbuffer (to time TFLite on it): the zoo cache's
+    when an import of the same configuration made one, else converted from Keras now
+    (seconds of TensorFlow) and not cached, since an import of a model the TFLite
+    frontend rejects finds its ONNX file instead."""
+    key, _, cached = _configuration(name, cache_dir, image_size, classes, seed, batch_size,
+                                    options)
+    tflite = _cached_file(cached, ".tflite") if cached else None
+    if tflite and tflite.exists():
+        return tflite.read_bytes()
+    return keras_to_tflite(build_keras_model(key, image_size, classes, seed, **options))
+
+
+def _configuration(name: str, cache_dir: Path | None, image_size: int, classes: int,
+                   seed: int, batch_size: int, options: dict[str, Any],
+                   ) -> tuple[str, dict[str, Any], Path | None]:
+    """A built-in model's canonical name, its configuration (what makes its weights and
+    shapes) and the stem its converted files are cached under (None without a cache)."""
+    key = canonical_name(name)
+    if key is None:
+        raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
+    config = {"name": key, "batch_norm": "random", "image_size": image_size, "classes": classes, "seed": seed,
+              "batch_size": batch_size, **options}
+    slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
+    return key, config, Path(cache_dir) / slug if cache_dir else None
 
 
 def builtin_recipe(model_details: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
