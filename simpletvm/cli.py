@@ -1,6 +1,7 @@
 """The ``simpletvm`` command: a quickstart, and one model at a time (tune, compile, run,
 benchmark), in the manner of TVM's former ``tvmc``. Bad input exits 2 with the fix; an
-unexpected error exits 1 with one line and the file holding its traceback."""
+unexpected error exits 1 with one line and the file holding its traceback; Ctrl-C exits
+130 with the run saved as far as it got."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 BAD_INPUT = 2
 UNEXPECTED = 1
+INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT
 
 
 @app.callback()
@@ -50,8 +52,11 @@ def _guarded(function):
         _active_contexts.clear()
         try:
             return function(*args, **kwargs)
-        except (typer.Exit, typer.Abort, typer.BadParameter, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, typer.BadParameter):
             raise  # typer's own: usage errors exit 2 with its message
+        except KeyboardInterrupt:
+            _save_interrupted_run()
+            raise typer.Exit(INTERRUPTED) from None
         except SimpleTVMError as error:
             raise _refuse(_error_console(), error) from error
         except Exception as error:  # noqa: BLE001 - the CLI edge: a message, not a traceback
@@ -63,6 +68,18 @@ def _guarded(function):
                 soft_wrap=True)  # one line, the path unbroken
             raise typer.Exit(UNEXPECTED) from None
     return command
+
+
+def _save_interrupted_run() -> None:
+    """Ctrl-C: keep the command's run (its records are in the store already) and say so."""
+    console = _error_console()
+    if not _active_contexts:
+        console.print("interrupted")
+        return
+    ctx = _active_contexts[-1]
+    ctx.logger.info("interrupted by the user")
+    console.print(f"interrupted: run {ctx.run_id} saved as far as it got ({ctx.save()}); "
+                  "the records it measured are in the store", highlight=False, soft_wrap=True)
 
 
 def _error_console():

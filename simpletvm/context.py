@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from .errors import RunNotFoundError
 from .hostinfo import host_facts, library_versions
+from .interrupts import keep_interrupts
 from .native_output import redirected, verbose
 from .store import HOME_ENV, RunStore, atomic_write_json
 
@@ -105,7 +106,7 @@ class BenchmarkingContext:
         native = (contextlib.nullcontext() if verbose()
                   else redirected(self.store.log_path(self.run_id), keep_python=True))
         try:
-            with native:
+            with native, keep_interrupts():  # Ctrl-C inside TVM stays an interrupt
                 yield record
         except BaseException as error:
             record["status"] = "error"
