@@ -120,6 +120,7 @@ class TuningJob:
         self._builder = builder
         self._own_builder = builder is None  # ours to start and to close
         self._runner = runner
+        self._runs_locally = runner is None
         self._tune_contexts: dict[int, Any] = {}  # per started task: its search state
         self._samplers: dict[int, Any] = {}  # per started task: its cold-start sampling
         self._sampled = False  # the current candidates came from the cold-start sampling
@@ -242,6 +243,7 @@ class TuningJob:
                 self.target.kind,
                 max_workers=min(self.options.resolved_batch_size(), os.cpu_count() or 1),
                 timeout_sec=self.options.build_timeout,
+                link=self._runs_locally,  # the local runner loads a linked library as it is
             )
         self._build_results = self._builder.build(
             [BuilderInput(c.sch.mod, self._tvm_target) for c in self._candidates])
