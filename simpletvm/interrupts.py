@@ -4,9 +4,11 @@ MetaSchedule calls back into Python from C++ (the local runner waiting on its ti
 the cost model, the record database), and TVM's FFI hands any exception such a callback
 raises back as its own error: a ``KeyboardInterrupt`` comes out as a bare
 ``RuntimeError('')``. A user pressing Ctrl-C during a profile stage would see an
-"unexpected error" instead of an interrupted run. :func:`keep_interrupts` notes every
-SIGINT that arrives while its block runs and raises ``KeyboardInterrupt`` in place of an
-error that follows one.
+"unexpected error", and one during a select stage would see the task given up as
+untunable and the tuning go on. :func:`keep_interrupts` notes every SIGINT that arrives
+while its block runs: an error that follows one surfaces as ``KeyboardInterrupt``, and
+so does the block's end when the body took the interrupt for an ordinary error and
+went on; :func:`raise_if_interrupted` lets a long loop inside the block stop at once.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+_open_blocks: list[list[int]] = []  # the SIGINTs each open block received, innermost last
+
 
 @contextmanager
 def keep_interrupts() -> Iterator[None]:
-    """Run the block so that an error raised after SIGINT arrived surfaces as
-    ``KeyboardInterrupt`` (chained to that error). Only the main thread receives Python's
-    signals; elsewhere, or when SIGINT is ignored or left to the system, the block runs
-    as it is."""
+    """Run the block so that SIGINT arriving in it ends it with ``KeyboardInterrupt``
+    (chained to the error TVM made of it, if any). Only the main thread receives
+    Python's signals; elsewhere, or when SIGINT is ignored or left to the system, the
+    block runs as it is."""
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield
@@ -34,6 +38,7 @@ def keep_interrupts() -> Iterator[None]:
         previous(signum, frame)
 
     signal.signal(signal.SIGINT, note_and_pass_on)
+    _open_blocks.append(received)
     try:
         yield
     except Exception as error:
@@ -41,4 +46,15 @@ def keep_interrupts() -> Iterator[None]:
             raise KeyboardInterrupt from error
         raise
     finally:
+        _open_blocks.pop()
         signal.signal(signal.SIGINT, previous)
+    if received:  # the body caught what TVM made of the interrupt, and went on
+        raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` when SIGINT arrived in the innermost open
+    :func:`keep_interrupts` block (between the stages of a tuning, say, where a stage
+    may have taken the interrupt for a failure of its own)."""
+    if _open_blocks and _open_blocks[-1]:
+        raise KeyboardInterrupt

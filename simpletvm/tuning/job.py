@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Callable
 
 from ..conv_forms import ConvForms
+from ..interrupts import raise_if_interrupted
 from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from ..winograd import register_schedule_rules
 from .options import TuningOptions
@@ -171,6 +172,7 @@ class TuningJob:
         start = time.time()
         self.plan.stage_started()
         extra = getattr(self, f"_{spec.kind}")()
+        raise_if_interrupted()  # a stage may have taken Ctrl-C for a failure of its own
         self._close_finished_tasks()
         end = time.time()
         if self.context is not None:

@@ -16,7 +16,7 @@ import tvm_ffi
 from typer.testing import CliRunner
 
 from simpletvm.cli import app
-from simpletvm.interrupts import keep_interrupts
+from simpletvm.interrupts import keep_interrupts, raise_if_interrupted
 from simpletvm.tuning.records import open_records
 
 
@@ -57,6 +57,40 @@ def test_an_error_without_sigint_stays_itself(python_sigint):
     assert signal.getsignal(signal.SIGINT) is python_sigint
 
 
+def test_an_interrupt_the_body_took_for_an_error_still_ends_the_block(python_sigint):
+    went_on = []
+    with pytest.raises(KeyboardInterrupt):
+        with keep_interrupts():
+            try:
+                interrupted_inside_tvm()
+            except RuntimeError:  # as a stage takes a failure of TVM's
+                went_on.append(True)
+            with pytest.raises(KeyboardInterrupt):
+                raise_if_interrupted()  # a loop inside the block can stop at once
+    assert went_on == [True]
+    raise_if_interrupted()  # outside any block: nothing to raise
+
+
+def test_ctrl_c_while_a_task_starts_stops_the_tuning_not_only_that_task(
+        store, tiny_onnx, monkeypatch, python_sigint):
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.tuning.job import TuningJob
+
+    started: list[int] = []
+
+    def start_task(self, index):  # MetaSchedule's search calls back into Python here
+        started.append(index)
+        interrupted_inside_tvm()
+
+    monkeypatch.setattr(TuningJob, "_start_task", start_task)
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
+    with pytest.raises(KeyboardInterrupt):
+        stvm.autotune(trials=2)
+    assert len(started) == 1  # not every task given up as untunable, one after another
+    assert stvm.context.steps[-1]["step"] == "autotune"
+    assert stvm.context.steps[-1]["error"].startswith("KeyboardInterrupt")
+
+
 def test_ctrl_c_inside_tvm_during_a_step_exits_130_with_the_run_saved(
         store, tiny_onnx, monkeypatch, python_sigint):
     from simpletvm.api import SimpleTVM
@@ -81,7 +115,8 @@ def test_ctrl_c_inside_tvm_during_a_step_exits_130_with_the_run_saved(
 def test_ctrl_c_during_real_tuning_exits_130_and_keeps_what_was_measured(store, tiny_onnx):
     tuning = subprocess.Popen(
         [sys.executable, "-m", "simpletvm", "tune", str(tiny_onnx), "--minutes", "10",
-         "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
     try:
         deadline = time.monotonic() + 300
         while not (store / "records.sqlite").exists() or len(open_records(store)) < 4:
