@@ -63,10 +63,10 @@ class PersistentBuilder(PyBuilder):
         max_workers: parallel compilations (default: CPU cores).
         timeout_sec: per-candidate build timeout; the worker is replaced after one.
         link: link each candidate into a shared library here, for a runner on this
-            machine: its profile stage, which holds the device, then only loads it (a tar
-            costs it an unpack and a link, about 40 ms a candidate on the reference host,
-            most of a small kernel's profile). Without it, a tar that a remote runner
-            links on its own machine.
+            machine: its profile stage, which holds the device, then only loads it (the
+            quickstart model on a 2-core Xeon: profile 20 ms a candidate against 55 with
+            the tar's unpack and link, build 159 against 126). Without it, a tar that a
+            remote runner links on its own machine.
     """
 
     def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
