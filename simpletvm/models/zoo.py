@@ -158,7 +158,7 @@ def builtin_tflite(name: str, cache_dir: Path | None, image_size: int = 224,
     """A built-in model as a TFLite flatbuffer (to time TFLite on it): the zoo cache's
     when an import of the same configuration made one, else converted from Keras now
     (seconds of TensorFlow). Not cached then: an import takes a cached flatbuffer first,
-    and the models without one are those whose import the TFLite frontend refused."""
+    and a model imported without one is one the TFLite frontend refused."""
     key, _, cached = _configuration(name, cache_dir, image_size, classes, seed, batch_size,
                                     options)
     tflite = _cached_file(cached, ".tflite") if cached else None
