@@ -101,6 +101,12 @@ class Job(ABC):
         """True once every stage has run."""
         return self.next_stage() is None
 
+    def close(self) -> None:
+        """Release what the job holds where it runs (temporary files, helper processes).
+
+        The backend calls it when it releases the job, in the job's process; a job whose
+        process is killed never gets the call."""
+
 
 JobFactory = Callable[[], Job]
 """A picklable zero-argument callable that builds a job inside a worker process.

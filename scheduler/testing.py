@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 
 from scheduler.base import Job, Stage, StageResult
 
@@ -53,7 +54,8 @@ class MockJob(Job):
     ``fail_at`` as (task, iteration, kind) raise; any stage run on a resource named in
     ``fail_on`` raises (a dead device); the stage at ``crash_at`` kills its own worker
     process with SIGKILL halfway through (only inside a worker process, so a misuse
-    cannot kill the scheduler).
+    cannot kill the scheduler). ``closed_marker``: a file :meth:`close` creates, where
+    the job lives, naming its process (tests see a backend close its jobs).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class MockJob(Job):
         fail_at: Collection[tuple[int, int, str]] = (),
         fail_on: Collection[str] = (),
         crash_at: tuple[int, int, str] | None = None,
+        closed_marker: str | os.PathLike | None = None,
     ) -> None:
         roles = {**STAGE_RESOURCES, **(resources or {})}
         missing = [k for k in kinds if k not in roles]
@@ -82,6 +85,7 @@ class MockJob(Job):
         self.fail_at = set(fail_at)
         self.fail_on = set(fail_on)
         self.crash_at = crash_at
+        self.closed_marker = closed_marker
         self._stages: list[Stage] = []
         for task in range(tasks):
             for iteration in range(iterations):
@@ -136,6 +140,10 @@ class MockJob(Job):
         self.history.append((stage, resource_name))
         self._position += 1
         return StageResult()
+
+    def close(self) -> None:
+        if self.closed_marker is not None:
+            Path(self.closed_marker).write_text(str(os.getpid()))
 
     def _check(self, stage: Stage) -> None:
         expected = self.next_stage()

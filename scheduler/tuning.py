@@ -97,6 +97,10 @@ class TuningJobAdapter(Job):
             self.simpletvm.context.save()
         return StageResult(details=measured_records(self.tuning))
 
+    def close(self) -> None:
+        self.tuning.finalize()
+        self.simpletvm.close()
+
 
 def measured_records(tuning) -> dict[str, Any]:
     """A stage's details with the records its job measured, when they go to the driver."""

@@ -358,6 +358,19 @@ class SimpleTVM:
         return self
 
     # ---- helpers --------------------------------------------------------------------
+    def close(self) -> None:
+        """Delete the session's temporary files (the exported module of a build that was
+        not saved; the session exports it again if it needs it). A scheduler's worker
+        calls it when it releases its job: the worker leaves through ``os._exit``, which
+        skips the deletion at exit."""
+        if self._export_dir is None:
+            return
+        if self._library_file is not None and self._library_file.parent == Path(
+                self._export_dir.name):
+            self._library_file = None
+        self._export_dir.cleanup()
+        self._export_dir = None
+
     def _require(self, step: str, *states: str) -> None:
         """Refuse ``step`` unless the flow is in one of ``states``, naming the fix."""
         if self.state in states:
@@ -430,9 +443,9 @@ class SimpleTVM:
 
     def _temporary_export(self) -> Path:
         """The built module exported to a temporary directory kept while it is in use."""
-        import tempfile
+        from .scratch import scratch_directory
 
-        self._export_dir = tempfile.TemporaryDirectory(prefix="simpletvm-")
+        self._export_dir = scratch_directory("module")
         path = Path(self._export_dir.name) / MODULE_FILE
         self._export(path)
         return path

@@ -135,6 +135,13 @@ class RunJob(Job):
                               if summary["estimated_latency_s"] else None))
         return details
 
+    def close(self) -> None:
+        """The run's temporary files: its tuning's build workers and buffered records,
+        its build's exported module (saved in the store when the grid saves it)."""
+        if self.tuning is not None:
+            self.tuning.finalize()
+        self.simpletvm.close()
+
     # ---- the steps ---------------------------------------------------------------------
     def _import(self, stage: Stage) -> None:
         from simpletvm.tuning import TuningOptions

@@ -13,6 +13,7 @@ Failures look the same whatever runs behind a backend: a stage's own exception, 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -47,6 +48,15 @@ def execute_stage(job: Job, stage: Stage, resource_name: str) -> StageOutcome:
     """Run one stage and read the next one in the same place, so one round trip does both."""
     result = job.run_stage(stage, resource_name)
     return StageOutcome(result, first_stage(job))
+
+
+def close_job(job: Job) -> None:
+    """Let a released job free what it holds (:meth:`Job.close`); a failure there is
+    logged, and ends nothing else."""
+    try:
+        job.close()
+    except Exception:  # noqa: BLE001 - the job is done either way
+        logging.getLogger(__name__).exception("job %s: close() failed", job.job_id)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from scheduler.backends.base import Backend, StageOutcome, execute_stage, first_stage
+from scheduler.backends.base import Backend, StageOutcome, close_job, execute_stage, first_stage
 from scheduler.base import Job, JobFactory, Resource, Stage
 
 
@@ -42,8 +42,11 @@ class InProcessBackend(Backend):
         return self._pool.submit(execute_stage, self._jobs[job_id], stage, resource.name)
 
     def release(self, job_id: str) -> None:
-        self._jobs.pop(job_id, None)
+        job = self._jobs.pop(job_id, None)
+        if job is not None:
+            close_job(job)
 
     def close(self) -> None:
-        self._jobs.clear()
+        for job_id in list(self._jobs):
+            self.release(job_id)
         self._pool.shutdown(wait=True, cancel_futures=True)

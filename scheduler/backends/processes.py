@@ -11,7 +11,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from scheduler.backends.base import Backend, StageOutcome, WorkerDied, as_factory, execute_stage, first_stage
+from scheduler.backends.base import (Backend, StageOutcome, WorkerDied, as_factory, close_job,
+                                     execute_stage, first_stage)
 from scheduler.base import Job, JobFactory, Resource, Stage
 
 STOP_GRACE_S = 3.0
@@ -171,23 +172,27 @@ def _serve(conn) -> None:
     os.setsid()
     _die_with_parent()
     job: Job | None = None
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
-        try:
-            if message[0] == "construct":
-                job = message[1]()
-                reply: Any = first_stage(job)
-            else:
-                assert job is not None, "worker has no job"
-                reply = execute_stage(job, message[1], message[2])
-            conn.send(("ok", reply))
-        except Exception as exc:  # a job's error fails that job, never the worker loop
-            conn.send(("error", _picklable(exc)))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "stop":
+                return
+            try:
+                if message[0] == "construct":
+                    job = message[1]()
+                    reply: Any = first_stage(job)
+                else:
+                    assert job is not None, "worker has no job"
+                    reply = execute_stage(job, message[1], message[2])
+                conn.send(("ok", reply))
+            except Exception as exc:  # a job's error fails that job, never the worker loop
+                conn.send(("error", _picklable(exc)))
+    finally:  # the process ends through os._exit, which runs no cleanup of its own
+        if job is not None:
+            close_job(job)
 
 
 def _picklable(exc: Exception) -> Exception:

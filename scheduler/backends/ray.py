@@ -36,10 +36,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler.backends.base import Backend, StageOutcome, WorkerDied, as_factory, execute_stage, first_stage
+from scheduler.backends.base import (Backend, StageOutcome, WorkerDied, as_factory, close_job,
+                                     execute_stage, first_stage)
 from scheduler.base import CLIENT, Job, JobFactory, Resource, Stage
 
 INSTALL_HINT = "pip install 'simpletvm[ray]'"
+CLOSE_TIMEOUT_S = 10.0  # a released job's close() before its actor is killed
 
 
 class JobActor:
@@ -63,6 +65,11 @@ class JobActor:
             stage = replace(stage, resource=CLIENT)
         outcome = execute_stage(self._job, stage, resource_name)
         return replace(outcome, next_stage=self._to_scheduler(outcome.next_stage))
+
+    def close(self) -> None:
+        if self._job is not None:
+            close_job(self._job)
+            self._job = None
 
     def _to_scheduler(self, stage: Stage | None) -> Stage | None:
         if stage is None or stage.resource != CLIENT:
@@ -175,6 +182,10 @@ class RayBackend(Backend):
         self._pinned.pop(job_id, None)
         actor = self._actors.pop(job_id, None)
         if actor is not None:
+            try:  # a killed actor runs no cleanup: the job's first
+                self._ray.get(actor.close.remote(), timeout=CLOSE_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - dead or stuck: killed all the same
+                pass
             self._ray.kill(actor, no_restart=True)
 
     def close(self) -> None:

@@ -19,6 +19,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor
 
+from ..scratch import make_scratch_dir
+
 
 def _worker_init(target_kind: str) -> None:
     from simpletvm.targets import load_tensor_intrinsics
@@ -75,7 +77,7 @@ class PersistentBuilder(PyBuilder):
         self.max_workers = max_workers or os.cpu_count() or 1
         self.timeout_sec = timeout_sec
         self.link = link
-        self.artifact_dir = tempfile.mkdtemp(prefix="simpletvm-build-")
+        self.artifact_dir = make_scratch_dir("build")
         self._pool = PopenPoolExecutor(
             max_workers=self.max_workers,
             timeout=timeout_sec,

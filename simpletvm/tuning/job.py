@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..conv_forms import ConvForms
 from ..interrupts import raise_if_interrupted
+from ..scratch import sweep_orphans
 from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from ..winograd import register_schedule_rules
 from .options import TuningOptions
@@ -85,6 +86,7 @@ class TuningJob:
         load_tensor_intrinsics(target.kind)
         register_schedule_rules()  # the Winograd operator's transform blocks name them
         use_runtime_threads(target.host_cores())  # the runner processes measure with them
+        sweep_orphans()  # the scratch directories of killed jobs before this one
         self.target = target
         self.options = options
         self.records = records
@@ -198,7 +200,8 @@ class TuningJob:
         self.finalize()
 
     def finalize(self) -> dict[str, Any]:
-        """Close the search states and the build workers (the records are stored)."""
+        """Close the search states, the build workers and the records (stored, or for a
+        buffer, waiting to be drained)."""
         if self._finalized:
             return self.summary()
         self._finalized = True
@@ -206,6 +209,7 @@ class TuningJob:
             self._close_task(index)
         if self._own_builder and self._builder is not None:
             self._builder.close()
+        self.records.close()
         return self.summary()
 
     def summary(self) -> dict[str, Any]:

@@ -20,12 +20,14 @@ import json
 import math
 import os
 import sqlite3
-import tempfile
+import shutil
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from ..scratch import make_scratch_dir
 
 IDENTITIES = "record_identities"  # meta key: set once identities include the run
 BUSY_TIMEOUT_S = 120  # a legacy import holds the write lock for a while; writers wait
@@ -234,6 +236,13 @@ class RecordStore:
         return row[0] if row else None
 
     # ---- connections ----------------------------------------------------------------
+    def close(self) -> None:
+        """Close this thread's connection (the next use opens another)."""
+        local = self._local
+        if getattr(local, "pid", None) == os.getpid():
+            local.connection.close()
+        local.connection = local.pid = None
+
     def _one(self, sql: str, *args: Any) -> tuple | None:
         return self._connection().execute(sql, args).fetchone()
 
@@ -281,14 +290,22 @@ class RecordBuffer(RecordStore):
         records = list(records)
         self._pending.append((workload_key, workload_json, records, run_id, remeasured))
         if self._own is None:
-            self._own = RecordStore(Path(tempfile.mkdtemp(prefix="simpletvm-records-"))
-                                    / "own.sqlite")
+            self._own = RecordStore(Path(make_scratch_dir("records")) / "own.sqlite")
         return self._own.add(workload_key, workload_json, records, run_id, remeasured)
 
     def drain(self) -> list[tuple[str, Any, list[list], str | None, bool]]:
         """The writes since the last drain, as :meth:`RecordStore.add`'s arguments."""
         pending, self._pending = self._pending, []
         return pending
+
+    def close(self) -> None:
+        """Close the connection and delete the private copy (the writes not drained yet
+        stay to be drained)."""
+        super().close()
+        if self._own is not None:
+            self._own.close()
+            shutil.rmtree(self._own.path.parent, ignore_errors=True)
+            self._own = None
 
     def top(self, workload_key: str, target: str, limit: int, *,
             run_id: str | None = None, best_only: bool = False) -> list[list]:

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from contextlib import suppress
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
+
+from ..scratch import scratch_directory
 
 CACHE_MODES = ("auto", "model", "memory", "l3", "off")
 EVICTING_MODES = ("model", "memory", "l3")  # the local evaluator runs an eviction kernel
@@ -215,7 +216,7 @@ def preprocessor(mode: str, model_bytes: int = 0) -> str:
     ("" for none), registered in this process."""
     if mode not in EVICTING_MODES:
         return ""
-    return _register_eviction(mode, model_bytes if mode == "model" else 0)[0]
+    return _register_eviction(mode, model_bytes if mode == "model" else 0)
 
 
 def eviction_bytes(mode: str, model_bytes: int, cache_sizes: dict[int, int],
@@ -271,13 +272,12 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
 
 
 @lru_cache(maxsize=None)
-def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.TemporaryDirectory]:
+def _register_eviction(mode: str, model_bytes: int) -> str:
     """Register the preprocessor of ``mode`` (:func:`preprocessor`): a parallel kernel on
     the runtime's own threads (the ones the timed kernel runs on) reads one buffer and
     writes another, each :func:`eviction_bytes` per thread, then the kernel's
     :func:`activations` are read again, as the layers around it would have left them.
-    Returns its name and the eviction library's directory (cached, so that it outlives
-    the loads)."""
+    Returns its name (cached: registered once per process)."""
     import tvm
 
     from ..hostinfo import cache_bytes
@@ -286,7 +286,7 @@ def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.Tempo
     thread_bytes = eviction_bytes(mode, model_bytes, cache_bytes(), threads)
     name = {"l3": EVICT_PRIVATE_CACHES, "memory": EVICT_ALL_CACHES}.get(
         mode, f"{EVICT_MODEL_FOOTPRINT}_{model_bytes}")
-    evict, buffers, scratch = _eviction_kernel(threads, thread_bytes)
+    evict, buffers = _eviction_kernel(threads, thread_bytes)
 
     def preprocess(*args: Any) -> None:
         evict(*buffers)
@@ -294,7 +294,7 @@ def _register_eviction(mode: str, model_bytes: int) -> tuple[str, tempfile.Tempo
             tensor.numpy()
 
     tvm.register_global_func(name, preprocess, override=True)
-    return name, scratch
+    return name
 
 
 def activations(args: tuple) -> list:
@@ -321,13 +321,14 @@ def _eviction_kernel(threads: int, thread_bytes: int):
     schedule.parallel(thread)
     schedule.vectorize(schedule.split(element, [None, 16])[1])
     # a loaded library, not LLVM's JIT, so its loop runs on the timed kernels' pool too:
-    # two pools each holding a core while they wait slowed the candidates 3x
-    scratch = tempfile.TemporaryDirectory(prefix="simpletvm-evict-")
-    library = Path(scratch.name) / "evict.so"
-    tvm.compile(schedule.mod, target={"kind": "llvm"}).export_library(str(library))
-    kernel = tvm.runtime.load_module(str(library))["main"]
+    # two pools each holding a core while they wait slowed the candidates 3x (the file
+    # can go once loaded)
+    with scratch_directory("evict") as scratch:
+        library = Path(scratch) / "evict.so"
+        tvm.compile(schedule.mod, target={"kind": "llvm"}).export_library(str(library))
+        kernel = tvm.runtime.load_module(str(library))["main"]
     buffers = [tvm.runtime.tensor(np.zeros(shape, "float32")) for _ in range(2)]
-    return kernel, buffers, scratch
+    return kernel, buffers
 
 
 def _kernels_on_pool() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 from scheduler import ProcessBackend, Scheduler, client, devices
 from scheduler.testing import MockJob
@@ -38,3 +39,29 @@ def test_a_killed_worker_fails_its_job_and_frees_the_device() -> None:
     assert trace.jobs["ok0"].status == trace.jobs["ok1"].status == "done"
     assert [r.status for r in trace.records if r.resource == "default0"].count("ok") == 4
     assert trace.retired == {} and trace.overlaps() == []
+
+
+def test_a_released_job_is_closed_in_its_worker_process(tmp_path) -> None:
+    """A worker leaves through os._exit, which deletes nothing a job holds: the backend
+    closes each job in its process first; a killed one is not (its files are swept)."""
+    markers = {name: tmp_path / f"{name}.closed" for name in ("done", "failed", "killed")}
+    with Scheduler([client(), *devices("default", 1)], "round-robin", "processes") as scheduler:
+        scheduler.submit(MockJob("done", durations=0.001, closed_marker=markers["done"]))
+        scheduler.submit(MockJob("failed", durations=0.001, fail_at=[(0, 0, "build")],
+                                 closed_marker=markers["failed"]))
+        scheduler.submit(MockJob("killed", durations=0.02, crash_at=(0, 0, "profile"),
+                                 closed_marker=markers["killed"]))
+        trace = scheduler.run()
+    assert {j: o.status for j, o in trace.jobs.items()} == {
+        "done": "done", "failed": "failed", "killed": "failed"}
+    closed_in = {name: int(path.read_text()) for name, path in markers.items() if path.exists()}
+    assert set(closed_in) == {"done", "failed"}
+    assert os.getpid() not in closed_in.values()
+
+
+def test_the_threads_backend_closes_released_jobs(tmp_path) -> None:
+    marker = tmp_path / "closed"
+    with Scheduler([client(), *devices("default", 1)], "round-robin", "threads") as scheduler:
+        scheduler.submit(MockJob("done", durations=0.001, closed_marker=marker))
+        scheduler.run()
+    assert int(marker.read_text()) == os.getpid()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,6 +138,22 @@ def test_a_buffer_holds_writes_for_the_single_writer_and_reads_the_store(tmp_pat
     for arguments in drained:
         store.add(*arguments)
     assert store.count(run_id="r") == 2 and store.run_counts("r") == {"w1": 2}
+
+
+def test_a_closed_buffer_deletes_its_private_copy_and_keeps_what_is_not_drained(tmp_path):
+    def private_copies() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob(f"simpletvm-records-{os.getpid()}-*"))
+
+    before = private_copies()
+    buffer = RecordBuffer(tmp_path / "records.sqlite")
+    buffer.add("w1", {"w": 1}, [_record(1, 0.001)], "r")
+    copies = list(private_copies() - before)
+    assert len(copies) == 1 and (copies[0] / "own.sqlite").is_file()
+    buffer.close()
+    assert not copies[0].exists()
+    assert [arguments[0] for arguments in buffer.drain()] == ["w1"]
+    assert buffer.top("w1", target_key(SKYLAKE), 5, run_id="r") == []  # the store's: none
+    buffer.close()  # twice: nothing left to do
 
 
 def _legacy_store(root) -> None:

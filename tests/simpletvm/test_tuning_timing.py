@@ -159,7 +159,7 @@ def test_the_memory_eviction_streams_the_l3_and_the_l3_one_each_cores_l2(monkeyp
 
     def fake_kernel(threads, thread_bytes):
         sizes.append((threads, thread_bytes))
-        return (lambda *buffers: None), [], None
+        return (lambda *buffers: None), []
 
     monkeypatch.setattr(timing, "_eviction_kernel", fake_kernel)
     monkeypatch.setattr("simpletvm.hostinfo.cache_bytes", lambda: {2: 1 << 20, 3: 32 << 20})

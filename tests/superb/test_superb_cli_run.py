@@ -7,7 +7,11 @@ local tracker and servers.
 from __future__ import annotations
 
 import json
+import multiprocessing.util
+import shutil
 import socket
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -69,6 +73,33 @@ def test_sweep_writes_a_row_per_run_and_skips_them_next_time(cli, write_grid, st
     assert len(pd.read_csv(experiment.runs_csv)) == 6
 
 
+@pytest.fixture
+def private_tmp(monkeypatch):
+    """A temporary directory of this test's own, for superb and its worker processes
+    (this process's multiprocessing keeps the one it chose for its sockets, for good)."""
+    multiprocessing.util.get_temp_dir()
+    scratch = Path(tempfile.mkdtemp(prefix="superb-tmp-"))
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    yield scratch
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_sweep_leaves_no_temporary_files_behind(cli, write_grid, store, tiny_onnx,
+                                                  private_tmp):
+    """Each run's worker process exports its build to a temporary directory; the worker
+    leaves through os._exit (or is killed when slow to leave), which deletes nothing on
+    its own: the backend closes the run first."""
+    grid = write_grid(f"""
+        name: clean
+        fixed: {{model: {tiny_onnx}, autotune: false, evaluate_repeat: 2}}
+        grid: {{evaluate_number: [1, 2]}}
+    """)
+    result = cli("run", grid, "--store", store)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in private_tmp.iterdir() if p.name.startswith("simpletvm")) == []
+
+
 def test_failures_are_recorded_and_the_sweep_goes_on(cli, write_grid, store, tiny_onnx,
                                                       bad_onnx):
     grid = write_grid(f"""
@@ -125,7 +156,8 @@ def test_a_run_past_its_timeout_is_stopped(cli, write_grid, store, tiny_onnx):
 
 
 @pytest.mark.slow
-def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, tiny_onnx):
+def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, tiny_onnx,
+                                                      private_tmp):
     grid = write_grid(f"""
         name: tuned
         fixed:
@@ -153,3 +185,5 @@ def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, ti
     host, port = context["tuning"]["rpc_tracker"]
     with pytest.raises(OSError):  # superb stopped its tracker at the end
         socket.create_connection((host, port), timeout=2).close()
+    # the candidates' builds, the buffered records and the exported module: all deleted
+    assert sorted(p.name for p in private_tmp.iterdir() if p.name.startswith("simpletvm")) == []
