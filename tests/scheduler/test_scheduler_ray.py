@@ -140,6 +140,18 @@ def test_each_fault_fails_only_its_job(cluster) -> None:
     assert trace.overlaps() == [] and trace.retired == {}
 
 
+def test_a_released_job_is_closed_in_its_actor_before_the_actor_is_killed(cluster, tmp_path) -> None:
+    markers = {name: tmp_path / f"{name}.closed" for name in ("done", "failed")}
+    with Scheduler([client(), *devices("default", 1)], "round-robin", RayBackend()) as scheduler:
+        scheduler.submit(MockJob("done", durations=0.001, closed_marker=markers["done"]))
+        scheduler.submit(MockJob("failed", durations=0.001, fail_at={(0, 0, "select")},
+                                 closed_marker=markers["failed"]))
+        trace = scheduler.run()
+    assert {j: o.status for j, o in trace.jobs.items()} == {"done": "done", "failed": "failed"}
+    closed_in = {int(path.read_text()) for path in markers.values()}
+    assert len(closed_in) == 2 and os.getpid() not in closed_in  # each in its own actor
+
+
 class Noting(MockJob):
     """Appends ``<job> <resource> <node id>`` to the file ``notes`` for every stage it runs."""
 
