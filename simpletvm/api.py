@@ -357,7 +357,6 @@ class SimpleTVM:
             self.context.evaluation = stats
         return self
 
-    # ---- helpers --------------------------------------------------------------------
     def close(self) -> None:
         """Delete the session's temporary files (the exported module of a build that was
         not saved; the session exports it again if it needs it). A scheduler's worker
@@ -371,6 +370,7 @@ class SimpleTVM:
         self._export_dir.cleanup()
         self._export_dir = None
 
+    # ---- helpers --------------------------------------------------------------------
     def _require(self, step: str, *states: str) -> None:
         """Refuse ``step`` unless the flow is in one of ``states``, naming the fix."""
         if self.state in states:

@@ -4,9 +4,10 @@ deletes those whose process is gone.
 A tuning job keeps its candidates' builds and a buffered copy of its records in
 temporary directories, and a build that is not saved keeps its exported module in one
 (7 MB for the quickstart model, about 50 MB for ResNet-18). A process that ends
-normally deletes them; one that is killed cannot, nor can a scheduler's worker process,
-which leaves through ``os._exit``, and a night-long sweep would fill the temporary
-directory. Each directory's name carries its owner's pid, so the next tuning job on the
+normally deletes them; one that is killed cannot, nor, reliably, a scheduler's worker
+process, which leaves through ``os._exit`` and is killed when slow to stop (the backends
+close their jobs first, which closes their SimpleTVM), and a night-long sweep would
+fill the temporary directory. Each directory's name carries its owner's pid, so the next tuning job on the
 machine tells orphans from the directories of running jobs (:func:`sweep_orphans`).
 
 Processes in another pid namespace (a container) that share this temporary directory

@@ -106,7 +106,8 @@ class Backend(ABC):
 
     @abstractmethod
     def release(self, job_id: str) -> None:
-        """Forget a finished or failed job and free whatever held it (e.g. its process)."""
+        """Forget a finished or failed job and free whatever held it (e.g. its process),
+        closing it first where it lives (:func:`close_job`)."""
 
     def wait(self, futures: Iterable[Future]) -> set[Future]:
         """Block until at least one future is done; return the done ones.

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,6 +177,25 @@ def test_save_and_load_round_trip(built, store):
     later = fresh(store).load(run_id)
     np.testing.assert_array_equal(later.run(x), expected)
     assert later.evaluate(repeat=3).last_evaluation["count"] == 3
+
+
+def test_close_deletes_the_unsaved_export_and_the_session_still_runs_and_saves(store,
+                                                                               tiny_onnx):
+    def exports() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob(f"simpletvm-module-{os.getpid()}-*"))
+
+    before = exports()
+    session = fresh(store).from_model(tiny_onnx).build(records=None)
+    (mine,) = exports() - before
+    assert (mine / "model.so").is_file()
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    expected = session.run(x)
+    session.close()
+    assert not mine.exists()
+    np.testing.assert_array_equal(session.run(x), expected)  # the module stays loaded
+    session.save()  # exported again, into the store
+    assert (store / "modules" / session.context.run_id / "model.so").is_file()
+    session.close()  # nothing left to delete
 
 
 def test_load_unknown_run_names_the_store(store):
