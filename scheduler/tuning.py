@@ -99,6 +99,7 @@ class TuningJobAdapter(Job):
 
     def close(self) -> None:
         self.tuning.finalize()
+        self.tuning.records.close()  # a buffer's private copy
         self.simpletvm.close()
 
 
