@@ -99,7 +99,6 @@ class TuningJobAdapter(Job):
 
     def close(self) -> None:
         self.tuning.finalize()
-        self.tuning.records.close()  # a buffer's private copy
         self.simpletvm.close()
 
 

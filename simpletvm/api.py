@@ -65,6 +65,7 @@ class SimpleTVM:
         self._vm = None
         self._library_file: Path | None = None  # the exported module, once exported
         self._export_dir = None  # a temporary directory holding it when not saved
+        self._record_buffer = None  # a buffered tuning job's records (tuning_job())
         self._built_from: str | None = None
         self.tuning_summary: dict[str, Any] | None = None
         self.last_evaluation: dict[str, Any] | None = None
@@ -183,9 +184,11 @@ class SimpleTVM:
         runner = (DeviceRunner(tracker, device, partial(self._rpc_runner, options, tracker))
                   if tracker is not None else None)
         records = open_records(self.store.root)
+        if buffer_records:  # build(records="run") reads the run's records through it too
+            self._record_buffer = records = RecordBuffer(records.path)
         job = TuningJob(
             self._forms, self.target, options,
-            records=RecordBuffer(records.path) if buffer_records else records,
+            records=records,
             runner=runner,
             device_resource=device,
             device_check=runner.require_device if runner is not None else None,
@@ -358,10 +361,13 @@ class SimpleTVM:
         return self
 
     def close(self) -> None:
-        """Delete the session's temporary files (the exported module of a build that was
-        not saved; the session exports it again if it needs it). A scheduler's worker
-        calls it when it releases its job: the worker leaves through ``os._exit``, which
-        skips the deletion at exit."""
+        """Delete the session's temporary files: the exported module of a build that was
+        not saved (the session exports it again if it needs it) and a buffered tuning
+        job's copy of its records. A scheduler's worker calls it when it releases its
+        job: the worker leaves through ``os._exit``, which skips the deletion at exit."""
+        if self._record_buffer is not None:
+            self._record_buffer.close()
+            self._record_buffer = None
         if self._export_dir is None:
             return
         if self._library_file is not None and self._library_file.parent == Path(
@@ -516,6 +522,10 @@ class SimpleTVM:
         from .tuning.database import RecordDatabase
 
         target, store = self.target.tvm_target(), open_records(self.store.root)
+        if records == "run" and self._record_buffer is not None:
+            # the run's records may never reach this machine's store (another node's)
+            return RecordDatabase(self._record_buffer, target, scope="run",
+                                  run_id=self.context.run_id)
         if records in ("global", "best"):
             return RecordDatabase(store, target, scope="all" if records == "global" else "best")
         if records == "run" or store.has_run(records):

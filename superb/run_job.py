@@ -140,7 +140,6 @@ class RunJob(Job):
         its build's exported module (saved in the store when the grid saves it)."""
         if self.tuning is not None:
             self.tuning.finalize()
-            self.tuning.records.close()  # a buffer's private copy
         self.simpletvm.close()
 
     # ---- the steps ---------------------------------------------------------------------

@@ -324,6 +324,15 @@ class RecordBuffer(RecordStore):
     def has_run(self, run_id: str) -> bool:
         return super().has_run(run_id) or (self._own is not None and self._own.has_run(run_id))
 
+    def count(self, *, run_id: str | None = None, target: str | None = None,
+              best_only: bool = False) -> int:
+        """The store's count, or for the run's own records the copy's when it has more
+        (those not drained, or on a machine whose store never gets them)."""
+        found = super().count(run_id=run_id, target=target, best_only=best_only)
+        if run_id is None or best_only or self._own is None:
+            return found
+        return max(found, self._own.count(run_id=run_id, target=target))
+
 
 def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str | None, float]],
            workloads: dict[str, Any]) -> int:

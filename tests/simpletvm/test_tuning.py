@@ -314,3 +314,26 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
             assert 8 <= task["trials"] < 8 + options.batch_size
         else:  # a design space too small to reach 8 candidates ended by itself
             assert task["trials"] < 8
+
+
+@pytest.mark.slow
+def test_a_buffered_job_builds_from_its_own_records_when_the_store_never_gets_them(
+        tmp_path, tiny_onnx):
+    """A Ray job on a node without the driver's file system: its records go back to the
+    driver with each stage and never reach this machine's store, yet its build of the
+    run applies them."""
+    store = tmp_path / "node-store"
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
+    job = stvm.tuning_job(TuningOptions(trials=4, batch_size=4, seed=0, remeasure=0,
+                                        transfer_learning=False, **FAST_SEARCH),
+                          buffer_records=True)
+    job.run()
+    stvm.finish_scheduled_tuning(job, None, "local")
+    assert job.records.drain()  # what the driver writes into its own store
+    assert open_records(store).count(run_id=stvm.context.run_id) == 0
+    stvm.build(records="run")
+    build = stvm.context.steps[-1]
+    assert build["step"] == "build" and build["records_applied"] == job.trials > 0
+    stvm.close()
+    assert open_records(store).count(run_id=stvm.context.run_id) == 0
+    assert stvm.run(np.zeros((1, 3, 32, 32), "float32")).shape == (1, 10)
