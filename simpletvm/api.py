@@ -521,11 +521,11 @@ class SimpleTVM:
             return None
         from .tuning.database import RecordDatabase
 
-        target, store = self.target.tvm_target(), open_records(self.store.root)
-        if records == "run" and self._record_buffer is not None:
-            # the run's records may never reach this machine's store (another node's)
-            return RecordDatabase(self._record_buffer, target, scope="run",
-                                  run_id=self.context.run_id)
+        # a buffered job's records may never reach this machine's store (another node's):
+        # its buffer reads the store and its own copy of them
+        store = (self._record_buffer if self._record_buffer is not None
+                 else open_records(self.store.root))
+        target = self.target.tvm_target()
         if records in ("global", "best"):
             return RecordDatabase(store, target, scope="all" if records == "global" else "best")
         if records == "run" or store.has_run(records):
