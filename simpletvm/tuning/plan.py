@@ -332,8 +332,7 @@ class TuningPlan:
         for progress in self.progress:  # spent before a resume: nothing left to measure
             if not progress.done and progress.trials >= self.options.per_task_trials():
                 progress.done = True
-        return next_task(self.progress, self.options.task_scheduler, self._handicaps(),
-                         self.options.resolved_batch_size())
+        return next_task(self.progress, self.options.task_scheduler, self._handicaps())
 
     def _begin_remeasure(self) -> None:
         """The search is over: queue the tasks with records, heaviest first, so that a

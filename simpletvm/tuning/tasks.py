@@ -5,14 +5,9 @@ worth most on the task whose weighted latency it is expected to lower most. The
 ``gradient`` order (Ansor's task scheduler, as MetaSchedule's GradientBased) measures
 every task once, in order, so that each has a latency to reason from, then always picks
 the task with the largest expected gain: its weight times a blend of its recent
-improvement per iteration and its best latency divided by the batches it has measured
-(the share a further batch may still remove). Budget flows to the few tasks that dominate
-the latency, and the model's estimate falls from the first round on. The measured
-batches are counted in trials, as Ansor counts its allocation units: a first iteration
-sized by a small task's FLOPs measures 2 candidates, not a batch of 16, and counted as a
-whole iteration it left seven of the quickstart model's tasks (over 60 us of its 0.63 ms) at
-those 2 random candidates for the whole 5 minutes, while the classifier, near its best
-after 100 trials, kept taking batches. ``sequential`` tunes
+improvement per iteration and its best latency divided by its iterations (the share a
+further iteration may still remove). Budget flows to the few tasks that dominate the
+latency, and the model's estimate falls from the first round on. ``sequential`` tunes
 each task to the end of its budget before the next, the thesis' order.
 """
 
@@ -50,10 +45,10 @@ class TaskProgress:
 
 
 def next_task(progress: Sequence[TaskProgress], order: str = "gradient",
-              handicap: Mapping[int, float] | None = None, batch: int = 16) -> int | None:
+              handicap: Mapping[int, float] | None = None) -> int | None:
     """Index of the task to measure next, or None when every task is done.
 
-    ``batch``: the candidates a full iteration measures. ``handicap``: seconds a task's gain must exceed before it lowers the model's
+    ``handicap``: seconds a task's gain must exceed before it lowers the model's
     latency at all (a task of a layer's form that is slower than the layer's other form
     by that much)."""
     alive = [index for index, task in enumerate(progress) if not task.done]
@@ -66,12 +61,11 @@ def next_task(progress: Sequence[TaskProgress], order: str = "gradient",
         return unmeasured[0]
     handicap = handicap or {}
     return max(alive, key=lambda index: (
-        expected_gain(progress[index], batch) - handicap.get(index, 0.0), -index))
+        expected_gain(progress[index]) - handicap.get(index, 0.0), -index))
 
 
-def expected_gain(task: TaskProgress, batch: int = 16) -> float:
-    """Seconds of model latency the task's next iteration (of ``batch`` candidates) is
-    expected to remove.
+def expected_gain(task: TaskProgress) -> float:
+    """Seconds of model latency the task's next iteration is expected to remove.
 
     A task with no successful measurement yet has nothing to reason from and gets 0:
     it is measured again only once no other task promises a gain.
@@ -81,5 +75,4 @@ def expected_gain(task: TaskProgress, batch: int = 16) -> float:
     best = task.history[-1]
     earlier = task.history[-1 - WINDOW] if len(task.history) > WINDOW else math.inf
     recent = (earlier - best) / WINDOW if math.isfinite(earlier) else 0.0
-    batches = max(task.trials, 1) / batch
-    return task.weight * (ALPHA * recent + (1 - ALPHA) * best / batches)
+    return task.weight * (ALPHA * recent + (1 - ALPHA) * best / len(task.history))

@@ -9,13 +9,10 @@ from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.tasks import TaskProgress, expected_gain, next_task
 
 
-def _task(name, weight=1, history=(), done=False, trials_per_iteration=16):
-    """A task whose every iteration measured ``trials_per_iteration`` candidates (a full
-    batch of next_task's default 16 unless said otherwise)."""
+def _task(name, weight=1, history=(), done=False):
     task = TaskProgress(name, weight, done=done)
     for best in history:
         task.best_latency_s = best
-        task.trials += trials_per_iteration
         task.record_iteration()
     return task
 
@@ -46,28 +43,8 @@ def test_a_task_tuned_often_yields_to_one_still_improving():
     assert expected_gain(improving) == pytest.approx(
         0.2 * (0.02 - 0.02) / 3 + 0.8 * 0.02 / 8)
     improving.history.append(0.01)  # fell by half in its last iteration
-    improving.trials += 16
     assert next_task([_task("stalled", history=[0.01] * 9), improving]) == 1
     assert next_task([stalled, improving]) == 0  # a slower task still weighs more
-
-
-def test_a_task_that_measured_a_few_candidates_is_worth_more_than_its_iterations_say():
-    """A small task's first iteration measures its FLOPs-sized 2 candidates: counted in
-    batches it has barely begun, and a further batch outbids a task that is near its
-    best after many (before, counted in iterations, 2 candidates weighed as 16 did)."""
-    barely_tried = _task("small", history=[0.015], trials_per_iteration=2)
-    converged = _task("classifier", history=[0.114] * 7)  # 112 trials
-    assert expected_gain(converged) > expected_gain(_task("small", history=[0.015]))
-    assert expected_gain(barely_tried) == pytest.approx(0.8 * 0.015 * 16 / 2)
-    assert next_task([converged, barely_tried]) == 1
-    # the batch sets the unit: with batches of 2, two candidates are a whole one
-    assert expected_gain(barely_tried, batch=2) == pytest.approx(0.8 * 0.015)
-    assert expected_gain(converged, batch=2) == pytest.approx(0.8 * 0.114 / 56)
-    # once it has measured a batch like the others, it competes on its latency again
-    barely_tried.best_latency_s = 0.012
-    barely_tried.trials += 16
-    barely_tried.record_iteration()
-    assert next_task([converged, barely_tried]) == 0
 
 
 def test_tasks_without_a_measurement_wait_and_done_tasks_are_never_chosen():

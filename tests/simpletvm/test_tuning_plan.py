@@ -264,20 +264,3 @@ def test_remeasure_zero_ends_the_job_with_its_search():
     assert summary["search_estimated_latency_s"] == summary["estimated_latency_s"]
     with pytest.raises(ValueError, match="remeasure must be 0"):
         TuningOptions(remeasure=-1)
-
-
-def test_a_small_task_first_measured_with_a_couple_of_candidates_gets_a_full_batch():
-    """A heavy task near its best and a small one that measured only its FLOPs-sized
-    2 candidates: the small one gets a whole batch before the heavy one's 8th (counted
-    in iterations, the heavy task's 114 us against the small task's 15 us kept every
-    batch on the heavy one)."""
-    options = TuningOptions(total_trials=200, batch_size=16)
-    plan = plan_of([0, 0], options, flops=[1e9, 1e5])
-    assert plan.first_round == [16, MIN_FIRST_ROUND]
-    latency = {0: 114e-6, 1: 15e-6}
-    iterations = [iterate(plan, latency.get) for _ in range(9)]
-    assert iterations[:2] == [(0, 16), (1, MIN_FIRST_ROUND)]
-    small_batches = [n for task, n in iterations[2:] if task == 1]
-    assert small_batches and small_batches[0] == 16
-    heavy_before = [task for task, _ in iterations[2:]].index(1)
-    assert heavy_before < 7
