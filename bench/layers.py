@@ -1,10 +1,14 @@
-"""Per-layer latency of tuned convolutions: NCHW, NHWC and NHWC Winograd F(4,3).
+"""Per-layer latency of tuned convolutions: NCHW, NHWC, NHWC Winograd and NHWC im2col.
 
-Four layers, batch 1, float32, each a one-op Relax module (conv2d only, no epilogue):
-a 1x1 96->576 conv at 14x14, a 3x3 depthwise 144-channel conv at 56x56, and 3x3
-128->128 at 28x28 and 64->64 at 56x56 (stride 1, 'same' padding). Every layer is built
+Layers at batch 1, float32, each a one-op Relax module (conv2d only, no epilogue), by
+default a 1x1 96->576 conv at 14x14, a 3x3 depthwise 144-channel conv at 56x56, and 3x3
+128->128 at 28x28 and 64->64 at 56x56 (stride 1, 'same' padding); ResNet-18's other
+3x3 layers, stride 1 and stride 2, on request. Every layer is built
 in NCHW (OIHW kernel), NHWC (HWIO kernel, HWOI for the depthwise one, as the TFLite
-frontend emits) and, for the 3x3 stride-1 ones, NHWC Winograd (simpletvm.winograd).
+frontend emits), for the 3x3 stride-1 ones NHWC Winograd (simpletvm.winograd), and for
+the dense ones (not depthwise) NHWC im2col: the patches copied into a matrix by an
+operator of their own, then one matrix product with the weights (two tasks, timed
+together as the layer).
 Each variant is tuned alone with SimpleTVM's TuningJob (local runner) and the same trial
 budget and search options, then built with its records; all built modules are timed at
 the end, in alternating rounds so background load hits them alike, with TVM's time
@@ -14,7 +18,8 @@ direct variant of the same layer (NHWC ms / variant ms: above 1 is faster). Ever
 variant's output is checked against the NHWC direct one.
 
     python bench/layers.py [--trials 64] [--batch-size N] [--population N]
-                           [--layers a,b,c,d] [--rounds 3] [--out results.json]
+                           [--layers a,b,c,d] [--variants nhwc,im2col] [--rounds 3]
+                           [--out results.json]
 
 Search options not given are TuningOptions' defaults, the same for every variant.
 """
@@ -42,16 +47,21 @@ class Layer:
     out_channels: int
     kernel: int
     groups: int = 1
+    stride: int = 1
 
     @property
     def padding(self) -> int:
         return self.kernel // 2
 
     @property
+    def out_size(self) -> int:
+        return (self.size + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
     def flops(self) -> int:
-        """Multiply-adds x 2 of the direct convolution (stride 1, 'same')."""
+        """Multiply-adds x 2 of the direct convolution."""
         per_output = 2 * (self.in_channels // self.groups) * self.kernel * self.kernel
-        return per_output * self.size * self.size * self.out_channels
+        return per_output * self.out_size * self.out_size * self.out_channels
 
 
 LAYERS = [
@@ -61,17 +71,22 @@ LAYERS = [
     Layer("d", "3x3 64->64 56x56", 56, 64, 64, 3),
     Layer("e", "3x3 256->256 14x14", 14, 256, 256, 3),
     Layer("f", "3x3 512->512 7x7", 7, 512, 512, 3),
+    Layer("g", "3x3 s2 64->128 56x56", 56, 64, 128, 3, stride=2),
+    Layer("h", "3x3 s2 128->256 28x28", 28, 128, 256, 3, stride=2),
+    Layer("i", "3x3 s2 256->512 14x14", 14, 256, 512, 3, stride=2),
 ]
 WINOGRAD_TILES = {"NHWC winograd F(4,3)": 4, "NHWC winograd F(2,3)": 2}
+IM2COL = "NHWC im2col"
 
 
 def variants_of(layer: Layer, wanted: str | None = None) -> list[str]:
-    """The layouts and Winograd tiles of ``layer`` (those in ``wanted``, comma-separated
-    keys nchw, nhwc, f4, f2, when given); NHWC direct always, as the reference."""
-    eligible = layer.kernel == 3 and layer.groups == 1  # every layer here is stride 1
+    """The layouts and forms of ``layer`` (those in ``wanted``, comma-separated keys
+    nchw, nhwc, f4, f2, im2col, when given); NHWC direct always, as the reference."""
     variants = {"nchw": "NCHW", "nhwc": "NHWC"}
-    if eligible:
+    if layer.kernel == 3 and layer.groups == 1 and layer.stride == 1:
         variants |= {"f4": "NHWC winograd F(4,3)", "f2": "NHWC winograd F(2,3)"}
+    if layer.groups == 1:
+        variants["im2col"] = IM2COL
     keys = wanted.split(",") if wanted else list(variants)
     return [name for key, name in variants.items() if key in keys or key == "nhwc"]
 
@@ -103,11 +118,52 @@ def conv_module(layer: Layer, layout: str, weight: np.ndarray):
     with bb.function("main", [x]):
         with bb.dataflow():
             y = bb.emit(relax.op.nn.conv2d(
-                x, relax.const(np.ascontiguousarray(kernel)), padding=layer.padding,
-                groups=layer.groups, data_layout=layout, kernel_layout=kernel_layout))
+                x, relax.const(np.ascontiguousarray(kernel)), strides=layer.stride,
+                padding=layer.padding, groups=layer.groups, data_layout=layout,
+                kernel_layout=kernel_layout))
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
+
+
+def im2col_module(layer: Layer, weight: np.ndarray):
+    """The NHWC convolution as patches copied into a (pixels, kh*kw*in) matrix by an
+    operator of its own (kept out of the product's fused operator, so the product is a
+    plain matrix product for MetaSchedule), then that matrix times the HWIO weights
+    read as a (kh*kw*in, out) matrix, written as NHWC."""
+    from tvm import relax, te, topi
+
+    s, c, k, stride, p = layer.size, layer.in_channels, layer.kernel, layer.stride, layer.padding
+    o = layer.out_size
+
+    def patches(data):
+        padded = topi.nn.pad(data, [0, p, p, 0], [0, p, p, 0])
+        return te.compute(
+            (o * o, k * k * c),
+            lambda m, r: padded[0, m // o * stride + r // (k * c),
+                                m % o * stride + r // c % k, r % c],
+            name="im2col")
+
+    def product(columns, matrix):
+        r = te.reduce_axis((0, k * k * c), name="r")
+        return te.compute((1, o, o, layer.out_channels),
+                          lambda n, h, w, f: te.sum(columns[h * o + w, r] * matrix[r, f], axis=r),
+                          name="conv2d_im2col")
+
+    x = relax.Var("x", relax.TensorType((1, s, s, c), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            columns = bb.emit_te(patches, x, primfunc_name_hint="im2col")
+            y = bb.emit_te(product, columns,
+                           relax.const(np.ascontiguousarray(weight.reshape(k * k * c, -1))),
+                           primfunc_name_hint="conv2d_im2col")
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    gvar = mod.get_global_var("im2col")
+    mod[gvar] = mod[gvar].with_attr("op_pattern", 8)  # opaque: FuseOps leaves it alone
+    return mod
 
 
 def tune_and_build(fused, target, options, records_dir: str) -> tuple:
@@ -154,8 +210,9 @@ def main() -> None:
     parser.add_argument("--population", type=int, help="default: TuningOptions'")
     parser.add_argument("--genetic-iterations", type=int, help="default: TuningOptions'")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-f")
-    parser.add_argument("--variants", help="comma-separated: nchw,nhwc,f4,f2 (default: all)")
+    parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-i")
+    parser.add_argument("--variants",
+                        help="comma-separated: nchw,nhwc,f4,f2,im2col (default: all)")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, alternating")
     parser.add_argument("--repeat", type=int, default=20, help="samples per round")
     parser.add_argument("--min-repeat-ms", type=int, default=20, help="per sample")
@@ -190,7 +247,8 @@ def main() -> None:
             (1, layer.size, layer.size, layer.in_channels)).astype("float32")
         for variant in variants_of(layer, args.variants):
             layout = variant.split()[0]
-            module = conv_module(layer, layout, weight)
+            module = (im2col_module(layer, weight) if variant == IM2COL
+                      else conv_module(layer, layout, weight))
             if variant in WINOGRAD_TILES:
                 module, _ = apply_winograd(module, tile_size=WINOGRAD_TILES[variant])
             fused = fuse(module, target, winograd=False)
