@@ -83,17 +83,29 @@ def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, 
     """)  # the first run would time for minutes: the signal lands while it does
     log = store / "superb" / "interrupted" / "log.jsonl"
     process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
-                               env=superb_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: len(events(log, "running")) == 1, process)
     run_pid = events(log, "running")[0]["pid"]
     time.sleep(2)  # into the evaluation, where superb waits on the run's worker
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=30)
+    stderr = _stderr_once_ended(process, timeout=30)
     assert process.returncode == 130
     assert "interrupted" in stderr and "resume" in stderr
     assert not alive(run_pid)
     assert events(log, "finished") == []
+
+
+def _stderr_once_ended(process, timeout: float) -> str:
+    """superb's stderr after it exits; when it does not within ``timeout``, fail with
+    where each of its threads was (faulthandler prints them on SIGABRT)."""
+    try:
+        return process.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        stderr = process.communicate(timeout=30)[1]
+        pytest.fail(f"superb still ran {timeout:.0f} s after the signal; its threads "
+                    f"then:\n{stderr[-8000:]}")
 
 
 def _run_records(store, run_id: str) -> list[tuple[int, str, str]]:
