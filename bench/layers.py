@@ -133,6 +133,8 @@ def im2col_module(layer: Layer, weight: np.ndarray):
     read as a (kh*kw*in, out) matrix, written as NHWC."""
     from tvm import relax, te, topi
 
+    from simpletvm.lowering import OPAQUE
+
     s, c, k, stride, p = layer.size, layer.in_channels, layer.kernel, layer.stride, layer.padding
     o = layer.out_size
 
@@ -162,12 +164,12 @@ def im2col_module(layer: Layer, weight: np.ndarray):
         bb.emit_func_output(out)
     mod = bb.get()
     gvar = mod.get_global_var("im2col")
-    mod[gvar] = mod[gvar].with_attr("op_pattern", 8)  # opaque: FuseOps leaves it alone
+    mod[gvar] = mod[gvar].with_attr("op_pattern", OPAQUE)  # FuseOps leaves it alone
     return mod
 
 
 def tune_and_build(fused, target, options, records_dir: str) -> tuple:
-    """Tune every task of ``fused`` (here: one), build with the records.
+    """Tune every task of ``fused`` (one, two for im2col), build with the records.
 
     Returns (VirtualMachine, job summary, whether every tuned PrimFunc got a record)."""
     from tvm import relax
@@ -205,7 +207,7 @@ def cold_samples(vm, repeat: int, evict: np.ndarray) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=64, help="per variant (one task each)")
+    parser.add_argument("--trials", type=int, default=64, help="per task (a variant has one, im2col two)")
     parser.add_argument("--batch-size", type=int, help="default: TuningOptions'")
     parser.add_argument("--population", type=int, help="default: TuningOptions'")
     parser.add_argument("--genetic-iterations", type=int, help="default: TuningOptions'")
@@ -303,7 +305,7 @@ def main() -> None:
                 "samples_ms": [s * 1e3 for s in entry["samples"]],
             })
 
-    print(f"\n{args.trials} trials per variant, batch {options.batch_size}, population "
+    print(f"\n{args.trials} trials per task, batch {options.batch_size}, population "
           f"{options.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
           f"; median of {args.rounds}x{args.repeat} samples")
     print("\n| layer | variant | trials | tuned ms | GFLOP/s | vs NHWC | rel. error |")
