@@ -366,7 +366,7 @@ class SimpleTVM:
         job's copy of its records. A scheduler's worker calls it when it releases its
         job: the worker leaves through ``os._exit``, which skips the deletion at exit."""
         if self._record_buffer is not None:
-            self._record_buffer.close()
+            self._record_buffer.discard()
             self._record_buffer = None
         if self._export_dir is None:
             return

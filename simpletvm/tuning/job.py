@@ -200,8 +200,8 @@ class TuningJob:
         self.finalize()
 
     def finalize(self) -> dict[str, Any]:
-        """Close the search states and the build workers (the records are stored, or
-        wait in a buffer to be drained)."""
+        """Close the search states, the build workers and this thread's connection to
+        the records (they are stored, or wait in a buffer to be drained)."""
         if self._finalized:
             return self.summary()
         self._finalized = True
@@ -209,6 +209,7 @@ class TuningJob:
             self._close_task(index)
         if self._own_builder and self._builder is not None:
             self._builder.close()
+        self.records.close()
         return self.summary()
 
     def summary(self) -> dict[str, Any]:

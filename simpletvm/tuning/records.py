@@ -299,11 +299,18 @@ class RecordBuffer(RecordStore):
         return pending
 
     def close(self) -> None:
-        """Close the connection and delete the private copy (the writes not drained yet
-        stay to be drained)."""
+        """Close this thread's connections, to the store and to the private copy (the
+        next use opens them again: a build still reads the run's records)."""
         super().close()
         if self._own is not None:
             self._own.close()
+
+    def discard(self) -> None:
+        """Close the connections and delete the private copy, once nothing reads the
+        run's records through this buffer any more (the writes not drained yet stay to
+        be drained)."""
+        self.close()
+        if self._own is not None:
             shutil.rmtree(self._own.path.parent, ignore_errors=True)
             self._own = None
 

@@ -140,7 +140,7 @@ def test_a_buffer_holds_writes_for_the_single_writer_and_reads_the_store(tmp_pat
     assert store.count(run_id="r") == 2 and store.run_counts("r") == {"w1": 2}
 
 
-def test_a_closed_buffer_deletes_its_private_copy_and_keeps_what_is_not_drained(tmp_path):
+def test_a_discarded_buffer_deletes_its_private_copy_and_keeps_what_is_not_drained(tmp_path):
     def private_copies() -> set[Path]:
         return set(Path(tempfile.gettempdir()).glob(f"simpletvm-records-{os.getpid()}-*"))
 
@@ -149,11 +149,14 @@ def test_a_closed_buffer_deletes_its_private_copy_and_keeps_what_is_not_drained(
     buffer.add("w1", {"w": 1}, [_record(1, 0.001)], "r")
     copies = list(private_copies() - before)
     assert len(copies) == 1 and (copies[0] / "own.sqlite").is_file()
-    buffer.close()
+    buffer.close()  # a finalized job: the connections close, the run's records stay
+    assert copies[0].exists()
+    assert len(buffer.top("w1", target_key(SKYLAKE), 5, run_id="r")) == 1
+    buffer.discard()
     assert not copies[0].exists()
     assert [arguments[0] for arguments in buffer.drain()] == ["w1"]
     assert buffer.top("w1", target_key(SKYLAKE), 5, run_id="r") == []  # the store's: none
-    buffer.close()  # twice: nothing left to do
+    buffer.discard()  # twice: nothing left to do
 
 
 def _legacy_store(root) -> None:

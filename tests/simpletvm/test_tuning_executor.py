@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import psutil
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM
@@ -46,6 +47,8 @@ def test_the_job_spends_its_budget_and_commits_every_measurement(fused, tmp_path
     while not job.is_complete():
         stages.append(job.run_stage())
     job.finalize()
+    open_files = [f.path for f in psutil.Process().open_files()]
+    assert not any(path.startswith(str(records.path)) for path in open_files)  # closed
     assert job.trials == 20 and records.count(run_id="a" * 32) == 20
     kinds = [stage.kind for stage in stages]
     assert kinds[:4] == ["select", "build", "profile", "update"]
