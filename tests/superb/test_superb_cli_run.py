@@ -10,6 +10,8 @@ import json
 import multiprocessing.util
 import shutil
 import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -156,16 +158,40 @@ def test_a_run_past_its_timeout_is_stopped(cli, write_grid, store, tiny_onnx):
 
 
 
-def listening_ports_of_children() -> set[int]:
-    """The TCP ports a process this test process started listens on."""
-    ports = set()
-    for process in psutil.Process().children(recursive=True):
-        try:
-            ports.update(c.laddr.port for c in process.net_connections("tcp")
-                         if c.status == psutil.CONN_LISTEN)
-        except psutil.NoSuchProcess:
-            continue
-    return ports
+@contextmanager
+def listeners_started():
+    """Watch this process's descendants while inside: yields a dict that ends up holding
+    each one seen listening on a TCP port (pid -> (process, ports)). A port alone cannot
+    tell: another test's tracker may take a port the moment superb's frees it."""
+    seen: dict[int, tuple[psutil.Process, set[int]]] = {}
+    stopped = threading.Event()
+
+    def watch():
+        while not stopped.wait(0.2):
+            for process in psutil.Process().children(recursive=True):
+                try:
+                    ports = {c.laddr.port for c in process.net_connections("tcp")
+                             if c.status == psutil.CONN_LISTEN}
+                except psutil.Error:
+                    continue
+                if ports:
+                    seen.setdefault(process.pid, (process, set()))[1].update(ports)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        stopped.set()
+        watcher.join()
+
+
+def still_running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
 
 @pytest.mark.slow
 def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, tiny_onnx,
@@ -184,7 +210,8 @@ def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, ti
           evaluate_repeat: 3
           save: true
     """)
-    result = cli("run", grid, "--store", store)
+    with listeners_started() as listeners:
+        result = cli("run", grid, "--store", store)
     assert result.exit_code == 0, result.output
     row = pd.read_csv(store / "superb" / "tuned" / "runs.csv").iloc[0]
     assert row["status"] == "ok" and row["tuned"] == True and row["records"] == "run"  # noqa
@@ -195,8 +222,8 @@ def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, ti
     context = json.loads(open(row["context"]).read())
     assert context["artifacts"]["module"]  # save: true
     host, port = context["tuning"]["rpc_tracker"]
-    # superb stopped its tracker at the end (the port itself may already serve a tracker
-    # another test started, so ask which of this process's children still listen on it)
-    assert port not in listening_ports_of_children()
+    trackers = [process for process, ports in listeners.values() if port in ports]
+    assert trackers and not any(still_running(p) for p in trackers)  # superb stopped it
+    assert not any(still_running(p) for p, _ in listeners.values())  # and its servers
     # the candidates' builds, the buffered records and the exported module: all deleted
     assert sorted(p.name for p in private_tmp.iterdir() if p.name.startswith("simpletvm")) == []
