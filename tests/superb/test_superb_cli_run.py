@@ -157,7 +157,6 @@ def test_a_run_past_its_timeout_is_stopped(cli, write_grid, store, tiny_onnx):
     assert runs.loc[1, "wall_s"] < 15
 
 
-
 @contextmanager
 def listeners_started():
     """Watch this process's descendants while inside: yields a dict that ends up holding
