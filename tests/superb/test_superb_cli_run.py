@@ -18,6 +18,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from superb_helpers import alive
 from superb.results import LEAD_COLUMNS, RESULT_COLUMNS, Experiment
 from simpletvm.store import read_json_lines
 
@@ -185,13 +186,6 @@ def listeners_started():
         watcher.join()
 
 
-def still_running(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.mark.slow
 def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, tiny_onnx,
                                                       private_tmp):
@@ -222,7 +216,7 @@ def test_tuned_sweep_profiles_through_its_own_tracker(cli, write_grid, store, ti
     assert context["artifacts"]["module"]  # save: true
     host, port = context["tuning"]["rpc_tracker"]
     trackers = [process for process, ports in listeners.values() if port in ports]
-    assert trackers and not any(still_running(p) for p in trackers)  # superb stopped it
-    assert not any(still_running(p) for p, _ in listeners.values())  # and its servers
+    assert trackers and not any(alive(p) for p in trackers)  # superb stopped it
+    assert not any(alive(p) for p, _ in listeners.values())  # and its servers
     # the candidates' builds, the buffered records and the exported module: all deleted
     assert sorted(p.name for p in private_tmp.iterdir() if p.name.startswith("simpletvm")) == []

@@ -4,7 +4,6 @@ row per run. And Ctrl-C stops it cleanly with exit code 130."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -12,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from superb_helpers import REPO, run_superb, superb_command, superb_env
+from superb_helpers import REPO, alive, run_superb, superb_command, superb_env
 from simpletvm.store import read_json_lines
 
 
@@ -26,15 +25,6 @@ def wait_for(condition, process, timeout=90.0):
         assert process.poll() is None, process.communicate()[1][-2000:]
         assert time.monotonic() < deadline, "superb did not get there in time"
         time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as handle:  # a zombie is not alive
-        return handle.read().split(")")[-1].split()[0] != "Z"
 
 
 def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, tiny_onnx):
