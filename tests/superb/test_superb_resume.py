@@ -22,7 +22,7 @@ def events(log, kind):
 def wait_for(condition, process, timeout=90.0):
     deadline = time.monotonic() + timeout
     while not condition():
-        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert process.poll() is None, (process.communicate()[1] or "superb exited")[-2000:]
         assert time.monotonic() < deadline, "superb did not get there in time"
         time.sleep(0.05)
 
@@ -65,37 +65,41 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
     assert len(events(log, "finished")) == 4
 
 
-def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, tiny_onnx):
+def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, tiny_onnx,
+                                                              tmp_path):
     grid = write_grid(f"""
         name: interrupted
         fixed: {{model: {tiny_onnx}, autotune: false}}
         grid: {{evaluate_repeat: [2000000, 2]}}
     """)  # the first run would time for minutes: the signal lands while it does
     log = store / "superb" / "interrupted" / "log.jsonl"
-    process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
-                               env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr_file = tmp_path / "superb.stderr"  # a file: a pipe's end waits for every child
+    with open(stderr_file, "w") as stderr_sink:
+        process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
+                                   env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
+                                   stdout=subprocess.DEVNULL, stderr=stderr_sink)
     wait_for(lambda: len(events(log, "running")) == 1, process)
     run_pid = events(log, "running")[0]["pid"]
     time.sleep(2)  # into the evaluation, where superb waits on the run's worker
     process.send_signal(signal.SIGINT)
-    stderr = _stderr_once_ended(process, timeout=30)
+    _wait_or_fail_with_threads(process, stderr_file, timeout=30)
+    stderr = stderr_file.read_text()
     assert process.returncode == 130
     assert "interrupted" in stderr and "resume" in stderr
     assert not alive(run_pid)
     assert events(log, "finished") == []
 
 
-def _stderr_once_ended(process, timeout: float) -> str:
-    """superb's stderr after it exits; when it does not within ``timeout``, fail with
-    where each of its threads was (faulthandler prints them on SIGABRT)."""
+def _wait_or_fail_with_threads(process, stderr_file, timeout: float) -> None:
+    """Wait for superb to exit; when it does not within ``timeout``, fail with where each
+    of its threads was (faulthandler writes them to its stderr on SIGABRT)."""
     try:
-        return process.communicate(timeout=timeout)[1]
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)
-        stderr = process.communicate(timeout=30)[1]
+        process.wait(timeout=30)
         pytest.fail(f"superb still ran {timeout:.0f} s after the signal; its threads "
-                    f"then:\n{stderr[-8000:]}")
+                    f"then:\n{stderr_file.read_text()[-12000:]}")
 
 
 def _run_records(store, run_id: str) -> list[tuple[int, str, str]]:
