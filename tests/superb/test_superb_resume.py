@@ -4,11 +4,13 @@ row per run. And Ctrl-C stops it cleanly with exit code 130."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
 
 import pandas as pd
+import psutil
 import pytest
 
 from superb_helpers import REPO, alive, run_superb, superb_command, superb_env
@@ -92,12 +94,17 @@ def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, 
 
 def _wait_or_fail_with_threads(process, stderr_file, timeout: float) -> None:
     """Wait for superb to exit; when it does not within ``timeout``, fail with where each
-    of its threads was (faulthandler writes them to its stderr on SIGABRT)."""
+    of its threads was (faulthandler writes them to its stderr on SIGABRT), its child
+    processes killed."""
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        left = psutil.Process(process.pid).children(recursive=True)  # its runs, fork server
         process.send_signal(signal.SIGABRT)
         process.wait(timeout=30)
+        for child in left:  # not left burning a core under the rest of the suite
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
         pytest.fail(f"superb still ran {timeout:.0f} s after the signal; its threads "
                     f"then:\n{stderr_file.read_text()[-12000:]}")
 
