@@ -16,7 +16,7 @@ import time
 
 
 def candidates_of_a_conv_task(count: int):
-    from simpletvm.lowering import extract_tasks, fuse
+    from simpletvm.compiler.lowering import extract_tasks, fuse
     from simpletvm.models import import_model
     from simpletvm.targets import load_tensor_intrinsics, resolve_target
     from tvm.s_tir import meta_schedule as ms

@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.comparison import simpletvm_runner, time_side_by_side, tflite_runner
+    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side, tflite_runner
     from simpletvm.models.tflite import keras_to_tflite
     from simpletvm.models.zoo import build_keras_model
 

@@ -39,7 +39,7 @@ def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from simpletvm.lowering import extract_tasks
+    from simpletvm.compiler.lowering import extract_tasks
     from simpletvm.tuning.builder import compile_candidate
     from simpletvm.tuning.database import best_latency_s
     from simpletvm.tuning.timing import alloc_arguments

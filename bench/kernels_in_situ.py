@@ -35,7 +35,7 @@ import numpy as np
 def load_saved(store: str, run_id: str):
     """The run's saved module (compiled entry), as SimpleTVM loads it."""
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.native_output import redirected
+    from simpletvm._process.native_output import redirected
 
     with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
         # every core, as the kernels were tuned and are timed here
@@ -52,7 +52,7 @@ def rebuilt(saved, store: str, run_id: str):
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.models.zoo import builtin_recipe
     from simpletvm.tuning.database import RecordDatabase, best_latency_s
-    from simpletvm.tuning.records import open_records
+    from simpletvm.tuning.record_files import open_records
 
     recipe = builtin_recipe(saved.context.model)
     if recipe is None:
@@ -68,7 +68,7 @@ def rebuilt(saved, store: str, run_id: str):
 
 def task_estimates(stvm, database, built) -> list[dict]:
     """Per task of the built module: name, calls per run, best latency in the records."""
-    from simpletvm.lowering import extract_tasks
+    from simpletvm.compiler.lowering import extract_tasks
     from simpletvm.tuning.database import best_latency_s
 
     tasks = []
@@ -96,7 +96,7 @@ def whole_model_ms(saved, runs: int) -> float:
 def median_ms(call, calls: int, warmup_calls: int, warmup_s: float) -> float:
     """The median ms of ``calls`` timed calls, after untimed ones (at least
     ``warmup_calls`` and ``warmup_s``)."""
-    from simpletvm.evaluation import warm_up
+    from simpletvm.runtime.evaluation import warm_up
 
     warm_up(call, warmup_calls, warmup_s)
     times = []
@@ -114,7 +114,7 @@ def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
     import tvm
     from tvm import relax
 
-    from simpletvm.lowering import compile_fused
+    from simpletvm.compiler.lowering import compile_fused
 
     vm = relax.VirtualMachine(compile_fused(built, stvm.target, database, bytecode=True),
                               tvm.cpu())
@@ -160,8 +160,8 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
     import tvm
     from tvm import relax
 
-    from simpletvm.fork_join import use_for_loaded_kernels
-    from simpletvm.lowering import apply_records, compile_fused
+    from simpletvm.runtime.fork_join import use_for_loaded_kernels
+    from simpletvm.compiler.lowering import apply_records, compile_fused
 
     applied = apply_records(built, stvm.target, database)
     kernels = {var.name_hint for var, function in applied.functions.items()

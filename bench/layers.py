@@ -5,7 +5,7 @@ default a 1x1 96->576 conv at 14x14, a 3x3 depthwise 144-channel conv at 56x56, 
 128->128 at 28x28 and 64->64 at 56x56 (stride 1, 'same' padding); ResNet-18's other
 3x3 layers, stride 1 and stride 2, on request. Every layer is built
 in NCHW (OIHW kernel), NHWC (HWIO kernel, HWOI for the depthwise one, as the TFLite
-frontend emits), for the 3x3 stride-1 ones NHWC Winograd (simpletvm.winograd), and for
+frontend emits), for the 3x3 stride-1 ones NHWC Winograd (simpletvm.compiler.winograd), and for
 the dense ones (not depthwise) NHWC im2col: the patches copied into a matrix by an
 operator of their own, then one matrix product with the weights (two tasks, timed
 together as the layer).
@@ -133,7 +133,7 @@ def im2col_module(layer: Layer, weight: np.ndarray):
     read as a (kh*kw*in, out) matrix, written as NHWC."""
     from tvm import relax, te, topi
 
-    from simpletvm.lowering import OPAQUE
+    from simpletvm.compiler.lowering import OPAQUE
 
     s, c, k, stride, p = layer.size, layer.in_channels, layer.kernel, layer.stride, layer.padding
     o = layer.out_size
@@ -174,7 +174,7 @@ def tune_and_build(fused, target, options, records_dir: str) -> tuple:
     Returns (VirtualMachine, job summary, whether every tuned PrimFunc got a record)."""
     from tvm import relax
 
-    from simpletvm.lowering import compile_fused
+    from simpletvm.compiler.lowering import compile_fused
     from simpletvm.tuning.database import RecordDatabase
     from simpletvm.tuning.job import TuningJob
     from simpletvm.tuning.records import RecordStore
@@ -226,10 +226,10 @@ def main() -> None:
     import tvm
 
     from simpletvm.hostinfo import host_facts
-    from simpletvm.lowering import fuse
+    from simpletvm.compiler.lowering import fuse
     from simpletvm.targets import resolve_target
     from simpletvm.tuning.options import TuningOptions
-    from simpletvm.winograd import apply_winograd
+    from simpletvm.compiler.winograd import apply_winograd
 
     target = resolve_target("cpu")
     device = target.device()

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simpletvm.comparison import simpletvm_runner, time_side_by_side, tflite_runner
+from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side, tflite_runner
 
 PEERS = ("tensorflow", "tflite", "onnxruntime", "openvino")
 ONNX_OPSET = 17

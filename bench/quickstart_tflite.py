@@ -40,9 +40,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.comparison import simpletvm_runners, time_side_by_side, tflite_runners
+    from simpletvm.runtime.comparison import simpletvm_runners, time_side_by_side, tflite_runners
     from simpletvm.models.zoo import builtin_recipe, builtin_tflite
-    from simpletvm.threads import runtime_threads
+    from simpletvm.runtime.threads import runtime_threads
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=args.store, num_threads=args.threads)
                      ).load(args.run_id)

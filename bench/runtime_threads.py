@@ -1,6 +1,6 @@
 """Which thread pool and settings hold latency, quiet and beside another busy process.
 
-A module's parallel loops run on SimpleTVM's fork-join pool (``simpletvm.fork_join``:
+A module's parallel loops run on SimpleTVM's fork-join pool (``simpletvm.runtime.fork_join``:
 waits with the pause instruction) unless ``SIMPLETVM_FORK_JOIN_POOL=tvm`` keeps TVM's.
 TVM's pool pins its worker threads to cores (``TVM_BIND_THREADS``) and lets idle workers
 spin, yielding to the system, before they sleep (``TVM_THREAD_POOL_SPIN_COUNT``; 0 also
@@ -10,7 +10,7 @@ runtime reads them once), loading one saved module and calling it from Python, i
 alternating rounds, first on a quiet machine, then with a busy-looping process beside
 it; the table gives median and p90 per call. Every setting runs on all cores but two:
 one thread, and the count SimpleTVM's load chooses by timing the module
-(``simpletvm.threads``). First it times what a parallel kernel pays to fork onto each
+(``simpletvm.runtime.threads``). First it times what a parallel kernel pays to fork onto each
 pool and join, on every core and on one.
 
     python bench/runtime_threads.py --run-id RUN_ID [--store DIR] [--rounds 5]
@@ -53,7 +53,7 @@ def child(run_id: str, store: str | None, calls: int, warmup: int, threads: str)
     import time
 
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.comparison import simpletvm_runner
+    from simpletvm.runtime.comparison import simpletvm_runner
 
     pinned = None if threads == "measured" else int(threads)
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=pinned)).load(run_id)
@@ -84,8 +84,8 @@ def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, dict[str, fl
     import tvm
     from tvm import te
 
-    from simpletvm.fork_join import use_for_loaded_kernels
-    from simpletvm.threads import set_runtime_threads
+    from simpletvm.runtime.fork_join import use_for_loaded_kernels
+    from simpletvm.runtime.threads import set_runtime_threads
 
     source = te.placeholder((CORES,), "float32", name="source")
     sink = te.compute((CORES,), lambda i: source[i] + 1.0, name="sink")

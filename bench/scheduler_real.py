@@ -64,7 +64,7 @@ def job_specs(count: int, setup: str, tracker, store: str, tuning: dict) -> list
 
 def start_servers(keys: list[str]):
     """A tracker and one single-threaded server per key, all on the device core."""
-    from simpletvm.rpc import LocalRPC
+    from simpletvm.remote.rpc import LocalRPC
 
     pin(DEVICE_CORE)
     os.environ["TVM_NUM_THREADS"] = "1"

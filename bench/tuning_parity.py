@@ -34,8 +34,8 @@ def main() -> None:
 
     import tvm
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.evaluation import random_inputs
-    from simpletvm.lowering import compile_fused
+    from simpletvm.runtime.evaluation import random_inputs
+    from simpletvm.compiler.lowering import compile_fused
     from simpletvm.tuning.builder import PersistentBuilder
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms

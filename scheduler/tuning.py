@@ -2,14 +2,14 @@
 
 The rest of the scheduler knows nothing of TVM; this module imports SimpleTVM's tuning
 only inside the worker process that builds the job, from a picklable
-:class:`TuningJobSpec` (the driver imports ``simpletvm.rpc``, which loads no TVM, to
+:class:`TuningJobSpec` (the driver imports ``simpletvm.remote.rpc``, which loads no TVM, to
 name devices).
 Each job profiles through the RPC tracker on servers of its device key. A profile stage
 reaches the server of the device resource the scheduler granted it: a resource named
 ``<key>.<n>`` is the one server registered under that RPC key (:func:`rpc_devices`,
 ``LocalRPC(..., key_per_server=True)``); any other name stands for all servers of the
 key, which the tracker hands out, and is exclusive only as the key's one resource
-(:func:`simpletvm.rpc.server_key`).
+(:func:`simpletvm.remote.rpc.server_key`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from scheduler.resources import device, device_role
 
 def rpc_devices(key: str, count: int) -> list[Resource]:
     """``count`` devices of ``key``, each named by the RPC key its own server registers
-    under (:func:`simpletvm.rpc.device_keys`): a stage granted one profiles on that
+    under (:func:`simpletvm.remote.rpc.device_keys`): a stage granted one profiles on that
     server and no other."""
-    from simpletvm.rpc import device_keys
+    from simpletvm.remote.rpc import device_keys
 
     return [device(name, key) for name in device_keys(key, count)]
 
@@ -60,7 +60,7 @@ class TuningJobAdapter(Job):
 
     def __init__(self, spec: TuningJobSpec) -> None:
         from simpletvm import BenchmarkingContext, SimpleTVM
-        from simpletvm.rpc import DeviceGrant
+        from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.tuning import TuningOptions
 
         self.spec = spec
@@ -114,7 +114,7 @@ def record_writer(store: str):
     """An ``on_stage`` listener for :meth:`Scheduler.run` that writes the records jobs
     return (``records_to_driver``) into ``store``'s database: the driver is its single
     writer, so jobs on other machines need no shared file system for records."""
-    from simpletvm.tuning.records import open_records
+    from simpletvm.tuning.record_files import open_records
 
     records = open_records(store)
 

@@ -1,15 +1,15 @@
 """SimpleTVM: autotune deep-learning models with Apache TVM in a few chained calls."""
 
-from .api import SimpleTVM
-from .context import BenchmarkingContext, new_run_id
-from .errors import (
+from simpletvm.api import SimpleTVM
+from simpletvm.context import BenchmarkingContext, new_run_id
+from simpletvm.errors import (
     FlowError,
     IncompatibleModuleError,
     ModelImportError,
     RunNotFoundError,
     SimpleTVMError,
 )
-from .store import RunStore
+from simpletvm.store import RunStore
 
 __all__ = [
     "BenchmarkingContext",

@@ -1,3 +1,3 @@
-from .cli import main
+from simpletvm.cli import main
 
 main()

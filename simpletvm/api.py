@@ -9,28 +9,27 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import warnings
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .context import BenchmarkingContext
-from .errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
-from .hostinfo import host_fingerprint
-from .models import ImportedModel, TensorSpec, import_model
-from .store import atomic_write_json
-from .targets import ResolvedTarget, resolve_target, use_runtime_threads
-from .tuning.options import TuningOptions
-from .tuning.records import open_records
+from simpletvm.context import BenchmarkingContext
+from simpletvm.errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
+from simpletvm.hostinfo import host_fingerprint
+from simpletvm.models import ImportedModel, TensorSpec, import_model
+from simpletvm.store import atomic_write_json
+from simpletvm.runtime.loaded import as_numpy
+from simpletvm.targets import ResolvedTarget, resolve_target, use_runtime_threads
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.record_files import open_records
 
 if TYPE_CHECKING:
-    from .rpc import DeviceGrant
+    from simpletvm.remote.rpc import DeviceGrant
 
 MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
-DLPACK_CPU = 1  # DLPack's device type of this process's CPU memory
 
 
 class SimpleTVM:
@@ -94,7 +93,7 @@ class SimpleTVM:
 
     @property
     def conv_forms(self):
-        """The model's :class:`~simpletvm.conv_forms.ConvForms`: its lowering in every
+        """The model's :class:`~simpletvm.compiler.conv_forms.ConvForms`: its lowering in every
         form tuning measures."""
         self._require("conv_forms", "imported", "built")
         return self._forms
@@ -111,10 +110,10 @@ class SimpleTVM:
 
         ``input_shapes`` fixes unknown dimensions; ``options`` configure built-in models
         (``image_size``, ``classes``, ``seed``, ``alpha``); ``lowering`` passes options to
-        :func:`simpletvm.lowering.fuse` (``winograd``, ``layout``,
+        :func:`simpletvm.compiler.lowering.fuse` (``winograd``, ``layout``,
         ``separate_residual_pads``).
         """
-        from .conv_forms import ConvForms
+        from simpletvm.compiler.conv_forms import ConvForms
 
         with self.context.step("from_model", source=str(source)) as step:
             self.context.record_parameters(
@@ -175,13 +174,13 @@ class SimpleTVM:
         :class:`~.tuning.records.RecordBuffer`) for the caller to drain and hand to the
         store's single writer."""
         self._require("tuning_job()", "imported", "built")
-        from .rpc import DeviceGrant
-        from .tuning.job import TuningJob
-        from .tuning.records import RecordBuffer
-        from .tuning.runner import DeviceRunner
+        from simpletvm.remote.rpc import DeviceGrant
+        from simpletvm.tuning.job import TuningJob
+        from simpletvm.tuning.records import RecordBuffer
+        from simpletvm.remote.runner import DeviceRunner, rpc_runner
 
         device = device_key if isinstance(device_key, DeviceGrant) else DeviceGrant(device_key)
-        runner = (DeviceRunner(tracker, device, partial(self._rpc_runner, options, tracker))
+        runner = (DeviceRunner(tracker, device, partial(rpc_runner, options, self.target.device_type, tracker))
                   if tracker is not None else None)
         records = open_records(self.store.root)
         if buffer_records:  # build(records="run") reads the run's records through it too
@@ -232,12 +231,14 @@ class SimpleTVM:
         (untuned: TVM's default code).
         """
         self._require("build()", "imported", "built")
-        from .lowering import compile_fused
-        from .tuning.database import best_latency_s
+        from simpletvm.compiler.lowering import compile_fused
+        from simpletvm.tuning.database import best_latency_s, records_database
 
         with self.context.step("build", records=records) as step:
             self.context.record_parameters("build", records=records)
-            database = self._records_database(records)
+            database = None if records is None else records_database(
+                records, self._records_for_build(), self.target.tvm_target(),
+                self.context.run_id)
             step["records_applied"] = len(database) if database is not None else 0
             fused = self._forms.default
             if database is not None:
@@ -336,7 +337,7 @@ class SimpleTVM:
             raise ValueError("evaluate() needs repeat >= 1, number >= 1 and warmup >= 0")
         import tvm
 
-        from .evaluation import random_inputs, summarize, time_vm
+        from simpletvm.runtime.evaluation import random_inputs, summarize, time_vm
 
         with self.context.step("evaluate", repeat=repeat, number=number,
                                warmup=warmup) as step:
@@ -353,7 +354,7 @@ class SimpleTVM:
                          tuned=self._built_from is not None, records=self._built_from,
                          device=where)
             if self.rpc_tracker is None and self.target.device_type == "cpu":
-                from .threads import runtime_threads
+                from simpletvm.runtime.threads import runtime_threads
 
                 stats["threads"] = runtime_threads()
             self.last_evaluation = stats
@@ -395,51 +396,35 @@ class SimpleTVM:
             raise FlowError(f"{step} needs a built module: call build() first")
         raise FlowError(f"{step} needs a module: call build() or load() first")
 
+    def _use_fork_join_pool(self, step: dict) -> None:
+        """Point the module's parallel loops at SimpleTVM's pool when it runs on this CPU;
+        the step says which pool runs them."""
+        if self._runs_on_this_cpu():
+            from simpletvm.runtime.loaded import use_fork_join_pool
+
+            step["fork_join_pool"] = use_fork_join_pool(self._library_file,
+                                                        self.target.host_cores())
+
+    def _choose_threads(self, step: dict, inputs: list | None = None) -> None:
+        """Leave the runtime on the thread count this module runs fastest on here, unless
+        the context pins ``num_threads`` or the module runs elsewhere; the step records
+        the choice and the timings behind it."""
+        if self._runs_on_this_cpu() and self.context.num_threads is None:
+            from simpletvm.runtime.loaded import choose_threads
+
+            step["runtime_threads"] = choose_threads(self._vm, self.model.inputs,
+                                                     self.target, inputs)
+
     def _runs_on_this_cpu(self) -> bool:
         return (self._vm is not None and self.rpc_tracker is None
                 and self.target.device_type == "cpu")
-
-    def _use_fork_join_pool(self, step: dict) -> None:
-        """Point the module's parallel loops at SimpleTVM's pool (:mod:`simpletvm.fork_join`);
-        the step says which pool runs them, and why TVM's when ours cannot be had."""
-        if not self._runs_on_this_cpu():
-            return
-        from .fork_join import (PoolDeclined, PoolUnavailable, pool_of, pool_threads,
-                                use_for_loaded_kernels)
-
-        try:
-            use_for_loaded_kernels(pool_threads() or self.target.host_cores())
-            step["fork_join_pool"] = pool_of(self._library_file)
-        except PoolUnavailable as error:
-            step["fork_join_pool"] = f"tvm ({error})"
-            if not isinstance(error, PoolDeclined):
-                warnings.warn(f"the module's parallel loops run on TVM's pool, slower for "
-                              f"models of many short kernels: {error}", stacklevel=3)
-
-    def _choose_threads(self, step: dict, inputs: list | None = None) -> None:
-        """Leave the runtime on the thread count this module runs fastest on here
-        (:mod:`simpletvm.threads`), unless the context pins ``num_threads`` or the module
-        runs elsewhere; the step records the choice and the timings behind it."""
-        if not self._runs_on_this_cpu() or self.context.num_threads is not None:
-            return
-        import tvm
-
-        from .evaluation import random_inputs
-        from .threads import choose_runtime_threads
-
-        if inputs is None:  # evaluate() passes its own
-            inputs = [tvm.runtime.tensor(a, self.target.device())
-                      for a in random_inputs(self.model.inputs)]
-        main = self._vm["main"]
-        step["runtime_threads"] = choose_runtime_threads(lambda: main(*inputs),
-                                                         self.target.host_cores())
 
     def _library_here(self):
         """The built module for this machine, as a loaded shared library.
 
         A CPU module straight from the compiler runs from LLVM's JIT, in memory, where its
         parallel loops can only use TVM's pool; exported and loaded like a saved module,
-        they use SimpleTVM's (:mod:`simpletvm.fork_join`). A GPU module loads as is."""
+        they use SimpleTVM's (:mod:`simpletvm.runtime.fork_join`). A GPU module loads as is."""
         if self.target.device_type != "cpu":
             return self._executable
         import tvm
@@ -449,7 +434,7 @@ class SimpleTVM:
 
     def _temporary_export(self) -> Path:
         """The built module exported to a temporary directory kept while it is in use."""
-        from .scratch import scratch_directory
+        from simpletvm._process.scratch import scratch_directory
 
         self._export_dir = scratch_directory("module")
         path = Path(self._export_dir.name) / MODULE_FILE
@@ -479,7 +464,7 @@ class SimpleTVM:
             return self._vm, self.target.device(), {"runner": "local"}
         from tvm import relax
 
-        from .rpc import remote_module
+        from simpletvm.remote.rpc import remote_module
 
         if self._library_file is None:
             self._library_file = self._temporary_export()
@@ -493,50 +478,18 @@ class SimpleTVM:
         """The user's tracker, or none: profiling then happens on this machine."""
         from contextlib import nullcontext
 
-        from .rpc import RemoteTracker
+        from simpletvm.remote.rpc import RemoteTracker
 
         if self.rpc_tracker is not None:
             return RemoteTracker(*self.rpc_tracker, key=self.context.device_key)
         return nullcontext()
 
-    def _rpc_runner(self, options: TuningOptions, tracker: tuple[str, int], device_key: str):
-        """MetaSchedule's RPC runner on servers registered under ``device_key``."""
-        from tvm.s_tir import meta_schedule as ms
-
-        from .tuning.timing import evaluator_config, resolve_cache_mode
-
-        timeout = options.resolved_timeout(self.target.device_type)
-        mode = resolve_cache_mode(options.cache_flush, device_type=self.target.device_type,
-                                  local=False)
-        return ms.runner.RPCRunner(
-            rpc_config=ms.runner.RPCConfig(
-                tracker_host=tracker[0], tracker_port=int(tracker[1]), tracker_key=device_key,
-                session_timeout_sec=max(1, int(timeout))),
-            evaluator_config=evaluator_config(options, mode),
-            max_workers=1,
-        )
-
-    def _records_database(self, records: str | None):
-        if records is None:
-            return None
-        from .tuning.database import RecordDatabase
-
-        # a buffered job's records may never reach this machine's store (another node's):
-        # its buffer reads the store and its own copy of them
-        store = (self._record_buffer if self._record_buffer is not None
-                 else open_records(self.store.root))
-        target = self.target.tvm_target()
-        if records in ("global", "best"):
-            return RecordDatabase(store, target, scope="all" if records == "global" else "best")
-        if records == "run" or store.has_run(records):
-            run_id = self.context.run_id if records == "run" else records
-            return RecordDatabase(store, target, scope="run", run_id=run_id)
-        if Path(records).expanduser().exists():
-            return RecordDatabase(open_records(records), target)
-        raise RunNotFoundError(
-            f"build(records={records!r}): no run with that id has tuning records in "
-            f"{store.path}, and no such path; use 'global', 'best', 'run', a run id, a "
-            "records file or store directory, or None")
+    def _records_for_build(self):
+        """The store's records, or a buffered job's: its records may never reach this
+        machine's store (another node's), and its buffer reads the store and its copy."""
+        if self._record_buffer is not None:
+            return self._record_buffer
+        return open_records(self.store.root)
 
     def _metadata(self) -> dict[str, Any]:
         return {
@@ -589,19 +542,3 @@ class SimpleTVM:
                                  f"got {array.shape}")
             arrays.append(array)
         return arrays
-
-
-def as_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
-    """NumPy arrays of a call's outputs: views of the tensors the VM returned when they
-    are in this process's memory (no call reuses them while a view lives; TVM's
-    ``numpy()`` copy costs 4 us a call), copies of remote ones and of types NumPy cannot
-    view (bfloat16, float8: ``numpy()`` gives them ml_dtypes' types)."""
-    if hasattr(result, "numpy"):
-        if result.device.dlpack_device_type() == DLPACK_CPU:  # an RPC tensor's differs
-            try:
-                return np.from_dlpack(result)
-            except RuntimeError:  # "Unsupported dtype in DLTensor"
-                pass
-        return result.numpy()
-    items = [as_numpy(item) for item in result]
-    return items[0] if len(items) == 1 else items

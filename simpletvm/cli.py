@@ -28,7 +28,7 @@ def _options(verbose: bool = typer.Option(
         False, "--verbose", help="show TVM's native log lines on the terminal (without it "
         "they go to the run's log)")) -> None:
     if verbose:
-        from .native_output import VERBOSE_VARIABLE
+        from simpletvm._process.native_output import VERBOSE_VARIABLE
 
         os.environ[VERBOSE_VARIABLE] = "1"
 _active_contexts: list = []  # the BenchmarkingContext of the command running, if any
@@ -47,7 +47,7 @@ def _guarded(function):
     logged (the run's log, or a file under the store) and exits 1."""
     @functools.wraps(function)
     def command(*args, **kwargs):
-        from .errors import SimpleTVMError
+        from simpletvm.errors import SimpleTVMError
 
         _active_contexts.clear()
         try:
@@ -98,7 +98,7 @@ def _log_traceback(error: Exception, command: str, store: Optional[Path]) -> Pat
             return ctx.store.log_path(ctx.run_id)
         except Exception:  # noqa: BLE001 - the run's log is unusable: fall back to a file
             pass
-    from .store import RunStore
+    from simpletvm.store import RunStore
 
     directory = RunStore(store).root / "errors"
     directory.mkdir(parents=True, exist_ok=True)
@@ -132,8 +132,8 @@ def quickstart(
     from rich.logging import RichHandler
     from rich.table import Table
 
-    from . import BenchmarkingContext, SimpleTVM
-    from .errors import SimpleTVMError
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.errors import SimpleTVMError
 
     console = Console()
     ctx = BenchmarkingContext("cpu", store=store, num_threads=threads)
@@ -206,8 +206,8 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     one's faster count."""
     import numpy as np
 
-    from .comparison import simpletvm_runners, time_side_by_side, tflite_runners
-    from .models.zoo import builtin_tflite
+    from simpletvm.runtime.comparison import simpletvm_runners, time_side_by_side, tflite_runners
+    from simpletvm.models.zoo import builtin_tflite
 
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
@@ -249,7 +249,7 @@ def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> N
     from rich.console import Console
     from rich.table import Table
 
-    from .store import RunStore
+    from simpletvm.store import RunStore
 
     run_store = RunStore(store)
     table = Table(title=str(run_store.root))
@@ -296,8 +296,8 @@ def _remote(tracker: Optional[str], device_key: Optional[str]) -> tuple[str, int
                                  "register under (python -m tvm.exec.query_rpc_tracker "
                                  f"--host {host} --port {port} lists them)",
                                  param_hint="--device-key")
-    from .errors import SimpleTVMError
-    from .rpc import require_servers
+    from simpletvm.errors import SimpleTVMError
+    from simpletvm.remote.rpc import require_servers
 
     try:
         require_servers(host, int(port), device_key)
@@ -346,7 +346,7 @@ def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False,
     from rich.console import Console
     from rich.logging import RichHandler
 
-    from . import BenchmarkingContext, SimpleTVM
+    from simpletvm import BenchmarkingContext, SimpleTVM
 
     console = Console()
     ctx = BenchmarkingContext(target, store=store, device_key=device_key)
@@ -405,7 +405,7 @@ def tune(
     """Autotune a model; its records go to the run store under a new run id (and to the
     global database), for `simpletvm compile MODEL --records RUN_ID`. With --tracker,
     candidates are profiled on the tracker's servers of --device-key."""
-    from .errors import SimpleTVMError
+    from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
     console, ctx, stvm = _session(store, target, verbose, remote, device_key)
@@ -438,7 +438,7 @@ def compile_model(
     store: Optional[Path] = typer.Option(None, help="run store root"),
 ) -> None:
     """Build a model with tuning records and save it (model.so + metadata.json)."""
-    from .errors import SimpleTVMError
+    from simpletvm.errors import SimpleTVMError
 
     console, ctx, stvm = _session(store, target)
     try:
@@ -468,8 +468,8 @@ def run_module(
 
     import numpy as np
 
-    from .api import METADATA_FILE
-    from .errors import SimpleTVMError
+    from simpletvm.api import METADATA_FILE
+    from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
     console, ctx, stvm = _session(store, tracker=remote, device_key=device_key)
@@ -521,10 +521,10 @@ def benchmark(
     --tracker, the two builds are timed on a server of --device-key (no peers there)."""
     import numpy as np
 
-    from .comparison import simpletvm_runner, time_side_by_side
-    from .errors import SimpleTVMError
-    from .evaluation import random_inputs
-    from .store import RunStore
+    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
+    from simpletvm.errors import SimpleTVMError
+    from simpletvm.runtime.evaluation import random_inputs
+    from simpletvm.store import RunStore
 
     remote = _remote(tracker, device_key)
     console, ctx, _ = _session(store)
@@ -573,7 +573,7 @@ def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
 
 def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
     """The model source and import options a tuning run recorded, and its records."""
-    from . import BenchmarkingContext
+    from simpletvm import BenchmarkingContext
 
     given = dict(BenchmarkingContext.load(run_id, run_store).parameters.get("from_model", {}))
     source = given.pop("source")
@@ -598,7 +598,7 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
             name = session.get_inputs()[0].name
             runners["onnxruntime"] = lambda: session.run(None, {name: example[0]})[0]
         elif suffix == ".tflite":
-            from .comparison import tflite_runner
+            from simpletvm.runtime.comparison import tflite_runner
 
             runners["tflite"] = tflite_runner(Path(model).read_bytes(), example[0], threads)
     except ImportError as error:  # optional: a plain install has neither

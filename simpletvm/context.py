@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import RunNotFoundError
-from .hostinfo import host_facts, library_versions
-from .interrupts import keep_interrupts
-from .native_output import redirected, verbose
-from .store import HOME_ENV, RunStore, atomic_write_json
+from simpletvm.errors import RunNotFoundError
+from simpletvm.hostinfo import host_facts, library_versions
+from simpletvm._process.interrupts import keep_interrupts
+from simpletvm._process.native_output import redirected, verbose
+from simpletvm.store import HOME_ENV, RunStore, atomic_write_json
 
 SCHEMA_VERSION = 1
 
@@ -44,7 +44,7 @@ class BenchmarkingContext:
             vector instructions; the host's own CPU when not given.
         num_threads: threads for the tuned module and for tuning (default: physical cores
             for tuning; a module built or loaded for this CPU runs on the faster of them
-            and one, timed then: :mod:`simpletvm.threads`).
+            and one, timed then: :mod:`simpletvm.runtime.threads`).
         store: a RunStore or its root directory (default ``~/tvm-benchmark``).
     """
 

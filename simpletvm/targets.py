@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SimpleTVMError
+from simpletvm.errors import SimpleTVMError
 
 CPU_NAMES = ("cpu", "llvm")
 CUDA_NAMES = ("cuda", "gpu")

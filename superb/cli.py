@@ -350,7 +350,7 @@ def tracker(host: str = typer.Option("0.0.0.0", help="address to listen on"),
                                               "device key on this machine"),
             servers: int = typer.Option(1, min=1, help="how many servers of --key")):
     """Run an RPC tracker (and optionally servers) in the foreground until Ctrl-C."""
-    from simpletvm.rpc import LocalRPC
+    from simpletvm.remote.rpc import LocalRPC
 
     from .infra import serve_until_signalled
 
@@ -376,7 +376,7 @@ def server(tracker_address: str = typer.Option(..., "--tracker", metavar="HOST:P
     """Run RPC servers for this machine's device in the foreground until Ctrl-C."""
     from simpletvm.errors import SimpleTVMError
 
-    from simpletvm.rpc import LocalRPC
+    from simpletvm.remote.rpc import LocalRPC
 
     from .infra import serve_until_signalled
 

@@ -3,7 +3,7 @@
 For a sweep, superb starts them in a helper process (``python -m superb.infra``) that
 stops them when superb closes its stdin, which also happens when superb is killed, so a
 SIGKILLed sweep leaves no tracker behind. ``superb tracker`` and ``superb server`` run
-the same :class:`simpletvm.rpc.LocalRPC` in the foreground for a multi-machine setup.
+the same :class:`simpletvm.remote.rpc.LocalRPC` in the foreground for a multi-machine setup.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from simpletvm.errors import SimpleTVMError
-from simpletvm.rpc import LocalRPC
+from simpletvm.remote.rpc import LocalRPC
 
 START_TIMEOUT_S = 60.0
 

@@ -153,7 +153,7 @@ def device_type(target: Any) -> str:
 
 def tracker_problems(tracker: tuple[str, int], keys: list[str]) -> list[Problem]:
     from simpletvm.errors import SimpleTVMError
-    from simpletvm.rpc import tracker_summary
+    from simpletvm.remote.rpc import tracker_summary
 
     where = f"--tracker {tracker[0]}:{tracker[1]}"
     try:

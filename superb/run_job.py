@@ -5,7 +5,7 @@ the tuning stages (select, build and update on the client, profile on the device
 ``compile`` (client: build, and save when asked) and ``evaluate`` (device: exclusive,
 like profiling, so no evaluation overlaps another job's profile on that device). An
 untuned run has no tuning stages. A device stage reaches the server of the device
-resource it was granted (:class:`simpletvm.rpc.DeviceGrant`).
+resource it was granted (:class:`simpletvm.remote.rpc.DeviceGrant`).
 
 The job lives in a worker process of its own (the scheduler's process backend): its
 output goes to the run's log file, and its BenchmarkingContext is saved when it ends,
@@ -58,7 +58,7 @@ class RunJob(Job):
 
     def __init__(self, spec: RunSpec) -> None:
         from simpletvm import BenchmarkingContext, SimpleTVM
-        from simpletvm.rpc import DeviceGrant
+        from simpletvm.remote.rpc import DeviceGrant
 
         from .grid import calls_for
 

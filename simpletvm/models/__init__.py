@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelImportError
-from .base import ImportedModel, TensorSpec
-from .zoo import BUILTIN_MODELS, canonical_name
+from simpletvm.errors import ModelImportError
+from simpletvm.models.base import ImportedModel, TensorSpec
+from simpletvm.models.zoo import BUILTIN_MODELS, canonical_name
 
 FORMATS = ("builtin", "savedmodel", "graphdef", "keras", "tfhub", "tflite", "onnx")
 _SUFFIXES = {".onnx": "onnx", ".tflite": "tflite", ".pb": "graphdef", ".keras": "keras",
@@ -75,10 +75,10 @@ def import_model(
         raise ModelImportError(f"unknown options {sorted(options)} for a {fmt} model")
     if output_name is not None and fmt != "graphdef":
         raise ModelImportError("output_name applies to frozen GraphDef (.pb) files only")
-    from . import onnx as onnx_importer
-    from . import tensorflow as tf_importer
-    from . import tflite as tflite_importer
-    from . import zoo
+    from simpletvm.models import onnx as onnx_importer
+    from simpletvm.models import tensorflow as tf_importer
+    from simpletvm.models import tflite as tflite_importer
+    from simpletvm.models import zoo
 
     if fmt == "builtin":
         return zoo.import_builtin(str(source), cache_dir, batch_size=batch_size, **options)

@@ -86,7 +86,7 @@ def static_shapes(
     Any other unknown size raises one ModelImportError that lists them all (input,
     axis, symbolic name) and shows the ``input_shapes=`` that fixes them.
     """
-    from ..errors import ModelImportError
+    from simpletvm.errors import ModelImportError
 
     shapes: dict[str, tuple[int, ...]] = {}
     unknown: list[tuple[InputDims, int | None]] = []
@@ -131,7 +131,7 @@ def unsupported_operators_error(source: str, described_format: str,
                                 missing: dict[str, tuple[int, str]], advice: str):
     """One ModelImportError naming every operator TVM cannot import: its type, how many
     nodes use it and the first of them (``missing``: type -> (count, first node))."""
-    from ..errors import ModelImportError
+    from simpletvm.errors import ModelImportError
 
     listed = ", ".join(f"{op} x{count} (first: {first!r})"
                        for op, (count, first) in sorted(missing.items()))

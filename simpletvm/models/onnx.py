@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelImportError
-from ..relax_ir import static_shape
-from .base import (ImportedModel, InputDims, TensorSpec, normalize_shapes, static_shapes,
+from simpletvm.errors import ModelImportError
+from simpletvm.relax_ir import static_shape
+from simpletvm.models.base import (ImportedModel, InputDims, TensorSpec, normalize_shapes, static_shapes,
                    unsupported_operators_error)
-from .onnx_rewrite import rewrite_for_import
+from simpletvm.models.onnx_rewrite import rewrite_for_import
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
                 10: "float16", 11: "float64"}

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelImportError
-from .base import ONNX_OPSET, ImportedModel, InputDims, normalize_shapes, static_shapes
-from .onnx import relax_from_onnx
+from simpletvm.errors import ModelImportError
+from simpletvm.models.base import ONNX_OPSET, ImportedModel, InputDims, normalize_shapes, static_shapes
+from simpletvm.models.onnx import relax_from_onnx
 
 
 def _quiet_tensorflow():
@@ -158,7 +158,7 @@ def import_keras_model(
     tf = _quiet_tensorflow()
     import tf2onnx
 
-    from .tflite import keras_to_tflite, relax_from_tflite
+    from simpletvm.models.tflite import keras_to_tflite, relax_from_tflite
 
     names = [(getattr(tensor, "name", None) or f"input_{index}").split(":")[0]
              for index, tensor in enumerate(model.inputs)]

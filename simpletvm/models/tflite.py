@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelImportError
-from ..native_output import redirected
-from .base import (ImportedModel, TensorSpec, normalize_shapes, pick_shape,
+from simpletvm.errors import ModelImportError
+from simpletvm._process.native_output import redirected
+from simpletvm.models.base import (ImportedModel, TensorSpec, normalize_shapes, pick_shape,
                    unsupported_operators_error)
 
 _ADVICE = ("Try converting the model with TFLite's builtin operators only (no Flex/"
@@ -62,7 +62,7 @@ def relax_from_tflite(
     import tflite
     from tvm.relax.frontend.tflite import from_tflite
 
-    from .tflite_converter import Converter
+    from simpletvm.models.tflite_converter import Converter
 
     try:
         model = tflite.Model.GetRootAsModel(flatbuffer, 0)
@@ -126,7 +126,7 @@ def transpose_convs_nchw(mod):
     import tvm
     from tvm import relax
 
-    from ..layout import cancel_permutations, count_calls
+    from simpletvm.relax_ir import cancel_permutations, count_calls
 
     if not count_calls(mod, "relax.nn.conv2d_transpose"):
         return mod

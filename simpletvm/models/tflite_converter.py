@@ -21,9 +21,9 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
 
-from ..relax_ir import static_shape
-from . import tflite_mediapipe as mediapipe
-from .tflite_sparse import densify
+from simpletvm.relax_ir import static_shape
+from simpletvm.models import tflite_mediapipe as mediapipe
+from simpletvm.models.tflite_sparse import densify
 
 _CUSTOM = 32  # tflite.BuiltinOperator.CUSTOM
 _DETECTION_POSTPROCESS = "TFLite_Detection_PostProcess"  # custom code TVM converts itself

@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ModelImportError
-from ..store import atomic_write_text
-from .base import ImportedModel, ONNX_OPSET
-from .onnx import relax_from_onnx
-from .tflite import keras_to_tflite, relax_from_tflite
+from simpletvm.errors import ModelImportError
+from simpletvm.store import atomic_write_text
+from simpletvm.models.base import ImportedModel, ONNX_OPSET
+from simpletvm.models.onnx import relax_from_onnx
+from simpletvm.models.tflite import keras_to_tflite, relax_from_tflite
 
 
 def _resnet18(keras, image_size: int, classes: int):
@@ -79,7 +79,7 @@ def canonical_name(name: str) -> str | None:
 def build_keras_model(name: str, image_size: int = 224, classes: int = 1000, seed: int = 0,
                       **options: Any):
     """The Keras model behind a built-in name, with seeded random weights."""
-    from .tensorflow import _quiet_tensorflow
+    from simpletvm.models.tensorflow import _quiet_tensorflow
 
     _quiet_tensorflow()
     import keras
@@ -130,7 +130,7 @@ def import_builtin(
 
         return relax_from_onnx(onnx.load(str(onnx_file)), key, "builtin",
                                None, batch_size, {**details, "route": "onnx"})
-    from .tensorflow import _quiet_tensorflow
+    from simpletvm.models.tensorflow import _quiet_tensorflow
 
     tf = _quiet_tensorflow()
     model = build_keras_model(key, image_size, classes, seed, **options)

@@ -1,9 +1,9 @@
 """Autotuning as schedulable stages: options, the job, its builder and the record store."""
 
-from .curve import tuning_curve
-from .job import TuningJob
-from .options import TuningOptions
-from .plan import STAGES, StageSpec
-from .records import RecordStore
+from simpletvm.tuning.curve import tuning_curve
+from simpletvm.tuning.job import TuningJob
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.plan import STAGES, StageSpec
+from simpletvm.tuning.records import RecordStore
 
 __all__ = ["STAGES", "RecordStore", "StageSpec", "TuningJob", "TuningOptions", "tuning_curve"]

@@ -19,12 +19,12 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from ..scratch import make_scratch_dir
+from simpletvm._process.scratch import make_scratch_dir
 
 
 def _worker_init(target_kind: str) -> None:
     from simpletvm.targets import load_tensor_intrinsics
-    from simpletvm.tuning.orphans import exit_with_parent
+    from simpletvm._process.orphans import exit_with_parent
 
     exit_with_parent()
     load_tensor_intrinsics(target_kind)

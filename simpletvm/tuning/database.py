@@ -10,13 +10,16 @@ records, one run's, or the best per workload only.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from .records import RecordStore, target_key
+from simpletvm.compiler.lowering import workload_key
+from simpletvm.errors import RunNotFoundError
+from simpletvm.tuning.record_files import open_records
+from simpletvm.tuning.records import RecordStore, target_key
 
 SCOPES = ("all", "run", "best")
 
@@ -94,11 +97,6 @@ class RecordDatabase(PyDatabase):
                                   target=self.target_key, best_only=self.scope == "best")
 
 
-def workload_key(mod) -> str:
-    """A workload's key: its structural hash, as MetaSchedule's ``Workload`` computes it."""
-    return str(tvm_ffi.structural_hash(mod))
-
-
 def record_as_json(record: TuningRecord) -> list:
     """A TuningRecord as plain JSON, the way MetaSchedule's own JSON database writes it:
     IR objects inside the trace (the index maps of weight-layout rewrites) become their
@@ -131,3 +129,21 @@ def best_latency_s(database, task) -> float | None:
         return None
     seconds = [float(s) for s in best[0].run_secs]
     return sum(seconds) / len(seconds)
+
+
+def records_database(records: str, store: RecordStore, target, run_id: str) -> RecordDatabase:
+    """The database a build reads, by what the user asked for: ``"global"`` (every run's
+    records in ``store``), ``"best"``, ``"run"`` (run ``run_id``'s), another run's id, or
+    the path of a records database or store directory. Anything else is refused with the
+    choices."""
+    if records in ("global", "best"):
+        return RecordDatabase(store, target, scope="all" if records == "global" else "best")
+    if records == "run" or store.has_run(records):
+        return RecordDatabase(store, target, scope="run",
+                              run_id=run_id if records == "run" else records)
+    if Path(records).expanduser().exists():
+        return RecordDatabase(open_records(records), target)
+    raise RunNotFoundError(
+        f"build(records={records!r}): no run with that id has tuning records in "
+        f"{store.path}, and no such path; use 'global', 'best', 'run', a run id, a "
+        "records file or store directory, or None")

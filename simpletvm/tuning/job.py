@@ -17,16 +17,16 @@ import uuid
 import warnings
 from typing import Any, Callable
 
-from ..conv_forms import ConvForms
-from ..interrupts import raise_if_interrupted
-from ..scratch import sweep_orphans
-from ..targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
-from ..winograd import register_schedule_rules
-from .options import TuningOptions
-from .plan import StageSpec, TuningPlan
-from .records import RecordStore
-from .tasks import TaskProgress
-from .timing import (alloc_arguments, evaluator_config, model_footprint_bytes, resolve_cache_mode,
+from simpletvm.compiler.conv_forms import ConvForms
+from simpletvm._process.interrupts import raise_if_interrupted
+from simpletvm._process.scratch import sweep_orphans
+from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
+from simpletvm.compiler.winograd import register_schedule_rules
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.plan import StageSpec, TuningPlan
+from simpletvm.tuning.records import RecordStore
+from simpletvm.tuning.tasks import TaskProgress
+from simpletvm.tuning.timing import (alloc_arguments, evaluator_config, model_footprint_bytes, resolve_cache_mode,
                      run_evaluator, warmed_up)
 
 CLIENT = "client"
@@ -40,8 +40,8 @@ class TuningJob:
     carries them out with MetaSchedule and reports what happened back to it.
 
     Args:
-        fused_mod: the module after :func:`simpletvm.lowering.fuse`, or a model's
-            :class:`~simpletvm.conv_forms.ConvForms` (the tasks of every form of its
+        fused_mod: the module after :func:`simpletvm.compiler.lowering.fuse`, or a model's
+            :class:`~simpletvm.compiler.conv_forms.ConvForms` (the tasks of every form of its
             contested layers, the rival forms' tasks known to the plan).
         target: where the tuned code will run.
         options: tuning parameters.
@@ -54,7 +54,7 @@ class TuningJob:
             :mod:`simpletvm.testing` has fakes of both.
         device_resource: the name the context records for profile stages: a str, or an
             object whose str() names the device of the stage (a
-            :class:`~simpletvm.rpc.DeviceGrant`).
+            :class:`~simpletvm.remote.rpc.DeviceGrant`).
         device_check: called before each profile stage; raises when the device is gone
             (the stage then fails and can be run again once a device is back).
         context: a BenchmarkingContext that receives every stage's timing.
@@ -80,8 +80,9 @@ class TuningJob:
     ):
         from tvm.s_tir import meta_schedule as ms
 
-        from ..lowering import extract_tasks
-        from .database import RecordDatabase, workload_key
+        from simpletvm.compiler.lowering import extract_tasks
+        from simpletvm.compiler.lowering import workload_key
+        from simpletvm.tuning.database import RecordDatabase
 
         load_tensor_intrinsics(target.kind)
         register_schedule_rules()  # the Winograd operator's transform blocks name them
@@ -243,7 +244,7 @@ class TuningJob:
         from tvm.s_tir.meta_schedule.builder import BuilderInput
 
         if self._builder is None:
-            from .builder import PersistentBuilder
+            from simpletvm.tuning.builder import PersistentBuilder
 
             self._builder = PersistentBuilder(
                 self.target.kind,
@@ -502,7 +503,7 @@ class TuningJob:
         if self._runner is None:
             from tvm.s_tir import meta_schedule as ms
 
-            from .orphans import exit_with_parent
+            from simpletvm._process.orphans import exit_with_parent
 
             self._runner = ms.runner.LocalRunner(
                 timeout_sec=self.options.resolved_timeout(self.target.device_type),

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..store import iter_json_lines
-from .records import RecordStore, canonical_json, insert, record_latency
+from simpletvm.store import iter_json_lines
+from simpletvm.tuning.records import RecordStore, canonical_json, insert, record_latency
 
 IMPORTED = "json_lines_imported"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .tasks import TASK_SCHEDULERS
-from .timing import cache_mode
+from simpletvm.tuning.tasks import TASK_SCHEDULERS
+from simpletvm.tuning.timing import cache_mode
 
 DEFAULT_TRIALS = 64  # per task, when nothing else bounds the job
 UNCAPPED_TRIALS = 1_000_000  # per task, when total_trials or minutes bound the job

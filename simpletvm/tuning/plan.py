@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .options import TuningOptions
-from .tasks import TaskProgress, next_task
+from simpletvm.compiler.winograd.policy import second_form_built
+from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.tasks import TaskProgress, next_task
 
 STAGES = ("select", "build", "profile", "update")
 DEVICE_STAGES = frozenset({"profile"})
@@ -58,13 +59,6 @@ class StageSpec:
     @property
     def on_device(self) -> bool:
         return self.kind in DEVICE_STAGES
-
-
-def second_form_built(first_s: float | None, second_s: float | None) -> bool:
-    """Whether a layer tuned in two forms is built in its second (alternative) one: only
-    when both forms' tasks are all measured (not None) and the second's are faster. The
-    build, the plan's estimate and the tuning curve all follow this one rule."""
-    return first_s is not None and second_s is not None and second_s < first_s
 
 
 def built_estimate(latency: Mapping[Any, float], weights: Mapping[Any, int],
@@ -110,7 +104,7 @@ class TuningPlan:
         measured_before: per task, the trials a stopped run under the same id measured;
             they count against every budget and are never measured again.
         rivals: pairs of task groups of which the model is built with one only (a
-            layer in two forms, :mod:`simpletvm.conv_forms`): the estimate counts the
+            layer in two forms, :mod:`simpletvm.compiler.conv_forms`): the estimate counts the
             faster group, and once every task of both had RIVAL_MIN_ITERATIONS, the
             slower group's tasks are measured further only when their expected gain
             exceeds the gap.

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..scratch import make_scratch_dir
+from simpletvm._process.scratch import make_scratch_dir
 
 IDENTITIES = "record_identities"  # meta key: set once identities include the run
 BUSY_TIMEOUT_S = 120  # a legacy import holds the write lock for a while; writers wait
@@ -85,21 +85,6 @@ def target_key(target_json: Any) -> str:
     if isinstance(host, dict) and spec.get("kind") != "llvm":
         parts.append(str(host.get("mcpu", "")))
     return "/".join(parts)
-
-
-def open_records(path: str | os.PathLike) -> RecordStore:
-    """The tuning records at ``path``: a records database file as is, or a directory
-    (a store root, or a JSON-lines record directory of an earlier version) through its
-    ``records.sqlite``, into which the JSON lines under it are imported the first time."""
-    from ..store import RunStore
-    from .jsonl_import import import_once, record_directories
-
-    path = Path(path).expanduser()
-    if path.is_file():
-        return RecordStore(path)
-    records = RecordStore(RunStore(path).records_path)
-    import_once(records, record_directories(path))
-    return records
 
 
 def record_latency(record_json: list) -> float | None:
@@ -249,7 +234,7 @@ class RecordStore:
     def _connection(self) -> sqlite3.Connection:
         local = self._local
         if getattr(local, "pid", None) != os.getpid():  # never reuse one across a fork
-            from ..store import file_lock
+            from simpletvm.store import file_lock
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,

@@ -33,7 +33,7 @@ with other work. The cache modes stand for these cases:
 - ``"auto"``: ``"model"`` on a local CPU, ``"memory"`` through RPC.
 
 A candidate timed here forks its parallel loops onto the pool the built model will use
-(:mod:`simpletvm.fork_join`), so the search ranks kernels by what they cost in the model,
+(:mod:`simpletvm.runtime.fork_join`), so the search ranks kernels by what they cost in the model,
 its arguments are filled without waking TVM's own pool (:func:`alloc_arguments`), and its
 first timed runs are dropped (they pay once-only costs the model never meets).
 """
@@ -47,7 +47,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from ..scratch import scratch_directory
+from simpletvm._process.scratch import scratch_directory
 
 CACHE_MODES = ("auto", "model", "memory", "l3", "off")
 EVICTING_MODES = ("model", "memory", "l3")  # the local evaluator runs an eviction kernel
@@ -280,7 +280,7 @@ def _register_eviction(mode: str, model_bytes: int) -> str:
     Returns its name (cached: registered once per process)."""
     import tvm
 
-    from ..hostinfo import cache_bytes
+    from simpletvm.hostinfo import cache_bytes
 
     threads = _runtime_threads()
     thread_bytes = eviction_bytes(mode, model_bytes, cache_bytes(), threads)
@@ -334,13 +334,13 @@ def _eviction_kernel(threads: int, thread_bytes: int):
 def _kernels_on_pool() -> None:
     """Point the loaded kernels at the pool the built model runs on; where it cannot be
     had, the model keeps TVM's pool too, and so do the candidates."""
-    from ..fork_join import PoolUnavailable, use_for_loaded_kernels
+    from simpletvm.runtime.fork_join import PoolUnavailable, use_for_loaded_kernels
 
     with suppress(PoolUnavailable):
         use_for_loaded_kernels(_runtime_threads())
 
 
 def _runtime_threads() -> int:
-    from ..targets import RUNTIME_THREADS_VARIABLE
+    from simpletvm.targets import RUNTIME_THREADS_VARIABLE
 
     return max(1, int(os.environ.get(RUNTIME_THREADS_VARIABLE) or os.cpu_count() or 1))

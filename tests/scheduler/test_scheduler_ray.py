@@ -20,7 +20,7 @@ from scheduler.backends.ray import JobActor
 from scheduler.testing import STAGE_KINDS, MockJob
 from scheduler.tuning import TuningJobSpec, record_writer
 from simpletvm.testing import tiny_cnn_onnx
-from simpletvm.tuning.records import open_records
+from simpletvm.tuning.record_files import open_records
 
 from scheduler_helpers import by_job
 
@@ -202,7 +202,7 @@ FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1,
 
 @pytest.mark.slow
 def test_two_tuning_jobs_tune_on_two_nodes(cluster, tmp_path: Path) -> None:
-    from simpletvm.rpc import LocalRPC
+    from simpletvm.remote.rpc import LocalRPC
 
     model = str(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
     store = tmp_path / "store"

@@ -13,8 +13,8 @@ import pytest
 from scheduler import Job, Scheduler, Stage, StageResult, StageStatus, client, device_role
 from scheduler.tuning import rpc_devices
 from simpletvm import SimpleTVMError
-from simpletvm.rpc import DeviceGrant, LocalRPC, registered_servers
-from simpletvm.tuning.runner import DeviceRunner
+from simpletvm.remote.rpc import DeviceGrant, LocalRPC, registered_servers
+from simpletvm.remote.runner import DeviceRunner
 
 KIND = "board"
 

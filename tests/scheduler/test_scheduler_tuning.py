@@ -21,7 +21,7 @@ def test_two_tuning_jobs_interleave_and_profile_on_the_server_of_the_granted_boa
     """Two real tuning jobs, two boards of one kind (a server each): the jobs share the
     client and the boards without overlapping on either, and each profile stage is
     measured by the server of the board the scheduler granted it (its session log)."""
-    from simpletvm.rpc import LocalRPC
+    from simpletvm.remote.rpc import LocalRPC
 
     model = str(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
     store = str(tmp_path / "store")

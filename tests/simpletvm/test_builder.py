@@ -12,7 +12,7 @@ import pytest
 def candidates(tiny_onnx):
     from tvm.s_tir import meta_schedule as ms
 
-    from simpletvm.lowering import extract_tasks, fuse
+    from simpletvm.compiler.lowering import extract_tasks, fuse
     from simpletvm.models import import_model
     from simpletvm.targets import load_tensor_intrinsics, resolve_target
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simpletvm.cli import app
-from simpletvm.rpc import LocalRPC
+from simpletvm.remote.rpc import LocalRPC
 
 KEY = "cli-device"
 
@@ -124,7 +124,7 @@ def test_an_unexpected_error_without_a_run_is_logged_under_the_store(store, monk
 
 
 def test_verbose_keeps_native_log_lines_on_the_terminal(store, monkeypatch):
-    from simpletvm.native_output import VERBOSE_VARIABLE, verbose
+    from simpletvm._process.native_output import VERBOSE_VARIABLE, verbose
 
     monkeypatch.setenv(VERBOSE_VARIABLE, "0")  # restored after the test
     assert not verbose()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simpletvm.conv_forms import ConvForms
-from simpletvm.lowering import compile_fused, extract_tasks
+from simpletvm.compiler.conv_forms import ConvForms
+from simpletvm.compiler.lowering import compile_fused, extract_tasks
 from simpletvm.targets import resolve_target
-from simpletvm.winograd import ConvSignature, forms_for
+from simpletvm.compiler.winograd import ConvSignature, forms_for
 
 
 def two_layer_model(seed: int = 0):

@@ -85,7 +85,7 @@ def test_outputs_numpy_cannot_view_still_come_back_as_arrays():
     import ml_dtypes
     import tvm
 
-    from simpletvm.api import as_numpy  # where run() turns every output into an array
+    from simpletvm.runtime.loaded import as_numpy  # where run() turns every output into an array
 
     values = np.arange(4, dtype="float32")
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
@@ -98,7 +98,7 @@ def test_outputs_numpy_cannot_view_still_come_back_as_arrays():
 def test_results_are_not_overwritten_by_later_calls(built):
     """run() and the comparison's runner hand back views of the returned tensors, not
     copies: a kept result must survive the calls after it, on other inputs."""
-    from simpletvm.comparison import simpletvm_runner
+    from simpletvm.runtime.comparison import simpletvm_runner
 
     rng = np.random.default_rng(0)
     first_input, other = (rng.standard_normal((1, 3, 32, 32)).astype("float32")

@@ -13,8 +13,8 @@ import numpy as np
 import psutil
 import pytest
 
-from simpletvm import fork_join
-from simpletvm.threads import set_runtime_threads
+from simpletvm.runtime import fork_join
+from simpletvm.runtime.threads import set_runtime_threads
 
 ROWS = 64
 

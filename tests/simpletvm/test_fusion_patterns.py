@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM
-from simpletvm.lowering import extract_tasks, fuse
+from simpletvm.compiler.lowering import extract_tasks, fuse
 
 from model_factories import make_residual_pad_block_keras
 

@@ -16,8 +16,8 @@ import tvm_ffi
 from typer.testing import CliRunner
 
 from simpletvm.cli import app
-from simpletvm.interrupts import keep_interrupts, raise_if_interrupted
-from simpletvm.tuning.records import open_records
+from simpletvm._process.interrupts import keep_interrupts, raise_if_interrupted
+from simpletvm.tuning.record_files import open_records
 
 
 @pytest.fixture

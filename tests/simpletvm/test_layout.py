@@ -12,8 +12,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from simpletvm.layout import conv2d_layouts, count_calls, to_nhwc
-from simpletvm.lowering import fuse
+from simpletvm.compiler.layout import conv2d_layouts, to_nhwc
+from simpletvm.relax_ir import count_calls
+from simpletvm.compiler.lowering import fuse
 from simpletvm.models import import_model
 from simpletvm.models.onnx_rewrite import rewrite_for_import
 from simpletvm.targets import resolve_target

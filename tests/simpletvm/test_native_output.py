@@ -6,7 +6,7 @@ import os
 import sys
 
 from simpletvm import BenchmarkingContext
-from simpletvm.native_output import VERBOSE_VARIABLE
+from simpletvm._process.native_output import VERBOSE_VARIABLE
 
 
 def test_native_output_of_a_step_goes_to_the_run_log(store, capfd, monkeypatch):

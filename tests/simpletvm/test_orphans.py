@@ -14,7 +14,7 @@ import psutil
 PARENT = textwrap.dedent("""
     import os, sys, time
     from tvm.support.popen_pool import PopenPoolExecutor
-    from simpletvm.tuning.orphans import exit_with_parent
+    from simpletvm._process.orphans import exit_with_parent
 
     def pid_after(seconds):
         import os, time

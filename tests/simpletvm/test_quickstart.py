@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simpletvm.cli import app
-from simpletvm.comparison import time_side_by_side
+from simpletvm.runtime.comparison import time_side_by_side
 
 
 def test_runners_take_turns_and_each_turn_opens_with_untimed_calls():
@@ -36,8 +36,8 @@ def test_simpletvm_runners_resize_the_pool_only_when_the_count_changes(monkeypat
     """One runner per thread count; each resizes the shared pool when the other left it
     at another count, so a turn of many calls pays for one resize; the pool gets its
     count back after."""
-    import simpletvm.comparison as comparison
-    import simpletvm.threads as threads
+    import simpletvm.runtime.comparison as comparison
+    import simpletvm.runtime.threads as threads
 
     resized: list[int] = []
     monkeypatch.setattr(comparison, "simpletvm_runner", lambda stvm, example: lambda: example)

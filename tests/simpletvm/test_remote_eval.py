@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
-from simpletvm.rpc import LocalRPC, wait_for_servers
+from simpletvm.remote.rpc import LocalRPC, wait_for_servers
 
 from model_factories import make_tiny_cnn_onnx
 

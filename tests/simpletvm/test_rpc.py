@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
-from simpletvm.rpc import DeviceGrant, LocalRPC, device_keys, free_servers, tracker_summary
+from simpletvm.remote.rpc import DeviceGrant, LocalRPC, device_keys, free_servers, tracker_summary
 
 FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
         "remeasure": 1}  # the closing round profiles through the tracker too
@@ -68,7 +68,8 @@ def test_a_dead_server_fails_the_profile_stage_which_reruns_on_a_new_server(stor
     import time
     from functools import partial
 
-    from simpletvm.rpc import registered_servers, require_servers, wait_for_servers
+    from simpletvm.remote.rpc import registered_servers, require_servers, wait_for_servers
+    from simpletvm.remote.runner import rpc_runner
     from simpletvm.tuning import RecordStore, TuningJob, TuningOptions
 
     with LocalRPC(["flaky"], servers=1) as local:
@@ -77,7 +78,7 @@ def test_a_dead_server_fails_the_profile_stage_which_reruns_on_a_new_server(stor
         options = TuningOptions(**FAST)
         job = TuningJob(stvm.fused_module, stvm.target, options,
                         records=RecordStore(tmp_records := store / "records.sqlite"),
-                        runner=stvm._rpc_runner(options, local.address, "flaky"),
+                        runner=rpc_runner(options, stvm.target.device_type, local.address, "flaky"),
                         device_resource="device:flaky",
                         device_check=partial(require_servers, *local.address, "flaky"))
         while job.next_stage().kind != "profile":

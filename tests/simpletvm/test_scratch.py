@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from simpletvm.scratch import make_scratch_dir, scratch_directory, scratch_prefix, sweep_orphans
+from simpletvm._process.scratch import make_scratch_dir, scratch_directory, scratch_prefix, sweep_orphans
 
 
 def _gone_pid() -> int:

@@ -84,7 +84,7 @@ def convert(keras_model, *optimizations, float16=False, representative=False,
             integer_io=False) -> bytes:
     import tensorflow as tf
 
-    from simpletvm.native_output import redirected
+    from simpletvm._process.native_output import redirected
 
     converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
     converter.optimizations = list(optimizations)

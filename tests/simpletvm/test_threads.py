@@ -6,7 +6,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from simpletvm import threads
+from simpletvm.runtime import threads
 
 
 class FakeClock:
@@ -20,8 +20,8 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr("simpletvm.threads.time.perf_counter", fake)
-    monkeypatch.setattr("simpletvm.evaluation.time.perf_counter", fake)
+    monkeypatch.setattr("simpletvm.runtime.threads.time.perf_counter", fake)
+    monkeypatch.setattr("simpletvm.runtime.evaluation.time.perf_counter", fake)
     yield fake
     threads.set_runtime_threads(psutil.cpu_count(logical=False) or 1)
 

@@ -13,7 +13,8 @@ from simpletvm.testing import fake_builder, fake_runner
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.database import RecordDatabase
-from simpletvm.tuning.records import RecordStore, open_records
+from simpletvm.tuning.records import RecordStore
+from simpletvm.tuning.record_files import open_records
 
 FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
 
@@ -220,7 +221,7 @@ def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
     import tvm
     from tvm import relax
 
-    from simpletvm.lowering import apply_records, compile_fused
+    from simpletvm.compiler.lowering import apply_records, compile_fused
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(keras_model)
     stvm.autotune(trials=2, batch_size=2, seed=0, **FAST_SEARCH)
@@ -250,7 +251,7 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from simpletvm.lowering import compile_fused, extract_tasks
+    from simpletvm.compiler.lowering import compile_fused, extract_tasks
 
     stvm = tuned["stvm"]
     victim = extract_tasks(stvm.fused_module, stvm.target)[0].task_name

@@ -97,7 +97,7 @@ def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_pa
 
 def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_records(
         fused, tmp_path):
-    from simpletvm.tuning.database import workload_key
+    from simpletvm.compiler.lowering import workload_key
     from simpletvm.tuning.records import record_latency, target_key
 
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "c" * 32

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simpletvm.lowering import compile_fused, extract_tasks, fuse
+from simpletvm.compiler.lowering import compile_fused, extract_tasks, fuse
 from simpletvm.targets import resolve_target
-from simpletvm.winograd import (apply_winograd, tile_size_for, transform_weight,
+from simpletvm.compiler.winograd import (apply_winograd, tile_size_for, transform_weight,
                                 winograd_eligible)
 
 KERNEL_SHAPES = {  # (input channels per group, output channels, kernel size) -> shape
@@ -222,7 +222,7 @@ def sampled_schedules(prim_mod, target, seeds):
     from tvm.s_tir import meta_schedule as ms
 
     from simpletvm.targets import load_tensor_intrinsics
-    from simpletvm.winograd import register_schedule_rules
+    from simpletvm.compiler.winograd import register_schedule_rules
 
     load_tensor_intrinsics(target.kind)
     register_schedule_rules()

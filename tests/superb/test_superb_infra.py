@@ -8,7 +8,7 @@ import subprocess
 import time
 
 from superb_helpers import REPO, superb_command, superb_env
-from simpletvm.rpc import free_servers, tracker_summary
+from simpletvm.remote.rpc import free_servers, tracker_summary
 
 
 def start(*args):

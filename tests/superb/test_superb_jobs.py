@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from scheduler import Trace
-from simpletvm.tuning.records import open_records
+from simpletvm.tuning.record_files import open_records
 from superb.results import Experiment
 
 

@@ -15,7 +15,7 @@ import time
 from statistics import median
 from typing import Any, Callable
 
-from .evaluation import warm_up
+from simpletvm.runtime.evaluation import warm_up
 
 # a model this slow on every core keeps them all: fork and join cost microseconds per
 # kernel, which only a short model feels, and a slow model's calls make timing costly
@@ -27,10 +27,10 @@ AFFINITY_BIG_CORES = 1  # TVM's default thread affinity mode (kBig)
 
 def set_runtime_threads(count: int) -> None:
     """Resize the pool this process's kernels run their parallel loops on: SimpleTVM's
-    once it is in use (:mod:`simpletvm.fork_join`), else TVM's. TVM's is left alone then:
+    once it is in use (:mod:`simpletvm.runtime.fork_join`), else TVM's. TVM's is left alone then:
     each resize starts its workers afresh, and they spin for about 0.1 s on the cores the
     kernels need."""
-    from .fork_join import pool_threads, set_threads
+    from simpletvm.runtime.fork_join import pool_threads, set_threads
 
     if pool_threads() is not None:
         set_threads(count)
@@ -42,7 +42,7 @@ def set_runtime_threads(count: int) -> None:
 
 def runtime_threads() -> int:
     """The threads this process's kernels run their parallel loops on."""
-    from .fork_join import pool_threads
+    from simpletvm.runtime.fork_join import pool_threads
 
     count = pool_threads()
     if count is not None:

@@ -4,7 +4,7 @@ A Winograd layer with few output tiles reads each of its transformed weights (up
 the direct ones) only a few times, so whether it beats the next smaller form depends on
 the machine's memory as much as on the multiplications saved. ResNet-18's 512-channel
 7x7 layers as F(4,3) ran 1.5x their estimate inside the model. Such contested layers
-(:func:`simpletvm.winograd.contested_layers`) are tuned in both forms: tuning takes its
+(:func:`simpletvm.compiler.winograd.contested_layers`) are tuned in both forms: tuning takes its
 tasks from the model in its default forms and from one variant per contested layer and
 alternative form. The build then compares, per layer, the tasks that differ between the
 two modules, their calls times their best measured latencies, and compiles each layer
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable
 
-from .lowering import extract_tasks, fuse, to_layout
-from .targets import ResolvedTarget
-from .tuning.plan import second_form_built
-from .winograd import ConvSignature, contested_layers
+from simpletvm.compiler.lowering import extract_tasks, fuse, to_layout, workload_key
+from simpletvm.targets import ResolvedTarget
+from simpletvm.compiler.winograd.policy import second_form_built
+from simpletvm.compiler.winograd import ConvSignature, contested_layers
 
 
 def form_name(tile_size: int | None) -> str:
@@ -73,7 +73,7 @@ class ConvForms:
     @cached_property
     def variants(self) -> dict[ConvSignature, Any]:
         """Contested layer -> the model fused with that layer in its alternative form
-        (:func:`~simpletvm.winograd.forms_for` gives a layer at most two)."""
+        (:func:`~simpletvm.compiler.winograd.forms_for` gives a layer at most two)."""
         return {layer: self._fuse({layer: forms[1]}) for layer, forms in self.contested.items()}
 
     def modules(self) -> list:
@@ -115,7 +115,6 @@ class ConvForms:
 
 
 def _tasks_by_key(fused, target) -> dict[str, Any]:
-    from .tuning.database import workload_key
 
     return {workload_key(task.dispatched[0]): task for task in extract_tasks(fused, target)}
 

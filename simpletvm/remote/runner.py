@@ -4,7 +4,7 @@ device its stage was granted.
 MetaSchedule's RPCRunner asks the tracker for any free server of one key. A scheduler
 that owns several devices of a key reserves one of them for each profile stage, so the
 runner must ask for that device's server only: it follows a
-:class:`~simpletvm.rpc.DeviceGrant` and keeps one RPCRunner (one worker process) per
+:class:`~simpletvm.remote.rpc.DeviceGrant` and keeps one RPCRunner (one worker process) per
 server key it has measured on.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..rpc import DeviceGrant, require_servers
+from simpletvm.remote.rpc import DeviceGrant, require_servers
 
 
 class DeviceRunner:
@@ -42,3 +42,21 @@ class DeviceRunner:
         if key not in self._runners:
             self._runners[key] = self.make_runner(key)
         return self._runners[key].run(runner_inputs)
+
+
+def rpc_runner(options, device_type: str, tracker: tuple[str, int], device_key: str):
+    """MetaSchedule's RPC runner on servers registered under ``device_key``, timing
+    candidates as the job's options say (timeout, cache mode, evaluator)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.tuning.timing import evaluator_config, resolve_cache_mode
+
+    timeout = options.resolved_timeout(device_type)
+    mode = resolve_cache_mode(options.cache_flush, device_type=device_type, local=False)
+    return ms.runner.RPCRunner(
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=tracker[0], tracker_port=int(tracker[1]), tracker_key=device_key,
+            session_timeout_sec=max(1, int(timeout))),
+        evaluator_config=evaluator_config(options, mode),
+        max_workers=1,
+    )

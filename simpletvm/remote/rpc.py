@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .errors import SimpleTVMError
+from simpletvm.errors import SimpleTVMError
 
 TRACKER_PORTS = (9190, 9199)
 SERVER_PORTS = (9091, 9199)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .targets import ResolvedTarget
+from simpletvm.targets import ResolvedTarget
 
 
 def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | None = "NHWC",
@@ -16,7 +16,7 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
     """Legalize and fuse a Relax module into the PrimFuncs that tuning works on.
 
     On CPUs, ``layout="NHWC"`` first converts NCHW 2-D convolutions (ONNX imports) to NHWC
-    and cancels the transposes that leaves (:func:`simpletvm.layout.to_nhwc`): tuned, they
+    and cancels the transposes that leaves (:func:`simpletvm.compiler.layout.to_nhwc`): tuned, they
     ran 1.1-2.5x faster than NCHW. A module without NCHW convolutions (TFLite imports) is
     unchanged; ``layout=None`` keeps the layout as imported.
 
@@ -24,10 +24,10 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
     may store them in the order its loops read them (MetaSchedule's RewriteLayout);
     :func:`compile_fused` then repacks them once, at build time. With ``winograd``, CPU
     targets get their NHWC 3x3 stride-1 convolutions as Winograd F(4,3), weights
-    transformed here, once (:mod:`simpletvm.winograd`): where measured, tuned, they ran
+    transformed here, once (:mod:`simpletvm.compiler.winograd`): where measured, tuned, they ran
     about twice as fast as tuned direct convolutions. ``winograd_forms`` sets the form
     of given layers (``{ConvSignature: tile size or None}``, see
-    :mod:`simpletvm.conv_forms`); the others get their default form.
+    :mod:`simpletvm.compiler.conv_forms`); the others get their default form.
 
     With ``separate_residual_pads``, a pad whose result is added to a convolution's output
     (a residual branch padded to more channels, as in BlazeFace's blocks) is kept out of
@@ -39,7 +39,7 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
 
     mod = to_layout(mod, target, layout)
     if winograd and target.device_type == "cpu":
-        from .winograd import apply_winograd
+        from simpletvm.compiler.winograd import apply_winograd
 
         mod, _ = apply_winograd(mod, forms=winograd_forms)
     weight_prepack = [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
@@ -64,7 +64,7 @@ def to_layout(mod, target: ResolvedTarget, layout: str | None = "NHWC"):
     if layout not in (None, "NHWC"):
         raise ValueError(f"layout must be 'NHWC' or None, not {layout!r}")
     if layout == "NHWC" and target.device_type == "cpu":
-        from .layout import to_nhwc
+        from simpletvm.compiler.layout import to_nhwc
 
         mod, _ = to_nhwc(mod)
     return mod
@@ -203,7 +203,6 @@ def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
     heaviest (by weight) first, then the others' new ones."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .tuning.database import workload_key
 
     modules = fused_mod if isinstance(fused_mod, (list, tuple)) else [fused_mod]
     tasks, seen = [], set()
@@ -255,3 +254,11 @@ def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
             )(mod)
     exec_mode = "bytecode" if bytecode or target.device_type == "cuda" else "compiled"
     return relax.build(mod, tvm_target, exec_mode=exec_mode)
+
+
+def workload_key(mod) -> str:
+    """A task's key in the records: its structural hash, as MetaSchedule's ``Workload``
+    computes it, so records found by key are the ones the build looks up."""
+    import tvm_ffi
+
+    return str(tvm_ffi.structural_hash(mod))

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .evaluation import MIN_WARMUP_S, warm_up
+from simpletvm.runtime.evaluation import MIN_WARMUP_S, warm_up
 
 Runner = Callable[[], np.ndarray]
 
@@ -40,7 +40,7 @@ def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runne
 def tflite_runners(flatbuffer: bytes, example: np.ndarray, threads: int) -> dict[int, Runner]:
     """TFLite on ``threads`` threads and, when that is more than one, on 1, keyed by the
     count: SimpleTVM's module runs on whichever count is faster for it on this machine
-    (:mod:`simpletvm.threads`), so a fair comparison takes TFLite's faster too."""
+    (:mod:`simpletvm.runtime.threads`), so a fair comparison takes TFLite's faster too."""
     return {count: tflite_runner(flatbuffer, example, count)
             for count in sorted({threads, 1}, reverse=True)}
 
@@ -51,13 +51,13 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
 
     The input is copied into one tensor allocated up front (through a NumPy view of it),
     as ``set_tensor`` copies into the interpreter's own; the output comes back as
-    ``run()`` returns it (:func:`~simpletvm.api.as_numpy`: a view of the tensor the call
+    ``run()`` returns it (:func:`~simpletvm.runtime.loaded.as_numpy`: a view of the tensor the call
     returned, which no later call reuses while the view lives). TVM's own ``copyfrom``
     and ``numpy()`` cost 5.3 and 4.2 us per call against 1.2 and 0.2 us this way
     (TFLite's: 1.2 and 0.5): 5% of the quickstart model's 0.15 ms."""
     import tvm
 
-    from .api import as_numpy
+    from simpletvm.runtime.loaded import as_numpy
 
     main = stvm.vm["main"]
     data = tvm.runtime.empty(example.shape, str(example.dtype), stvm.target.device())
@@ -80,7 +80,7 @@ def simpletvm_runners(stvm, example: np.ndarray,
     faster count measured in the same rounds. A runner resizes the pool only when the
     other left it at another count: once per turn, not per call. Leaving the block sets
     the pool back to the count it had."""
-    from .threads import runtime_threads, set_runtime_threads
+    from simpletvm.runtime.threads import runtime_threads, set_runtime_threads
 
     before = runtime_threads()
     if counts is None:
@@ -111,7 +111,7 @@ def time_side_by_side(runners: dict[Hashable, Runner], rounds: int, calls: int, 
     Each turn starts with ``warmup`` untimed calls, and at least ``warmup_s`` of them:
     the runner before it leaves the caches holding its own data (a 160 ms untuned TVM
     call slowed the tuned one after it by a quarter), a machine that idled runs its first
-    20-50 ms of calls slowly (:data:`~simpletvm.evaluation.MIN_WARMUP_S`), and a runner
+    20-50 ms of calls slowly (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`), and a runner
     is timed in its steady state, not in its neighbour's."""
     samples: dict[Hashable, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
