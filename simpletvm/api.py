@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from simpletvm.context import BenchmarkingContext
+from simpletvm.context import BenchmarkingContext, StepStatus
 from simpletvm.errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
 from simpletvm.hostinfo import host_fingerprint
 from simpletvm.models import ImportedModel, TensorSpec, import_model
@@ -30,6 +31,28 @@ if TYPE_CHECKING:
 
 MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
+
+
+class FlowState(str, Enum):
+    """Where a SimpleTVM is in its flow: a closed set; each step checks it may run in
+    the current state (:meth:`SimpleTVM._require`) and moves only along ``NEXT``."""
+
+    NEW = "new"
+    IMPORTED = "imported"  # from_model(): a Relax module to tune or build
+    BUILT = "built"  # build(): a module compiled here, to save, run or evaluate
+    LOADED = "loaded"  # load(): a saved module, compiled already
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# the states each state may move to: importing and loading start over from anywhere
+NEXT = {
+    FlowState.NEW: {FlowState.IMPORTED, FlowState.LOADED},
+    FlowState.IMPORTED: {FlowState.IMPORTED, FlowState.BUILT, FlowState.LOADED},
+    FlowState.BUILT: {FlowState.IMPORTED, FlowState.BUILT, FlowState.LOADED},
+    FlowState.LOADED: {FlowState.IMPORTED, FlowState.LOADED},
+}
 
 
 class SimpleTVM:
@@ -58,7 +81,7 @@ class SimpleTVM:
         use_runtime_threads(self.target.host_cores())
         self.context.target_spec = self.target.spec
         self.model: ImportedModel | None = None
-        self.state = "new"  # then "imported" (from_model), "built" (build) or "loaded"
+        self.state = FlowState.NEW
         self._forms = None  # the imported model lowered: ConvForms
         self._executable = None
         self._vm = None
@@ -80,7 +103,7 @@ class SimpleTVM:
     def vm(self):
         """The Relax VirtualMachine of the built or loaded module (to call its
         functions directly, e.g. ``stvm.vm["main"](tensor)``)."""
-        self._require("vm", "built", "loaded")
+        self._require("vm", FlowState.BUILT, FlowState.LOADED)
         return self._vm
 
     @property
@@ -88,14 +111,14 @@ class SimpleTVM:
         """The imported model after lowering, each layer in its default form: what a
         TuningJob built by hand takes (tuning also takes the tasks of contested layers'
         other forms, :attr:`conv_forms`; build() compiles each layer's fastest)."""
-        self._require("fused_module", "imported", "built")
+        self._require("fused_module", FlowState.IMPORTED, FlowState.BUILT)
         return self._forms.default
 
     @property
     def conv_forms(self):
         """The model's :class:`~simpletvm.compiler.conv_forms.ConvForms`: its lowering in every
         form tuning measures."""
-        self._require("conv_forms", "imported", "built")
+        self._require("conv_forms", FlowState.IMPORTED, FlowState.BUILT)
         return self._forms
 
     # ---- steps ----------------------------------------------------------------------
@@ -128,7 +151,7 @@ class SimpleTVM:
             self._forms = ConvForms(model.mod, self.target, **(lowering or {}))
             self._executable = self._vm = None
             self._built_from = None
-            self.state = "imported"
+            self._enter(FlowState.IMPORTED)
             self.context.model = model.describe()
             step["format"] = model.format
         return self
@@ -148,7 +171,7 @@ class SimpleTVM:
         called after every stage with the :class:`~simpletvm.tuning.job.TuningJob`
         (``trials``, ``progress``, ``summary()``), for progress displays.
         """
-        self._require("autotune()", "imported", "built")
+        self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
         options = TuningOptions(
             trials=trials, total_trials=total_trials, minutes=minutes, timeout=timeout,
             batch_size=batch_size,
@@ -173,7 +196,7 @@ class SimpleTVM:
         the job's records wait in ``job.records`` (a
         :class:`~.tuning.records.RecordBuffer`) for the caller to drain and hand to the
         store's single writer."""
-        self._require("tuning_job()", "imported", "built")
+        self._require("tuning_job()", FlowState.IMPORTED, FlowState.BUILT)
         from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.tuning.job import TuningJob
         from simpletvm.tuning.records import RecordBuffer
@@ -206,7 +229,7 @@ class SimpleTVM:
         stages = self.context.stages
         start = stages[0]["start"] if stages else time.time()
         end = stages[-1]["end"] if stages else start
-        self.context.steps.append({"step": "autotune", "status": "ok", "scheduled": True,
+        self.context.steps.append({"step": "autotune", "status": StepStatus.OK, "scheduled": True,
                                    "start": start, "end": end, "duration_s": end - start,
                                    "trials": job.trials})
         self.record_tuning(job, tracker, device_key)
@@ -230,7 +253,7 @@ class SimpleTVM:
         records; a JSON-lines record directory of earlier versions is imported), or None
         (untuned: TVM's default code).
         """
-        self._require("build()", "imported", "built")
+        self._require("build()", FlowState.IMPORTED, FlowState.BUILT)
         from simpletvm.compiler.lowering import compile_fused
         from simpletvm.tuning.database import best_latency_s, records_database
 
@@ -250,14 +273,14 @@ class SimpleTVM:
             # code for another CPU runs only on a device of that kind, through RPC
             self._vm = self._new_vm(self._library_here()) if self.target.runs_here else None
             self._built_from = records
-            self.state = "built"
+            self._enter(FlowState.BUILT)
             self._use_fork_join_pool(step)
             self._choose_threads(step)
         return self
 
     def save(self, directory: str | Path | None = None) -> "SimpleTVM":
         """Store the built module (weights included) and its metadata under the run id."""
-        self._require("save()", "built")
+        self._require("save()", FlowState.BUILT)
         target_dir = Path(directory) if directory else self.store.module_dir(self.context.run_id)
         with self.context.step("save", path=str(target_dir)):
             target_dir.mkdir(parents=True, exist_ok=True)
@@ -298,7 +321,7 @@ class SimpleTVM:
             self.context.model = {**metadata["model"], "loaded_from": run_id}
             self._forms = None
             self._built_from = metadata.get("records")  # what the saved build applied
-            self.state = "loaded"
+            self._enter(FlowState.LOADED)
             self._use_fork_join_pool(step)
             self._choose_threads(step)
         return self
@@ -310,7 +333,7 @@ class SimpleTVM:
         view of the call's own output, which later calls leave alone). With an RPC
         tracker, the model runs on a server of the device key.
         """
-        self._require("run()", "built", "loaded")
+        self._require("run()", FlowState.BUILT, FlowState.LOADED)
         import tvm
 
         arrays = self._match_inputs(data)
@@ -332,7 +355,7 @@ class SimpleTVM:
         With an RPC tracker, the timing happens on a server of the device key, and the
         statistics say which (``device``: tracker, key, server address).
         """
-        self._require("evaluate()", "built", "loaded")
+        self._require("evaluate()", FlowState.BUILT, FlowState.LOADED)
         if repeat < 1 or number < 1 or warmup < 0:
             raise ValueError("evaluate() needs repeat >= 1, number >= 1 and warmup >= 0")
         import tvm
@@ -378,19 +401,24 @@ class SimpleTVM:
         self._export_dir = None
 
     # ---- helpers --------------------------------------------------------------------
-    def _require(self, step: str, *states: str) -> None:
+    def _enter(self, state: FlowState) -> None:
+        if state not in NEXT[self.state]:
+            raise FlowError(f"a SimpleTVM cannot go from {self.state} to {state}")
+        self.state = state
+
+    def _require(self, step: str, *states: FlowState) -> None:
         """Refuse ``step`` unless the flow is in one of ``states``, naming the fix."""
         if self.state in states:
             return
-        if "imported" in states:  # steps that work on the imported model
-            if self.state == "loaded":
+        if FlowState.IMPORTED in states:  # steps that work on the imported model
+            if self.state is FlowState.LOADED:
                 raise FlowError(
                     f"{step} needs an imported model, but this SimpleTVM holds a module "
                     "loaded with load(), which is already compiled: call from_model() to "
                     "import the model again")
             raise FlowError(f"{step} needs a model: call from_model() first")
-        if states == ("built",):
-            if self.state == "loaded":
+        if states == (FlowState.BUILT,):
+            if self.state is FlowState.LOADED:
                 raise FlowError(f"{step} needs a module built here; a loaded module is "
                                 "saved already (under the run id it was loaded from)")
             raise FlowError(f"{step} needs a built module: call build() first")

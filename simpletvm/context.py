@@ -8,6 +8,7 @@ and saves it as JSON in the run store so a notebook or superb can read it back l
 from __future__ import annotations
 
 import contextlib
+from enum import Enum
 import json
 import logging
 import time
@@ -32,6 +33,16 @@ def new_run_id() -> str:
 
 def _now() -> float:
     return time.time()
+
+
+class StepStatus(str, Enum):
+    """How a step ended, as its record in context.json says."""
+
+    OK = "ok"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class BenchmarkingContext:
@@ -101,7 +112,8 @@ class BenchmarkingContext:
     @contextlib.contextmanager
     def step(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
         """Time one SimpleTVM step; the yielded dict takes details found while it runs."""
-        record: dict[str, Any] = {"step": name, "start": _now(), "status": "ok", **details}
+        record: dict[str, Any] = {"step": name, "start": _now(), "status": StepStatus.OK,
+                                  **details}
         self.logger.info("step %s started", name)
         native = (contextlib.nullcontext() if verbose()
                   else redirected(self.store.log_path(self.run_id), keep_python=True))
@@ -109,7 +121,7 @@ class BenchmarkingContext:
             with native, keep_interrupts():  # Ctrl-C inside TVM stays an interrupt
                 yield record
         except BaseException as error:
-            record["status"] = "error"
+            record["status"] = StepStatus.ERROR
             record["error"] = f"{type(error).__name__}: {error}"
             raise
         finally:

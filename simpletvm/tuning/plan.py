@@ -19,14 +19,45 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Mapping, Sequence
 
 from simpletvm.compiler.winograd.policy import second_form_built
+from simpletvm.errors import SimpleTVMError
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.tasks import TaskProgress, next_task
 
-STAGES = ("select", "build", "profile", "update")
-DEVICE_STAGES = frozenset({"profile"})
+
+
+class Phase(str, Enum):
+    """The stage a task's iteration is in: a closed set, entered in this order, each
+    left only by the event that ends it (a str, so ``phase == "select"`` reads as the
+    stage's name does in records and traces)."""
+
+    SELECT = "select"
+    BUILD = "build"
+    PROFILE = "profile"
+    UPDATE = "update"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PlanOrderError(SimpleTVMError):
+    """An event arrived in a phase that does not expect it: the executor and the plan
+    disagree on where the iteration is (a bug, never a user's mistake)."""
+
+    def __init__(self, event: str, phase: Phase, expected: Phase) -> None:
+        super().__init__(event, phase, expected)
+        self.event, self.phase, self.expected = event, phase, expected
+
+    def __str__(self) -> str:
+        return (f"tuning plan: {self.event}() arrived in the {self.phase} phase; "
+                f"it ends the {self.expected} phase")
+
+
+STAGES = tuple(phase.value for phase in Phase)
+DEVICE_STAGES = frozenset({Phase.PROFILE.value})
 
 MIN_FIRST_ROUND = 2  # trials a task's first iteration measures, however small the task
 FIRST_ROUND_SHARE = 0.3  # part of a total_trials budget the first round shares out by FLOPs
@@ -50,7 +81,7 @@ class StageSpec:
     """The next stage of a job; ``on_device`` says whether it runs on the target device
     (a scheduler's adapter names the resource)."""
 
-    kind: str
+    kind: Phase
     task: int
     task_name: str
     iteration: int
@@ -130,7 +161,7 @@ class TuningPlan:
         self._candidate_s = {"build": [0.0, 0], "profile": [0.0, 0]}  # seconds, candidates
         self.remeasuring = False  # the closing round has begun
         self._remeasure_queue: list[int] = []
-        self.phase = "select"
+        self.phase = Phase.SELECT
         self.task: int | None = self._choose_task()
 
     # ---- what comes next ---------------------------------------------------------------
@@ -223,11 +254,12 @@ class TuningPlan:
     def selected(self, count: int) -> int:
         """The search (or the closing round) offered ``count`` candidates; returns how
         many to build (0: the task's search, or its re-measure, is over)."""
+        self._expect("selected", Phase.SELECT)
         take = count if self.remeasuring else min(count, self.batch_limit(), self.task_budget())
         if take <= 0:  # (the budget ran out since the task was chosen)
             self.finish_task()
             return 0
-        self.phase = "build"
+        self.phase = Phase.BUILD
         self._candidates = take
         return take
 
@@ -237,14 +269,21 @@ class TuningPlan:
         progress.best_latency_s = min(progress.best_latency_s, latency)
 
     def built(self, errors: int) -> None:
+        self._expect("built", Phase.BUILD)
         self.progress[self.task].errors += errors
         self._stage_timed("build")
-        self.phase = "profile"
+        self.phase = Phase.PROFILE
 
     def profiled(self, errors: int) -> None:
+        self._expect("profiled", Phase.PROFILE)
         self.progress[self.task].errors += errors
         self._stage_timed("profile")
-        self.phase = "update"
+        self.phase = Phase.UPDATE
+
+    def _expect(self, event: str, phase: Phase) -> None:
+        """Refuse an event the current phase does not end."""
+        if self.phase is not phase:
+            raise PlanOrderError(event, self.phase, phase)
 
     def _stage_timed(self, kind: str) -> None:
         """A search stage that started at ``stage_started`` ended: its seconds per
@@ -257,6 +296,7 @@ class TuningPlan:
     def measured(self, latencies: Sequence[float | None], last_error: str | None = None) -> None:
         """The candidates' mean latencies (None: it failed); ends the iteration and picks
         what comes next."""
+        self._expect("measured", Phase.UPDATE)
         progress = self.progress[self.task]
         for latency in latencies:
             progress.trials += 1
@@ -275,7 +315,7 @@ class TuningPlan:
         elif self.task_spent():
             self.finish_task()
         else:
-            self.phase = "select"
+            self.phase = Phase.SELECT
             self.task = self._choose_task()
 
     def remeasured(self, latencies: Sequence[float | None], best_latency_s: float | None,
@@ -284,6 +324,7 @@ class TuningPlan:
         (None: it failed), its best latency now (``best_remeasured``: that of a record
         measured again). The task is settled when its best was re-measured, or after
         REMEASURE_ROUNDS rounds."""
+        self._expect("remeasured", Phase.UPDATE)
         progress = self.progress[self.task]
         progress.remeasured += sum(1 for latency in latencies if latency is not None)
         progress.remeasure_rounds += 1
@@ -292,7 +333,7 @@ class TuningPlan:
         if best_remeasured or progress.remeasure_rounds >= REMEASURE_ROUNDS:
             self.finish_task()
         else:
-            self.phase = "select"
+            self.phase = Phase.SELECT
             self.task = self._choose_task()
 
     def task_failed(self, reason: str) -> None:
@@ -307,7 +348,7 @@ class TuningPlan:
             self._remeasure_queue.remove(self.task)
         else:
             self.progress[self.task].done = True
-        self.phase = "select"
+        self.phase = Phase.SELECT
         self.task = self._choose_task()
 
     def _choose_task(self) -> int | None:

@@ -248,3 +248,17 @@ def test_the_runtime_uses_the_targets_threads_not_half_the_hardware_threads(tmp_
                           env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) == psutil.cpu_count(logical=False)
+
+
+def test_the_flow_state_moves_only_along_its_steps(store, tiny_onnx):
+    from simpletvm import FlowState
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store))
+    assert stvm.state is FlowState.NEW
+    with pytest.raises(FlowError, match="build\\(\\) needs a model: call from_model\\(\\) first"):
+        stvm.build()
+    assert stvm.from_model(tiny_onnx).state is FlowState.IMPORTED
+    with pytest.raises(FlowError, match="save\\(\\) needs a built module"):
+        stvm.save()
+    assert stvm.build(records=None).state is FlowState.BUILT
+    assert str(stvm.state) == "built"  # as context.json and messages spell it

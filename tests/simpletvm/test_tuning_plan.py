@@ -11,8 +11,7 @@ import pytest
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND,
                                    REMEASURE_MARGIN, REMEASURE_ROUNDS, RIVAL_MIN_ITERATIONS,
-                                   TuningPlan,
-                                   first_round_trials)
+                                   Phase, PlanOrderError, TuningPlan, first_round_trials)
 
 
 class Clock:
@@ -264,3 +263,28 @@ def test_remeasure_zero_ends_the_job_with_its_search():
     assert summary["search_estimated_latency_s"] == summary["estimated_latency_s"]
     with pytest.raises(ValueError, match="remeasure must be 0"):
         TuningOptions(remeasure=-1)
+
+
+def test_the_phases_follow_the_stages_and_refuse_an_event_out_of_order():
+    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4))
+    assert plan.next_stage().kind is Phase.SELECT
+    with pytest.raises(PlanOrderError, match=r"built\(\) arrived in the select phase"):
+        plan.built(0)
+    assert plan.selected(4) == 4 and plan.next_stage().kind is Phase.BUILD
+    with pytest.raises(PlanOrderError) as refused:
+        plan.measured([1e-3] * 4)
+    assert (refused.value.event, refused.value.phase, refused.value.expected) == (
+        "measured", Phase.BUILD, Phase.UPDATE)
+    plan.built(0)
+    assert plan.next_stage().kind is Phase.PROFILE and plan.next_stage().on_device
+    plan.profiled(0)
+    plan.measured([1e-3] * 4)
+    assert plan.next_stage().kind is Phase.SELECT and plan.trials == 4
+
+
+def test_a_plan_order_error_pickles_with_its_fields():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(PlanOrderError("built", Phase.SELECT, Phase.BUILD)))
+    assert (error.event, error.phase, error.expected) == ("built", Phase.SELECT, Phase.BUILD)
+    assert "built() arrived in the select phase" in str(error)
