@@ -17,7 +17,7 @@ convolution's FLOPs for every variant, Winograd included) and speedup over the N
 direct variant of the same layer (NHWC ms / variant ms: above 1 is faster). Every
 variant's output is checked against the NHWC direct one.
 
-    python bench/layers.py [--trials 64] [--batch-size N] [--population N]
+    python bench/layers.py [--trials 64] [--candidates-per-iteration N] [--population N]
                            [--layers a,b,c,d] [--variants nhwc,im2col] [--rounds 3]
                            [--out results.json]
 
@@ -208,7 +208,7 @@ def cold_samples(vm, repeat: int, evict: np.ndarray) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=64, help="per task (a variant has one, im2col two)")
-    parser.add_argument("--batch-size", type=int, help="default: TuningOptions'")
+    parser.add_argument("--candidates-per-iteration", type=int, help="default: TuningOptions'")
     parser.add_argument("--population", type=int, help="default: TuningOptions'")
     parser.add_argument("--genetic-iterations", type=int, help="default: TuningOptions'")
     parser.add_argument("--seed", type=int, default=0)
@@ -233,7 +233,7 @@ def main() -> None:
 
     target = resolve_target("cpu")
     device = target.device()
-    search = {name: getattr(args, name) for name in ("batch_size", "population",
+    search = {name: getattr(args, name) for name in ("candidates_per_iteration", "population",
                                                      "genetic_iterations")
               if getattr(args, name) is not None}
     options = TuningOptions(trials=args.trials, seed=args.seed, transfer_learning=False,
@@ -305,7 +305,7 @@ def main() -> None:
                 "samples_ms": [s * 1e3 for s in entry["samples"]],
             })
 
-    print(f"\n{args.trials} trials per task, batch {options.batch_size}, population "
+    print(f"\n{args.trials} trials per task, batch {options.candidates_per_iteration}, population "
           f"{options.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
           f"; median of {args.rounds}x{args.repeat} samples")
     print("\n| layer | variant | trials | tuned ms | GFLOP/s | vs NHWC | rel. error |")

@@ -218,7 +218,7 @@ def tune_model(model: str, args, store: str, out: Path) -> tuple:
     tuned = SimpleTVM(context).from_model(model, image_size=args.image_size)
     start = time.perf_counter()
     budget = {"trials": args.trials, "total_trials": args.total_trials,
-              "minutes": args.minutes, "batch_size": args.batch_size,
+              "minutes": args.minutes, "candidates_per_iteration": args.candidates_per_iteration,
               "population": args.population}
     # what is not given keeps SimpleTVM's defaults: the bench measures what users get
     tuned.autotune(**{k: v for k, v in budget.items() if v is not None},
@@ -355,7 +355,7 @@ def print_report(result: dict) -> None:
     print(f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
           f"(at most {options.get('trials')} per task, {options.get('total_trials') or 'no'} "
           f"in all, {options.get('minutes') or 'no'} minutes budget, batch "
-          f"{options.get('batch_size')}, population {options.get('population')}) "
+          f"{options.get('candidates_per_iteration', options.get('batch_size'))}, population {options.get('population')}) "
           f"in {tuning['seconds']:.0f} s")
     if "stage_seconds" in tuning:  # (peers.json files of earlier versions lack it)
         print("  tuning time by stage: " + ", ".join(
@@ -392,7 +392,7 @@ def main() -> None:
     parser.add_argument("--total-trials", type=int, default=None,
                         help="cap over all tasks; the gradient task order spends it where "
                              "the latency is")
-    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--candidates-per-iteration", type=int, default=None)
     parser.add_argument("--population", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
@@ -416,7 +416,7 @@ def main() -> None:
         except (ValueError, KeyError, TypeError) as error:
             parser.error(f"--retime {args.retime}: not a peers.json of this bench ({error})")
         given = [f"--{name.replace('_', '-')}" for name in
-                 ("minutes", "trials", "total_trials", "batch_size", "population")
+                 ("minutes", "trials", "total_trials", "candidates_per_iteration", "population")
                  if getattr(args, name) is not None]
         if given:
             parser.error(f"--retime times modules tuned before: {', '.join(given)} would "

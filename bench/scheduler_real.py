@@ -145,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3, choices=range(1, len(MODELS) + 1))
     parser.add_argument("--trials", type=int, default=8, help="measured candidates per task")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--candidates-per-iteration", type=int, default=8)
     parser.add_argument("--population", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=50, help="timed inferences per tuned model")
     parser.add_argument("--setups", default="sequential,interleaved,unscheduled")
@@ -154,7 +154,7 @@ def main() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("this benchmark needs two cores: one client, one device")
 
-    tuning = {"trials": args.trials, "batch_size": args.batch_size,
+    tuning = {"trials": args.trials, "candidates_per_iteration": args.candidates_per_iteration,
               "population": args.population, "genetic_iterations": 1,
               "transfer_learning": False}
     store = tempfile.mkdtemp(prefix="simpletvm-scheduler-real-")

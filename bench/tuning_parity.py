@@ -7,7 +7,7 @@ SimpleTVM's PersistentBuilder. Then a second SimpleTVM job on the same model, wi
 global database warm, gets a tenth of the first job's trials (transfer learning).
 All tuned modules are timed side by side at the end, in alternating rounds.
 
-    python bench/tuning_parity.py [--trials 16] [--batch-size 16] [--rounds 5]
+    python bench/tuning_parity.py [--trials 16] [--candidates-per-iteration 16] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.35)
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--trials", type=int, default=16, help="per task")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--candidates-per-iteration", type=int, default=16)
     parser.add_argument("--population", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds per module")
     parser.add_argument("--repeat", type=int, default=40, help="samples per round")
@@ -56,7 +56,7 @@ def main() -> None:
 
     ours = session()
     start = time.perf_counter()
-    ours.autotune(trials=args.trials, batch_size=args.batch_size, transfer_learning=False,
+    ours.autotune(trials=args.trials, candidates_per_iteration=args.candidates_per_iteration, transfer_learning=False,
                   **search)
     ours_s = time.perf_counter() - start
     ours.build(records="run")
@@ -74,7 +74,7 @@ def main() -> None:
     database = ms.relax_integration.tune_relax(
         ours.fused_module, {}, target.tvm_target(), work_dir,
         max_trials_global=args.trials * num_tasks, max_trials_per_task=args.trials,
-        num_trials_per_iter=args.batch_size, builder=builder,
+        num_trials_per_iter=args.candidates_per_iteration, builder=builder,
         runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
             number=3, repeat=1, min_repeat_ms=40, enable_cpu_cache_flush=False)),
         strategy=ms.search_strategy.EvolutionarySearch(
@@ -91,7 +91,7 @@ def main() -> None:
     warm_trials = max(1, args.trials // 10)
     warm = session()
     start = time.perf_counter()
-    warm.autotune(trials=warm_trials, batch_size=args.batch_size, transfer_learning=True,
+    warm.autotune(trials=warm_trials, candidates_per_iteration=args.candidates_per_iteration, transfer_learning=True,
                   **search)
     warm_s = time.perf_counter() - start
     warm.build(records="global")
@@ -111,7 +111,7 @@ def main() -> None:
 
     reference = median["MetaSchedule tune_relax"]
     print(f"\n{args.model} (alpha {args.alpha}, {args.image_size}x{args.image_size}), "
-          f"{num_tasks} tasks, {args.trials} trials/task, batch {args.batch_size}, "
+          f"{num_tasks} tasks, {args.trials} trials/task, batch {args.candidates_per_iteration}, "
           f"population {args.population}, {os.cpu_count()} cores")
     print("\n| tuner | trials | tuning s | median ms | / tune_relax | overhead |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -158,7 +158,7 @@ class SimpleTVM:
 
     def autotune(self, trials: int | None = None, *, total_trials: int | None = None,
                  minutes: float | None = None,
-                 timeout: float | None = None, batch_size: int | None = None,
+                 timeout: float | None = None, candidates_per_iteration: int | None = None,
                  transfer_learning: bool = True, early_stopping: int | None = None,
                  search_strategy: str = "evolutionary", cost_model: str = "xgb",
                  seed: int | None = None, on_stage: Callable | None = None,
@@ -172,11 +172,11 @@ class SimpleTVM:
         (``trials``, ``progress``, ``summary()``), for progress displays.
         """
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
-        options = TuningOptions(
+        options = TuningOptions.from_mapping(dict(
             trials=trials, total_trials=total_trials, minutes=minutes, timeout=timeout,
-            batch_size=batch_size,
+            candidates_per_iteration=candidates_per_iteration,
             transfer_learning=transfer_learning, early_stopping=early_stopping,
-            search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search)
+            search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search))
         with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
             self.context.record_parameters("autotune", **options.to_dict())
             address = tracker.address if tracker is not None else None

@@ -29,6 +29,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from .errors import SuperbError
+
 # ---- the parameters ------------------------------------------------------------------
 
 CALLS = ("context", "from_model", "autotune", "build", "save", "evaluate")
@@ -80,8 +82,11 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
     _p("total_trials", "autotune", "total_trials", "int", "cap over all tasks", True),
     _p("minutes", "autotune", "minutes", "float", "wall-clock tuning budget", True),
     _p("timeout", "autotune", "timeout", "float", "profiling timeout per candidate (s)", True),
-    _p("batch_size", "autotune", "batch_size", "int",
+    _p("candidates_per_iteration", "autotune", "candidates_per_iteration", "int",
        "candidates selected, built and profiled per iteration", True),
+    _p("batch_size", "autotune", "candidates_per_iteration", "int",
+       "the old name of candidates_per_iteration (model_batch_size: the model's batch)",
+       True),
     _p("transfer_learning", "autotune", "transfer_learning", "bool",
        "start from the global database"),
     _p("early_stopping", "autotune", "early_stopping", "int",
@@ -183,12 +188,16 @@ class Problem:
         return f"{self.where}: {self.message}" if self.where else self.message
 
 
-class GridError(Exception):
+class GridError(SuperbError):
     """The grid cannot run; ``problems`` says every reason found, each with its place."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = sorted(problems, key=_file_order)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __reduce__(self):
+        """Pickle the problems, not the message ``args`` holds."""
+        return type(self), (self.problems,)
 
 
 def _file_order(problem: Problem) -> tuple[str, int]:

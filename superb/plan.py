@@ -127,7 +127,7 @@ def preflight(plan: Plan, tracker: tuple[str, int] | None = None) -> None:
             keys_needed.add(device_key(params))
             if once("autotune", calls["autotune"]):
                 try:
-                    TuningOptions(**calls["autotune"])
+                    TuningOptions.from_mapping(calls["autotune"])
                 except (TypeError, ValueError) as error:
                     name = _parameter_named_in(str(error), calls["autotune"])
                     problems.append(Problem(f"run {run.index} ({run.label(plan.varying)}): "

@@ -27,9 +27,9 @@ class _Outlook:
 class Predictive(Policy):
     """Round-robin with two refinements that use predicted stage durations.
 
-    It learns from finished stages how long each (job, stage kind) takes (mean of the
+    It learns from finished stages how long each (job, stage name) takes (mean of the
     measurements; before any, the stage's own ``estimate``, then the mean over all
-    jobs of that kind, then ``prior``) and which stage follows which. From that it
+    jobs for that stage name, then ``prior``) and which stage follows which. From that it
     predicts, for every job, its *lead* (client work left before its next device
     stage) and its *cycle* (client and device work of one round of its stages).
 
@@ -58,10 +58,10 @@ class Predictive(Policy):
         self.prior = prior
         self._total: dict[tuple[str, str], float] = {}
         self._count: dict[tuple[str, str], int] = {}
-        self._kind_total: dict[str, float] = {}
-        self._kind_count: dict[str, int] = {}
+        self._name_total: dict[str, float] = {}
+        self._name_count: dict[str, int] = {}
         self._follows: dict[tuple[str, str], Stage] = {}
-        self._kind_follows: dict[str, Stage] = {}
+        self._name_follows: dict[str, Stage] = {}
         self._outlooks: dict[str, _Outlook] = {}
         self._continuing: set[str] = set()
         self._cycles: dict[str, tuple[float, dict[str, float]]] = {}
@@ -72,14 +72,14 @@ class Predictive(Policy):
         return f"Predictive(prior={self.prior})"
 
     def stage_finished(self, job_id: str, stage: Stage, next_stage: Stage | None, duration: float) -> None:
-        key = (job_id, stage.kind)
+        key = (job_id, stage.name)
         self._total[key] = self._total.get(key, 0.0) + duration
         self._count[key] = self._count.get(key, 0) + 1
-        self._kind_total[stage.kind] = self._kind_total.get(stage.kind, 0.0) + duration
-        self._kind_count[stage.kind] = self._kind_count.get(stage.kind, 0) + 1
+        self._name_total[stage.name] = self._name_total.get(stage.name, 0.0) + duration
+        self._name_count[stage.name] = self._name_count.get(stage.name, 0) + 1
         if next_stage is not None:
             self._follows[key] = next_stage
-            self._kind_follows[stage.kind] = next_stage
+            self._name_follows[stage.name] = next_stage
         self._outlooks.pop(job_id, None)
         if next_stage is None:
             return
@@ -109,14 +109,14 @@ class Predictive(Policy):
 
     def estimate(self, job_id: str, stage: Stage) -> float:
         """Predicted seconds for ``stage`` of ``job_id``."""
-        count = self._count.get((job_id, stage.kind))
+        count = self._count.get((job_id, stage.name))
         if count:
-            return self._total[(job_id, stage.kind)] / count
+            return self._total[(job_id, stage.name)] / count
         if stage.estimate is not None:
             return stage.estimate
-        count = self._kind_count.get(stage.kind)
+        count = self._name_count.get(stage.name)
         if count:
-            return self._kind_total[stage.kind] / count
+            return self._name_total[stage.name] / count
         return self.prior
 
     def outlook(self, job_id: str, stage: Stage) -> _Outlook:
@@ -141,10 +141,10 @@ class Predictive(Policy):
                 client += seconds
                 if outlook.device_stage is None:
                     outlook.lead += seconds
-            current = self._follows.get((job_id, current.kind)) or self._kind_follows.get(current.kind)
+            current = self._follows.get((job_id, current.name)) or self._name_follows.get(current.name)
             if current is None:
                 break
-            if current.kind == stage.kind:
+            if current.name == stage.name:
                 outlook.cycle_client, outlook.cycle_device = client, device
                 break
         self._outlooks[job_id] = outlook

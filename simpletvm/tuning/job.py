@@ -227,18 +227,18 @@ class TuningJob:
             if index not in self._tune_contexts:
                 if self.plan.task_spent():  # resumed after its budget was spent
                     self.plan.finish_task()
-                    return {"batch_size": 0}
+                    return {"candidates": 0}
                 self._start_task(index)
             offered, fresh, self._sampled = self._offered(index)
         except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
             self.plan.task_failed(f"{type(error).__name__}: {_first_line(error)}")
-            return {"batch_size": 0, "errors": 1}
+            return {"candidates": 0, "errors": 1}
         if offered and not fresh:  # all measured already: ask again
-            return {"batch_size": 0, "measured_before": offered}
+            return {"candidates": 0, "measured_before": offered}
         fresh = fresh[:self.plan.selected(len(fresh))]
         self._measured[index].update(digest for digest, _ in fresh)
         self._candidates = [candidate for _, candidate in fresh]
-        return {"batch_size": len(self._candidates), **({"sampled": True} if self._sampled else {})}
+        return {"candidates": len(self._candidates), **({"sampled": True} if self._sampled else {})}
 
     def _build(self) -> dict[str, Any]:
         from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -248,7 +248,7 @@ class TuningJob:
 
             self._builder = PersistentBuilder(
                 self.target.kind,
-                max_workers=min(self.options.resolved_batch_size(), os.cpu_count() or 1),
+                max_workers=min(self.options.candidates_per_iteration, os.cpu_count() or 1),
                 timeout_sec=self.options.build_timeout,
                 link=self._runs_locally,  # the local runner loads a linked library as it is
             )
@@ -257,7 +257,7 @@ class TuningJob:
         errors = sum(1 for r in self._build_results if r.error_msg)
         self._note_errors(r.error_msg for r in self._build_results)
         self.plan.built(errors)
-        return {"batch_size": len(self._candidates), "errors": errors}
+        return {"candidates": len(self._candidates), "errors": errors}
 
     def _profile(self) -> dict[str, Any]:
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
@@ -281,7 +281,7 @@ class TuningJob:
         self._note_errors(r.error_msg for r, b in zip(results, self._build_results)
                           if not b.error_msg)
         self.plan.profiled(errors)
-        return {"batch_size": len(results), "errors": errors}
+        return {"candidates": len(results), "errors": errors}
 
     def _update(self) -> dict[str, Any]:
         from tvm.s_tir import meta_schedule as ms
@@ -305,7 +305,7 @@ class TuningJob:
         self._candidates, self._build_results, self._run_results = [], [], []
         self.plan.measured(latencies, self._last_error)
         self._last_error = None
-        return {"batch_size": sum(1 for latency in latencies if latency is not None)}
+        return {"candidates": sum(1 for latency in latencies if latency is not None)}
 
     # ---- the closing round: each task's best records timed again ----------------------
     def _select_best_records(self) -> dict[str, Any]:
@@ -322,11 +322,11 @@ class TuningJob:
         except Exception as error:  # noqa: BLE001 - the task keeps its search's timings
             self._last_error = f"{type(error).__name__}: {_first_line(error)}"
             self.plan.finish_task()
-            return {"batch_size": 0, "errors": 1}
+            return {"candidates": 0, "errors": 1}
         tried.update(str(record.trace) for record in records)
         self._best_records, self._candidates = records, candidates
         self.plan.selected(len(candidates))
-        return {"batch_size": len(candidates)}
+        return {"candidates": len(candidates)}
 
     def _update_best_records(self) -> dict[str, Any]:
         """Replace the timed records' latencies by the new ones, and tell the plan the
@@ -349,7 +349,7 @@ class TuningJob:
             [], [], [], [])
         self.plan.remeasured(latencies, _mean_seconds(best[0].run_secs) if best else None,
                              bool(best) and str(best[0].trace) in done)
-        return {"batch_size": sum(1 for latency in latencies if latency is not None)}
+        return {"candidates": sum(1 for latency in latencies if latency is not None)}
 
     # ---- helpers --------------------------------------------------------------------
     def _workload(self, index: int):
@@ -382,7 +382,7 @@ class TuningJob:
         self._measured[index] = self._modules_measured_before(index, workload)
         spaces = context.generate_design_space()
         context.pre_tuning(max_trials=self.plan.task_budget(),
-                           num_trials_per_iter=options.resolved_batch_size(),
+                           num_trials_per_iter=options.candidates_per_iteration,
                            design_spaces=spaces, database=self._database,
                            cost_model=self._cost_model)
         self._tune_contexts[index] = context
@@ -422,7 +422,7 @@ class TuningJob:
             search_strategy=ms.search_strategy.ReplayTrace(), task_name=context.task_name,
             rand_state=seed, num_threads=self._num_threads)
         sampler.pre_tuning(max_trials=self.plan.task_budget(),
-                           num_trials_per_iter=options.resolved_batch_size(),
+                           num_trials_per_iter=options.candidates_per_iteration,
                            design_spaces=spaces, database=self._database,
                            cost_model=self._cost_model)
         return sampler

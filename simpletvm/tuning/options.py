@@ -23,7 +23,8 @@ class TuningOptions:
     spends its budget where the gradient task order sends it.
     total_trials: optional cap over all tasks of the model.
     timeout: profiling timeout per candidate in seconds (None: 20 s CPU, 5 s GPU).
-    batch_size: candidates selected, built and profiled per iteration (None: CPU cores).
+    candidates_per_iteration: candidates selected, built and profiled per iteration
+    (``batch_size`` is accepted for it where options come as a mapping or keywords).
     transfer_learning: seed each task's search and cost model from the global database.
     early_stopping: stop a task after this many trials without improvement (None: off).
     task_scheduler: which task each iteration goes to: "gradient" measures every task
@@ -49,7 +50,7 @@ class TuningOptions:
     total_trials: int | None = None
     minutes: float | None = None
     timeout: float | None = None
-    batch_size: int = 16
+    candidates_per_iteration: int = 16
     transfer_learning: bool = True
     early_stopping: int | None = None
     task_scheduler: str = "gradient"
@@ -91,10 +92,11 @@ class TuningOptions:
                              f"choose one of {list(COST_MODELS)}")
         if self.early_stopping is not None and self.early_stopping < 1:
             raise ValueError("early_stopping must be a positive number of trials or None")
-        if self.batch_size is None:  # what older contexts and grids say for "default"
-            self.batch_size = TuningOptions.batch_size
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.candidates_per_iteration is None:  # what grids say for "default"
+            self.candidates_per_iteration = TuningOptions.candidates_per_iteration
+        if self.candidates_per_iteration < 1:
+            raise ValueError("candidates_per_iteration must be at least 1, got "
+                             f"{self.candidates_per_iteration}")
         if self.minutes is not None and self.minutes <= 0:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
         if self.remeasure < 0:
@@ -111,11 +113,24 @@ class TuningOptions:
             return self.trials
         return UNCAPPED_TRIALS if (self.total_trials or self.minutes) else DEFAULT_TRIALS
 
-    def resolved_batch_size(self) -> int:
-        return self.batch_size
-
     def resolved_timeout(self, device_type: str) -> float:
         return self.timeout if self.timeout is not None else (5.0 if device_type == "cuda" else 20.0)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> TuningOptions:
+        """Options from keywords as users and stored specs write them, old names included
+        (:data:`OLD_NAMES`)."""
+        return cls(**renamed(values))
+
+
+# names options had before one concept got one name: "batch_size" is the model's batch
+# everywhere else (``from_model(batch_size=)``)
+OLD_NAMES = {"batch_size": "candidates_per_iteration"}
+
+
+def renamed(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with old option names replaced by the current ones."""
+    return {OLD_NAMES.get(name, name): value for name, value in values.items()}

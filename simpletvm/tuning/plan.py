@@ -116,7 +116,7 @@ def first_round_trials(flops: Sequence[float], options: TuningOptions) -> list[i
     average when the budget is open-ended or in minutes), at least MIN_FIRST_ROUND and at
     most a batch. A first round of one batch per task spent 608 of 800 trials on
     MobileNetV2, 144 of them on 9 tasks holding under 0.5% of its FLOPs."""
-    batch = options.resolved_batch_size()
+    batch = options.candidates_per_iteration
     pool = FIRST_ROUND_PER_TASK * len(flops)
     if options.total_trials is not None:
         pool = min(pool, FIRST_ROUND_SHARE * options.total_trials)
@@ -235,7 +235,7 @@ class TuningPlan:
         more than what is left of the job's budget, and in the first round no more than
         a fair share of it, so that a tight ``total_trials`` still measures every task.
         Candidates come best-predicted first."""
-        limit = self.options.resolved_batch_size()
+        limit = self.options.candidates_per_iteration
         if not self.progress[self.task].history:
             # past a minutes budget a task not yet measured gets the fewest trials that
             # replace its naive schedule: the job ends near its budget (a quickstart at

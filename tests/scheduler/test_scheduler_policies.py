@@ -95,7 +95,7 @@ def teach(policy: Predictive, job: str, durations: dict[str, float]) -> None:
     """Feed one finished iteration of select, build, profile, update to the policy."""
     cycle = [SELECT, BUILD, PROFILE, UPDATE, SELECT]
     for stage, following in zip(cycle, cycle[1:]):
-        policy.stage_finished(job, stage, following, durations[stage.kind])
+        policy.stage_finished(job, stage, following, durations[stage.name])
 
 
 def test_predictive_learns_means_and_falls_back_to_estimate_then_kind_then_prior() -> None:
@@ -173,3 +173,13 @@ def test_state_refuses_a_busy_device_and_a_wrong_role() -> None:
         state.start("c", "gpu0", exclusive=False)
     with pytest.raises(ValueError, match="running, not ready"):
         state.start("a", "gpu0")
+
+
+def test_the_policy_names_superb_once_used_are_aliases_of_the_schedulers() -> None:
+    from scheduler.policies import policy_name
+
+    assert policy_name("interleaved") == "round-robin"
+    assert isinstance(get_policy("interleaved"), RoundRobin)
+    assert policy_name("predictive") == "predictive"
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        policy_name("fifo")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import psutil
@@ -43,3 +44,20 @@ def keras_model():
 @pytest.fixture(scope="session")
 def image():
     return np.random.default_rng(1).standard_normal((1, 32, 32, 3)).astype("float32")
+
+
+@pytest.fixture
+def check_verdict():
+    """Assert that a printed "tuning made it ..." verdict agrees with the untuned and tuned
+    latencies printed beside it: its factor is the one they give, its word their direction."""
+    def check(text: str, untuned_ms: float, tuned_ms: float) -> None:
+        found = re.search(r"tuning made it (?:([\d.]+)x (faster|slower) than|as fast as) "
+                          r"untuned", text)
+        assert found, text
+        factor = f"{max(untuned_ms, tuned_ms) / min(untuned_ms, tuned_ms):.2f}"
+        if factor == "1.00":
+            assert found.group(1) is None, (found.group(0), untuned_ms, tuned_ms)
+            return
+        direction = "faster" if tuned_ms < untuned_ms else "slower"
+        assert found.groups() == (factor, direction), (found.group(0), untuned_ms, tuned_ms)
+    return check

@@ -132,7 +132,7 @@ def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
     mod, weights = two_layer_model()
     forms = ConvForms(mod, target)
     records = RecordStore(tmp_path / "records.sqlite")
-    job = TuningJob(forms, target, TuningOptions(trials=4, batch_size=2, population=8),
+    job = TuningJob(forms, target, TuningOptions(trials=4, candidates_per_iteration=2, population=8),
                     records=records, builder=fake_builder(), runner=fake_runner(seed=3),
                     run_id="forms")
     job.run()

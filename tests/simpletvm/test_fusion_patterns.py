@@ -16,7 +16,7 @@ from simpletvm.compiler.lowering import extract_tasks, fuse
 
 from model_factories import make_residual_pad_block_keras
 
-FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
+FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
         "transfer_learning": False, "remeasure": 0}  # the closing round: test_tuning*.py
 
 

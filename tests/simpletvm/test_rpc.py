@@ -7,7 +7,7 @@ import pytest
 from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
 from simpletvm.remote.rpc import DeviceGrant, LocalRPC, device_keys, free_servers, tracker_summary
 
-FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
+FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
         "remeasure": 1}  # the closing round profiles through the tracker too
 
 

@@ -65,12 +65,12 @@ def test_sequential_order_keeps_to_the_first_task_not_done():
 def test_the_first_round_is_sized_by_each_tasks_share_of_the_flops():
     # one heavy task, a middling one and three that hold almost nothing
     flops = [8e8, 1e8, 1e5, 1e5, 0.0]
-    first = first_round_trials(flops, TuningOptions(total_trials=200, batch_size=16))
+    first = first_round_trials(flops, TuningOptions(total_trials=200, candidates_per_iteration=16))
     assert first[0] == 16  # capped at a batch
     assert MIN_FIRST_ROUND < first[1] < 16  # its share of 0.3 x 200 trials
     assert first[2:] == [MIN_FIRST_ROUND] * 3  # tiny tasks: a couple of trials each
     # without a total, a few trials per task on average, shared out alike
-    even = first_round_trials([1.0, 1.0], TuningOptions(batch_size=16))
+    even = first_round_trials([1.0, 1.0], TuningOptions(candidates_per_iteration=16))
     assert even[0] == even[1] and MIN_FIRST_ROUND < even[0] < 16
 
 

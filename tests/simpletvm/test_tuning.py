@@ -27,7 +27,7 @@ def tuned(tmp_path_factory, tiny_onnx):
     store = tmp_path_factory.mktemp("store")
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
-    stvm.autotune(trials=8, batch_size=8, seed=0, remeasure=3, **FAST_SEARCH)
+    stvm.autotune(trials=8, candidates_per_iteration=8, seed=0, remeasure=3, **FAST_SEARCH)
     expected = stvm.build(records=None).run(x)
     stvm.build(records="run")
     return {"stvm": stvm, "store": store, "x": x, "expected": expected}
@@ -54,7 +54,7 @@ def test_every_stage_is_recorded_in_order(tuned):
         expected = "device:local" if stage["stage"] == "profile" else "client"
         assert stage["resource"] == expected
     for stage in ctx.stages:  # a select that offers nothing ends its task's search or round
-        if stage["stage"] != "select" or stage["batch_size"]:
+        if stage["stage"] != "select" or stage["candidates"]:
             by_task.setdefault(stage["task"], []).append(stage["stage"])
     for task, kinds in by_task.items():
         assert kinds == ["select", "build", "profile", "update"] * (len(kinds) // 4), task
@@ -62,7 +62,7 @@ def test_every_stage_is_recorded_in_order(tuned):
     assert {s["task"] for s in closing if s["stage"] == "update"} == set(by_task)
     assert not any(s.get("remeasure") for s in ctx.stages[:len(ctx.stages) - len(closing)])
     profiled = [s for s in ctx.stages if s["stage"] == "profile"]
-    assert all(s["batch_size"] >= 1 for s in profiled)
+    assert all(s["candidates"] >= 1 for s in profiled)
     updates = [s for s in ctx.stages if s["stage"] == "update"]
     assert all(s["best_latency_s"] > 0 for s in updates)
     assert set(ctx.stage_durations()) == {"select", "build", "profile", "update"}
@@ -111,7 +111,7 @@ def test_transfer_learning_seeds_the_search_from_every_run(tuned):
 
 def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=64, batch_size=4, early_stopping=4, transfer_learning=False,
+    options = TuningOptions(trials=64, candidates_per_iteration=4, early_stopping=4, transfer_learning=False,
                             seed=1, **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, resolve_target("cpu"), options,
                     records=RecordStore(tmp_path / "r.sqlite"),
@@ -126,7 +126,7 @@ def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
 
 def test_global_trial_budget_caps_the_job(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=8, total_trials=10, batch_size=4, transfer_learning=False,
+    options = TuningOptions(trials=8, total_trials=10, candidates_per_iteration=4, transfer_learning=False,
                             seed=2, **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
@@ -167,7 +167,7 @@ def test_a_wall_clock_budget_ends_the_job(tuned, tmp_path):
     ({"search_strategy": "annealing"}, "unknown search_strategy 'annealing'.*evolutionary"),
     ({"cost_model": "mlp"}, "unknown cost_model 'mlp'.*xgb"),
     ({"early_stopping": 0}, "early_stopping"),
-    ({"batch_size": 0}, "batch_size"),
+    ({"candidates_per_iteration": 0}, "candidates_per_iteration"),
 ])
 def test_bad_tuning_options_are_named(tuned, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -176,7 +176,7 @@ def test_bad_tuning_options_are_named(tuned, kwargs, message):
 
 def test_candidates_that_fail_to_build_are_recorded_and_the_job_goes_on(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=2, batch_size=2, build_timeout=0.001,
+    options = TuningOptions(trials=2, candidates_per_iteration=2, build_timeout=0.001,
                             transfer_learning=False, seed=4, **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
@@ -187,12 +187,12 @@ def test_candidates_that_fail_to_build_are_recorded_and_the_job_goes_on(tuned, t
     assert summary["errors"] == summary["trials"]  # every candidate timed out building
     assert len(RecordStore(tmp_path / "r.sqlite")) == 0
     builds = [s for s in stvm.context.stages[-4 * len(job.tasks):] if s["stage"] == "build"]
-    assert builds and all(s["errors"] == s["batch_size"] for s in builds)
+    assert builds and all(s["errors"] == s["candidates"] for s in builds)
 
 
 def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=16, total_trials=32, batch_size=4, transfer_learning=False,
+    options = TuningOptions(trials=16, total_trials=32, candidates_per_iteration=4, transfer_learning=False,
                             seed=5, **FAST_SEARCH)
     context = BenchmarkingContext("cpu", store=tmp_path / "store")
     job = TuningJob(stvm.fused_module, stvm.target, options,
@@ -209,11 +209,11 @@ def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     assert job.trials == 32 and job.is_complete()
     # the first round measured each task's FLOPs share; what followed went by expected gain
     # (weight x latency over iterations so far, see test_task_order), starting at the heaviest
-    first_round = [s["batch_size"] for s in updates[:tasks]]
+    first_round = [s["candidates"] for s in updates[:tasks]]
     assert all(1 <= n <= first for n, first in zip(first_round, job.first_round))
     extra = [p.trials - first for p, first in zip(job.progress, job.first_round)]
     assert extra[heaviest] > 0
-    assert sum(s["batch_size"] for s in updates) == job.trials
+    assert sum(s["candidates"] for s in updates) == job.trials
 
 
 def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
@@ -224,7 +224,7 @@ def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
     from simpletvm.compiler.lowering import apply_records, compile_fused
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(keras_model)
-    stvm.autotune(trials=2, batch_size=2, seed=0, **FAST_SEARCH)
+    stvm.autotune(trials=2, candidates_per_iteration=2, seed=0, **FAST_SEARCH)
     database = RecordDatabase(open_records(tmp_path), stvm.target.tvm_target(),
                               scope="run", run_id=stvm.context.run_id)
     applied = apply_records(stvm.fused_module, stvm.target, database)
@@ -264,7 +264,7 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(ms.TuneContext, "pre_tuning", pre_tuning)
-    options = TuningOptions(trials=4, batch_size=4, transfer_learning=False, seed=6,
+    options = TuningOptions(trials=4, candidates_per_iteration=4, transfer_learning=False, seed=6,
                             **FAST_SEARCH)
     records = RecordStore(tmp_path / "r.sqlite")
     job = TuningJob(stvm.fused_module, stvm.target, options, records=records, run_id="skip")
@@ -297,7 +297,7 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
             return futures
 
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=32, batch_size=4, transfer_learning=False, seed=7,
+    options = TuningOptions(trials=32, candidates_per_iteration=4, transfer_learning=False, seed=7,
                             **FAST_SEARCH)
     job = TuningJob(stvm.fused_module, stvm.target, options,
                     records=RecordStore(tmp_path / "r.sqlite"),
@@ -312,7 +312,7 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
     for task in summary["tasks"]:
         assert task["best_latency_s"] is None
         if task["task"] in skipped:  # given up after a few, not after the 32 allowed
-            assert 8 <= task["trials"] < 8 + options.batch_size
+            assert 8 <= task["trials"] < 8 + options.candidates_per_iteration
         else:  # a design space too small to reach 8 candidates ended by itself
             assert task["trials"] < 8
 
@@ -325,7 +325,7 @@ def test_a_buffered_job_builds_from_its_own_records_when_the_store_never_gets_th
     run applies them."""
     store = tmp_path / "node-store"
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
-    job = stvm.tuning_job(TuningOptions(trials=4, batch_size=4, seed=0, remeasure=0,
+    job = stvm.tuning_job(TuningOptions(trials=4, candidates_per_iteration=4, seed=0, remeasure=0,
                                         transfer_learning=False, **FAST_SEARCH),
                           buffer_records=True)
     job.run()

@@ -28,7 +28,7 @@ def fused(tiny_onnx, tmp_path_factory):
 
 def job_of(stvm, records, run_id, seed=0, **options):
     return TuningJob(stvm.fused_module, stvm.target,
-                     TuningOptions(batch_size=4, seed=seed, **SEARCH, **options),
+                     TuningOptions(candidates_per_iteration=4, seed=seed, **SEARCH, **options),
                      records=records, builder=fake_builder(), runner=fake_runner(seed),
                      run_id=run_id)
 
@@ -63,16 +63,16 @@ def test_selects_sample_the_design_space_until_the_cost_model_can_predict(fused,
     context = BenchmarkingContext("cpu", store=tmp_path / "store")
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "e" * 32
     job = TuningJob(fused.fused_module, fused.target,
-                    TuningOptions(batch_size=16, seed=0, total_trials=140, **SEARCH),
+                    TuningOptions(candidates_per_iteration=16, seed=0, total_trials=140, **SEARCH),
                     records=records, builder=fake_builder(), runner=fake_runner(0),
                     context=context, run_id=run_id)
     job.run()
     measured_before, sampled, evolved = 0, [], []  # selects, by the trials measured before
     for stage in context.stages:
-        if stage["stage"] == "select" and stage["batch_size"]:
+        if stage["stage"] == "select" and stage["candidates"]:
             (sampled if stage.get("sampled") else evolved).append(measured_before)
         if stage["stage"] == "update":
-            measured_before += stage["batch_size"]
+            measured_before += stage["candidates"]
     assert sampled and max(sampled) < 100  # XGBoost's num_warmup_samples
     assert evolved and max(evolved) >= 100
     rows = measured(tmp_path / "records.sqlite", run_id)
@@ -139,7 +139,7 @@ def test_each_profile_stage_times_its_first_candidate_twice_and_drops_the_first(
 
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "d" * 32
     job = TuningJob(fused.fused_module, fused.target,
-                    TuningOptions(batch_size=4, seed=0, total_trials=12, **SEARCH),
+                    TuningOptions(candidates_per_iteration=4, seed=0, total_trials=12, **SEARCH),
                     records=records, builder=fake_builder(), runner=FirstSlowRunner(),
                     run_id=run_id)
     job.run()

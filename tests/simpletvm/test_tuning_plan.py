@@ -69,7 +69,7 @@ def test_the_plan_needs_no_tvm():
 
 
 def test_every_task_first_measures_its_flops_share_then_the_heaviest_goes_on():
-    options = TuningOptions(total_trials=60, batch_size=8)
+    options = TuningOptions(total_trials=60, candidates_per_iteration=8)
     plan = plan_of([0, 0, 0], options, weights=[1, 1, 4], flops=[1e9, 1e6, 1e9])
     assert plan.first_round == first_round_trials([1e9, 1e6, 4e9], options)
     assert plan.first_round[1] == MIN_FIRST_ROUND  # a tiny task gets a couple of trials
@@ -82,14 +82,14 @@ def test_every_task_first_measures_its_flops_share_then_the_heaviest_goes_on():
 
 
 def test_a_per_task_cap_ends_each_task():
-    plan = plan_of([0, 0], TuningOptions(trials=10, batch_size=4))
+    plan = plan_of([0, 0], TuningOptions(trials=10, candidates_per_iteration=4))
     run_to_end(plan, lambda task: 0.001)
     assert [p.trials for p in plan.progress] == [10, 10]
     assert all(p.done for p in plan.progress)
 
 
 def test_early_stopping_ends_a_task_that_stopped_improving():
-    plan = plan_of([0], TuningOptions(trials=64, batch_size=4, early_stopping=8))
+    plan = plan_of([0], TuningOptions(trials=64, candidates_per_iteration=4, early_stopping=8))
     iterations = run_to_end(plan, lambda task: 0.001)  # never better than its first candidate
     # 4 + 4 + 4 candidates: 3, 7, then 11 without improvement, past the patience of 8
     assert [n for _, n in iterations] == [4, 4, 4]
@@ -98,7 +98,7 @@ def test_early_stopping_ends_a_task_that_stopped_improving():
 
 def test_the_wall_clock_budget_stops_the_job_once_every_task_is_measured():
     clock = Clock()
-    plan = plan_of([0, 0, 0], TuningOptions(minutes=1, batch_size=4), clock=clock)
+    plan = plan_of([0, 0, 0], TuningOptions(minutes=1, candidates_per_iteration=4), clock=clock)
     task, _ = iterate(plan, lambda task: 0.001)
     clock.now += 120  # the budget is over after the first task's first iteration ...
     assert not plan.is_complete()
@@ -109,7 +109,7 @@ def test_the_wall_clock_budget_stops_the_job_once_every_task_is_measured():
 
 
 def test_a_resumed_run_counts_what_it_measured_before():
-    options = TuningOptions(trials=12, total_trials=30, batch_size=4)
+    options = TuningOptions(trials=12, total_trials=30, candidates_per_iteration=4)
     plan = plan_of([0, 0, 0], options, measured_before=[12, 5, 0])
     assert plan.progress[0].trials == 12
     run_to_end(plan, lambda task: 0.001)
@@ -119,7 +119,7 @@ def test_a_resumed_run_counts_what_it_measured_before():
 
 
 def test_a_task_whose_candidates_all_fail_is_skipped_and_the_budget_goes_on():
-    plan = plan_of([0, 0], TuningOptions(trials=12, batch_size=4))
+    plan = plan_of([0, 0], TuningOptions(trials=12, candidates_per_iteration=4))
     iterations = run_to_end(plan, lambda task: None if task == 0 else 0.001)
     # a failing task has nothing to reason from: it waits until no other task promises
     # a gain, then fails until it is skipped
@@ -132,7 +132,7 @@ def test_a_task_whose_candidates_all_fail_is_skipped_and_the_budget_goes_on():
 
 
 def test_a_task_the_search_cannot_schedule_is_skipped_at_once():
-    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4))
+    plan = plan_of([0, 0], TuningOptions(trials=8, candidates_per_iteration=4))
     plan.task_failed("ScheduleError: reverse-compute-at")
     assert plan.task == 1 and plan.progress[0].skipped == "ScheduleError: reverse-compute-at"
     run_to_end(plan, lambda task: 0.001)
@@ -140,20 +140,20 @@ def test_a_task_the_search_cannot_schedule_is_skipped_at_once():
 
 
 def test_an_exhausted_search_space_ends_its_task():
-    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4))
+    plan = plan_of([0, 0], TuningOptions(trials=8, candidates_per_iteration=4))
     iterate(plan, lambda task: 0.001)
     assert plan.selected(0) == 0  # the search offered nothing
     assert plan.progress[plan.task - 1].done if plan.task else True
 
 
 def test_sequential_order_tunes_each_task_to_its_end():
-    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4, task_scheduler="sequential"))
+    plan = plan_of([0, 0], TuningOptions(trials=8, candidates_per_iteration=4, task_scheduler="sequential"))
     tasks = [task for task, _ in run_to_end(plan, lambda task: 0.001)]
     assert tasks == sorted(tasks) and tasks[0] == 0 and tasks[-1] == 1
 
 
 def test_the_estimate_weighs_each_task_by_its_calls():
-    plan = plan_of([0, 0], TuningOptions(trials=2, batch_size=2), weights=[3, 1])
+    plan = plan_of([0, 0], TuningOptions(trials=2, candidates_per_iteration=2), weights=[3, 1])
     run_to_end(plan, {0: 0.002, 1: 0.001}.get)
     assert plan.summary()["estimated_latency_s"] == pytest.approx(3 * 0.002 + 0.001)
     assert math.isclose(plan.summary()["tasks"][0]["best_latency_s"], 0.002)
@@ -162,7 +162,7 @@ def test_the_estimate_weighs_each_task_by_its_calls():
 def test_rival_forms_count_once_and_the_slower_one_gets_less_budget():
     # t0 is shared; t1 and t2 are one layer in two forms, t2 the slower by 3 ms
     latency = {0: 1e-3, 1: 2e-3, 2: 5e-3}.__getitem__
-    options = TuningOptions(total_trials=240, batch_size=8)
+    options = TuningOptions(total_trials=240, candidates_per_iteration=8)
     rivals = plan_of([0, 0, 0], options, rivals=[([1], [2])])
     plain = plan_of([0, 0, 0], options)
     with_rivals, without = run_to_end(rivals, latency), run_to_end(plain, latency)
@@ -177,14 +177,14 @@ def test_rival_forms_count_once_and_the_slower_one_gets_less_budget():
 
 def test_the_faster_rival_is_the_one_the_estimate_counts():
     latency = {0: 1e-3, 1: 4e-3, 2: 1.5e-3}.__getitem__  # the alternative form wins
-    plan = plan_of([0, 0, 0], TuningOptions(total_trials=60, batch_size=8),
+    plan = plan_of([0, 0, 0], TuningOptions(total_trials=60, candidates_per_iteration=8),
                    rivals=[([1], [2])])
     run_to_end(plan, latency)
     assert plan.summary()["estimated_latency_s"] == pytest.approx(2.5e-3)
 
 
 def test_an_unmeasured_rival_form_is_left_out_of_the_estimate():
-    plan = plan_of([0, 0, 0], TuningOptions(batch_size=8), rivals=[([1], [2])])
+    plan = plan_of([0, 0, 0], TuningOptions(candidates_per_iteration=8), rivals=[([1], [2])])
     for _ in range(2):  # the first round reaches t0 and t1 only
         iterate(plan, {0: 1e-3, 1: 2e-3}.__getitem__)
     assert plan.task == 2
@@ -193,7 +193,7 @@ def test_an_unmeasured_rival_form_is_left_out_of_the_estimate():
 
 def test_the_closing_round_times_each_tasks_best_records_again_heaviest_first():
     latency = {0: 1e-3, 1: 4e-3, 2: 2e-3}.__getitem__
-    plan = plan_of([0, 0, 0], TuningOptions(trials=8, batch_size=4, remeasure=3),
+    plan = plan_of([0, 0, 0], TuningOptions(trials=8, candidates_per_iteration=4, remeasure=3),
                    weights=[5, 1, 1])
     while not plan.remeasuring:
         iterate(plan, latency)
@@ -211,7 +211,7 @@ def test_the_closing_round_times_each_tasks_best_records_again_heaviest_first():
 
 
 def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settles():
-    plan = plan_of([0], TuningOptions(trials=4, batch_size=4, remeasure=3))
+    plan = plan_of([0], TuningOptions(trials=4, candidates_per_iteration=4, remeasure=3))
     while not plan.remeasuring:
         iterate(plan, lambda task: 1e-3)
     rounds = 0
@@ -228,7 +228,7 @@ def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settle
 
 def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
     clock = Clock()
-    plan = plan_of([0, 0], TuningOptions(minutes=10, batch_size=4, remeasure=3), clock=clock)
+    plan = plan_of([0, 0], TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3), clock=clock)
     assert plan.closing_reserve() == 60  # a tenth, until the search has timed candidates
     for _ in range(2):  # each build and profile stage takes 2 s: 0.5 s per candidate ...
         plan.stage_started()
@@ -255,7 +255,7 @@ def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
 
 def test_remeasure_zero_ends_the_job_with_its_search():
     assert TuningOptions().remeasure == 2  # the default: each task's best two timed again
-    plan = plan_of([0, 0], TuningOptions(trials=4, batch_size=4, remeasure=0))
+    plan = plan_of([0, 0], TuningOptions(trials=4, candidates_per_iteration=4, remeasure=0))
     iterations = run_to_end(plan, lambda task: 1e-3)
     assert len(iterations) == 2 and plan.is_complete()
     summary = plan.summary()
@@ -266,7 +266,7 @@ def test_remeasure_zero_ends_the_job_with_its_search():
 
 
 def test_the_phases_follow_the_stages_and_refuse_an_event_out_of_order():
-    plan = plan_of([0, 0], TuningOptions(trials=8, batch_size=4))
+    plan = plan_of([0, 0], TuningOptions(trials=8, candidates_per_iteration=4))
     assert plan.next_stage().kind is Phase.SELECT
     with pytest.raises(PlanOrderError, match=r"built\(\) arrived in the select phase"):
         plan.built(0)
@@ -288,3 +288,12 @@ def test_a_plan_order_error_pickles_with_its_fields():
     error = pickle.loads(pickle.dumps(PlanOrderError("built", Phase.SELECT, Phase.BUILD)))
     assert (error.event, error.phase, error.expected) == ("built", Phase.SELECT, Phase.BUILD)
     assert "built() arrived in the select phase" in str(error)
+
+
+def test_options_take_the_old_name_of_candidates_per_iteration():
+    """``batch_size`` is the model's batch (from_model); grids and specs written before
+    the candidates per iteration got their own name still say it."""
+    assert TuningOptions.from_mapping({"batch_size": 4}).candidates_per_iteration == 4
+    assert TuningOptions.from_mapping({"candidates_per_iteration": 8}).candidates_per_iteration == 8
+    with pytest.raises(ValueError, match="candidates_per_iteration must be at least 1"):
+        TuningOptions.from_mapping({"batch_size": 0})

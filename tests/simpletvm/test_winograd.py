@@ -200,7 +200,7 @@ def test_tuned_winograd_task_builds_and_matches(tmp_path):
     fused = fuse(mod, target)
     records = RecordStore(tmp_path / "records.sqlite")
     job = TuningJob(fused, target, TuningOptions(
-        trials=4, batch_size=4, population=16, genetic_iterations=1,
+        trials=4, candidates_per_iteration=4, population=16, genetic_iterations=1,
         transfer_learning=False, seed=0, remeasure=0), records=records)
     job.run()
     assert len(job.tasks) == 1 and "winograd" in job.tasks[0].task_name

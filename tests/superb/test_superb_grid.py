@@ -121,7 +121,7 @@ def test_parameters_reach_their_calls():
                        "profile_number": 2, "evaluate_repeat": 7, "save": True})
     assert calls["context"] == {"target": "cpu", "cpu_arch": "znver3"}
     assert calls["from_model"] == {"source": "m.onnx", "batch_size": 2, "image_size": 64}
-    assert calls["autotune"] == {"trials": 8, "batch_size": 4, "number": 2}
+    assert calls["autotune"] == {"trials": 8, "candidates_per_iteration": 4, "number": 2}
     assert calls["build"] == {"records": "run"} and calls["save"] is True
     assert calls["evaluate"] == {"repeat": 7}
     untuned = calls_for({"model": "m.onnx", "autotune": False, "evaluate": False})
