@@ -250,7 +250,7 @@ class SimpleTVM:
         ``records``: ``"global"`` (every run's records in the store, default), ``"best"``
         (the best record per workload only), ``"run"`` (this run's records), another
         run's id, the path of a records database or store directory (another machine's
-        records; a JSON-lines record directory of earlier versions is imported), or None
+        records; a record directory in the legacy JSON-lines format is imported), or None
         (untuned: TVM's default code).
         """
         self._require("build()", FlowState.IMPORTED, FlowState.BUILT)

@@ -138,8 +138,8 @@ def _installed_cross_compiler(triple: str) -> list[str]:
 
 
 def parse_target_string(text: str) -> dict[str, Any]:
-    """TVM's former target string (``llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+v8.2a``)
-    as the dict TVM 0.27 takes: it no longer parses strings, and users still write them."""
+    """A TVM target string (``llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+v8.2a``) as
+    the dict TVM 0.27 takes: 0.27 parses no target strings, and users still write them."""
     kind, *options = text.split()
     spec: dict[str, Any] = {"kind": kind}
     for option in options:
@@ -200,9 +200,9 @@ def use_runtime_threads(count: int) -> None:
     processes it starts (runners, RPC servers).
 
     Unless told, TVM's runtime takes half the hardware threads on x86, assuming two per
-    core: on a 2-vCPU machine every kernel ran on one thread, tuning measured one
-    thread, and ResNet-18 ran in 15.4 ms against 9.3 ms with two. The pool reads the
-    setting when it starts, at the first parallel kernel of the process.
+    core: on a 2-vCPU machine every kernel would run on one thread, and tuning would
+    measure one thread, where two run a model such as ResNet-18 far faster. The pool
+    reads the setting when it starts, at the first parallel kernel of the process.
     """
     os.environ[RUNTIME_THREADS_VARIABLE] = str(count)
 

@@ -1,7 +1,7 @@
 """What TVM and TensorFlow print from C++ goes to a file, not the user's terminal.
 
-Their native log lines bypass Python (one ``save()`` of the quickstart printed 124 lines
-of ``executable.cc: Warning: Scope Saving``), so they are caught at the file
+Their native log lines bypass Python (one ``save()`` of the quickstart prints over a
+hundred lines of ``executable.cc: Warning: Scope Saving``), so they are caught at the file
 descriptors: while a SimpleTVM step runs, descriptor 2 is appended to the run's log,
 while Python's own ``sys.stderr`` (warnings, tracebacks) still reaches the terminal.
 """

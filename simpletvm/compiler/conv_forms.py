@@ -2,8 +2,8 @@
 
 A Winograd layer with few output tiles reads each of its transformed weights (up to 4x
 the direct ones) only a few times, so whether it beats the next smaller form depends on
-the machine's memory as much as on the multiplications saved. ResNet-18's 512-channel
-7x7 layers as F(4,3) ran 1.5x their estimate inside the model. Such contested layers
+the machine's memory as much as on the multiplications saved: such a layer can run
+well above its tuned estimate inside the model (BENCHMARKS.md). Such contested layers
 (:func:`simpletvm.compiler.winograd.contested_layers`) are tuned in both forms: tuning takes its
 tasks from the model in its default forms and from one variant per contested layer and
 alternative form. The build then compares, per layer, the tasks that differ between the

@@ -1,7 +1,8 @@
 """NCHW -> NHWC for CPU targets: convert the convolutions, then cancel the transposes.
 
-Tuned NHWC convolutions ran 1.1-2.5x faster than NCHW ones on the CPUs measured (the
-vector axis becomes the channels instead of a 7- or 14-wide row). ONNX models (and
+Tuned NHWC convolutions run faster than NCHW ones on CPUs, 3x3 and depthwise layers
+above all (the vector axis becomes the channels instead of a 7- or 14-wide row;
+BENCHMARKS.md). ONNX models (and
 TensorFlow graphs, which reach TVM through tf2onnx) are NCHW behind a transpose at the
 input. :func:`to_nhwc` runs Relax's ``ConvertLayout``, which wraps every converted op in
 ``permute_dims`` back and forth, then cancels the pairs that meet (two permutations that
@@ -11,9 +12,9 @@ what is left is a transpose at each boundary of the NHWC region.
 Ops ``ConvertLayout`` has no rule for (``call_tir``, ``clip``, ``nn.pad``, ``where``,
 ``broadcast_to``, a ``reshape`` that really moves data, ...) stay NCHW with a transpose
 pair around them; :func:`simpletvm.models.onnx.relax_from_onnx` rewrites the ONNX model
-(:mod:`simpletvm.models.onnx_rewrite`) so Clip and Pad do not import as such ops.
-Measured on tf2onnx's MobileNetV2 and MobileNet v1 (32x32): every convolution NHWC and
-no transpose left, against 73 and 54 left from TVM's import as is.
+(:mod:`simpletvm.models.onnx_rewrite`) so Clip and Pad do not import as such ops: then
+tf2onnx's MobileNetV2 and MobileNet v1 come out with every convolution NHWC and none of
+the dozens of transposes TVM's import as is would keep (BENCHMARKS.md).
 """
 
 from __future__ import annotations

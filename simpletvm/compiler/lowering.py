@@ -17,15 +17,15 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
 
     On CPUs, ``layout="NHWC"`` first converts NCHW 2-D convolutions (ONNX imports) to NHWC
     and cancels the transposes that leaves (:func:`simpletvm.compiler.layout.to_nhwc`): tuned, they
-    ran 1.1-2.5x faster than NCHW. A module without NCHW convolutions (TFLite imports) is
+    run faster than NCHW (BENCHMARKS.md). A module without NCHW convolutions (TFLite imports) is
     unchanged; ``layout=None`` keeps the layout as imported.
 
     On CPUs the weights (constants of the module) are marked layout-free, so a schedule
     may store them in the order its loops read them (MetaSchedule's RewriteLayout);
     :func:`compile_fused` then repacks them once, at build time. With ``winograd``, CPU
     targets get their NHWC 3x3 stride-1 convolutions as Winograd F(4,3), weights
-    transformed here, once (:mod:`simpletvm.compiler.winograd`): where measured, tuned, they ran
-    about twice as fast as tuned direct convolutions. ``winograd_forms`` sets the form
+    transformed here, once (:mod:`simpletvm.compiler.winograd`): tuned, they run faster than
+    tuned direct convolutions (BENCHMARKS.md). ``winograd_forms`` sets the form
     of given layers (``{ConvSignature: tile size or None}``, see
     :mod:`simpletvm.compiler.conv_forms`); the others get their default form.
 
@@ -85,7 +85,7 @@ def separate_residual_pads(mod):
     (BlazeFace's), fuses into one operator holding the convolution, its epilogue and the
     pad. MetaSchedule (TVM 0.27) cannot schedule it: generating its design space fails in
     ``reverse-compute-at`` ("The primitive requires all the producer(s) of the given block
-    to be present under the target loop"), so the operator could not be tuned and kept
+    to be present under the target loop"), so the operator cannot be tuned and keeps
     TVM's naive code. Here such a pad (a pad call whose result an elementwise or broadcast
     op combines with a value computed from a convolution-like operator) calls a copy of
     its PrimFunc marked opaque, so FuseOps leaves it a kernel of its own: the convolution's
@@ -237,9 +237,10 @@ def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
 
     GPU targets need every kernel scheduled, so untuned ones get DLight's defaults.
     CPU executables run the entry function as compiled code rather than VM bytecode:
-    a model of many microsecond kernels (the quickstart's 55) spent 7% of its time
-    interpreting the calls between them. ``bytecode=True`` keeps the bytecode, whose
-    calls a VM instrument sees one by one (profiling kernels in place).
+    a model of many microsecond kernels (the quickstart's 55) spends a measurable share
+    of its time interpreting the calls between them (BENCHMARKS.md). ``bytecode=True``
+    keeps the bytecode, whose calls a VM instrument sees one by one (profiling kernels
+    in place).
     """
     from tvm import relax
     from tvm.s_tir import dlight

@@ -69,7 +69,7 @@ def relax_from_onnx(
             dtype_dict={spec.name: spec.dtype for spec in inputs},
             keep_params_in_input=False,
         )
-    except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
+    except Exception as error:  # TVM raises many types; all mean "cannot import"
         raise ModelImportError(
             f"TVM's ONNX frontend cannot import {source} (opset {_opset(model)}): "
             f"{type(error).__name__}: {error}. Try another opset when exporting (13 to "
@@ -122,7 +122,7 @@ def import_onnx_file(path: Path, input_shapes: Any = None, batch_size: int = 1) 
 
     try:
         model = onnx.load(str(path))
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise ModelImportError(f"{path} is not a readable ONNX model: {error}") from error
     return relax_from_onnx(model, str(path), "onnx", input_shapes, batch_size)
 

@@ -60,7 +60,7 @@ def _graph_def_to_relax(
             opset=ONNX_OPSET,
             shape_override={name: list(shape) for name, shape in shapes.items()},
         )
-    except Exception as error:  # noqa: BLE001 - tf2onnx raises many types
+    except Exception as error:  # tf2onnx raises many types
         raise ModelImportError(f"cannot convert {source} to ONNX: {error}") from error
     return relax_from_onnx(onnx_model, source, fmt, shapes, batch_size, details)
 
@@ -74,7 +74,7 @@ def import_graph_def_file(
     graph_def = tf.compat.v1.GraphDef()
     try:
         graph_def.ParseFromString(path.read_bytes())
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise ModelImportError(f"{path} is not a frozen TensorFlow GraphDef: {error}") from error
     nodes = {node.name: node for node in graph_def.node}
     consumed = {inp.split(":")[0].lstrip("^") for node in graph_def.node for inp in node.input}
@@ -123,7 +123,7 @@ def import_saved_model(
         graph_def, inputs, outputs = tf_loader.from_saved_model(
             str(path), None, None, signatures=[signature]
         )
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise ModelImportError(
             f"cannot load the SavedModel at {path} (signature {signature!r}): {error}"
         ) from error
@@ -144,7 +144,7 @@ def saved_model_signatures(path: Path) -> list[str]:
     saved = saved_model_pb2.SavedModel()
     try:
         saved.ParseFromString(proto.read_bytes())
-    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError and friends
+    except Exception as error:  # protobuf's DecodeError and friends
         raise ModelImportError(f"{proto} is not a readable SavedModel: {error}") from error
     return sorted({name for graph in saved.meta_graphs for name in graph.signature_def
                    if not name.startswith("__")})
@@ -175,7 +175,7 @@ def import_keras_model(
         tflite_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
     try:
         onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=ONNX_OPSET)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise ModelImportError(f"cannot convert Keras model {source} to ONNX: {error}") from error
     return relax_from_onnx(onnx_model, source, fmt, None, batch_size,
                            {**(details or {}), "route": "onnx", "tflite_error": tflite_error})
@@ -188,7 +188,7 @@ def import_keras_file(path: Path, input_shapes: Any = None, batch_size: int = 1)
 
     try:
         model = keras.models.load_model(str(path), compile=False)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise ModelImportError(f"cannot load the Keras model {path}: {error}") from error
     return import_keras_model(model, str(path), input_shapes, batch_size)
 
@@ -204,7 +204,7 @@ def resolve_hub_handle(handle: str) -> Path:
 
     try:
         return Path(hub.resolve(handle))
-    except Exception as error:  # noqa: BLE001 - network and format errors alike
+    except Exception as error:  # network and format errors alike
         raise ModelImportError(
             f"cannot resolve TF Hub handle {handle!r}: {error}. Without network access, "
             "put the module in the hub cache ($TFHUB_CACHE_DIR) or pass its local directory"

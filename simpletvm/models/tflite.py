@@ -67,7 +67,7 @@ def relax_from_tflite(
     try:
         model = tflite.Model.GetRootAsModel(flatbuffer, 0)
         subgraph = model.Subgraphs(0)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise ModelImportError(f"{source} is not a readable TFLite flatbuffer: {error}") from error
     given = normalize_shapes(input_shapes)
     found = _tensors(subgraph, subgraph.InputsAsNumpy())
@@ -84,7 +84,7 @@ def relax_from_tflite(
             dtype_dict={name: dtype for name, _, dtype in found},
             op_converter=converter,
         )
-    except Exception as error:  # noqa: BLE001 - TVM raises many types; all mean "cannot import"
+    except Exception as error:  # TVM raises many types; all mean "cannot import"
         raise ModelImportError(
             f"TVM's TFLite frontend cannot import {source} (TFLite): "
             f"{type(error).__name__}: {error}. {_ADVICE}") from error
@@ -121,8 +121,8 @@ def transpose_convs_nchw(mod):
 
     TVM's TFLite frontend emits ``conv2d_transpose`` in NHWC (``convert_transpose_conv``)
     but ``relax.transform.LegalizeOps`` lowers it only from NCHW/IOHW
-    (``legalize_ops.nn._nn_conv2d_transpose``), so a model with TRANSPOSE_CONV imported
-    and then failed to build."""
+    (``legalize_ops.nn._nn_conv2d_transpose``), so without this a model with
+    TRANSPOSE_CONV imports and then fails to build."""
     import tvm
     from tvm import relax
 

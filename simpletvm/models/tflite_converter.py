@@ -103,7 +103,7 @@ class Converter(OperatorConverter):
     def get_tensor_value(self, tensor_wrapper, is_sparse=False):
         # TVM's convert_dequantize reads a float16 input with get_tensor_value, not
         # get_tensor_value_or_prefetched, so a DENSIFY output (which has no buffer: TVM's
-        # convert_densify prefetches it) failed with "a bytes-like object is required".
+        # convert_densify prefetches it) would fail with "a bytes-like object is required".
         if self.is_prefetched(tensor_wrapper.tensor_idx):
             return self.get_prefetched_node(tensor_wrapper.tensor_idx)
         if tensor_wrapper.tensor.Sparsity() is not None and not is_sparse:

@@ -194,7 +194,7 @@ def builtin_recipe(model_details: dict[str, Any]) -> tuple[str, dict[str, Any]] 
 def _cached_file(stem: Path, suffix: str) -> Path:
     """A converted model's file in the zoo cache. Its name, the whole configuration,
     holds dots (``alpha=0.35``): the suffix is appended, never put in place of what
-    follows the last dot (which made every MobileNet of one alpha share a file)."""
+    follows the last dot (which would make every MobileNet of one alpha share a file)."""
     return stem.parent / (stem.name + suffix)
 
 

@@ -39,7 +39,7 @@ def tracker_summary(host: str, port: int) -> dict:
         # TVM's client retries for a minute; a refused port should fail at once
         socket.create_connection((host, int(port)), timeout=5).close()
         client = rpc.connect_tracker(host, int(port))
-    except Exception as error:  # noqa: BLE001 - socket errors of every kind
+    except Exception as error:  # socket errors of every kind
         raise SimpleTVMError(
             f"cannot reach the RPC tracker at {host}:{port} ({error}): start one with "
             "`python -m tvm.exec.rpc_tracker` or leave rpc_tracker unset") from error

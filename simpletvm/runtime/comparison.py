@@ -53,8 +53,9 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
     as ``set_tensor`` copies into the interpreter's own; the output comes back as
     ``run()`` returns it (:func:`~simpletvm.runtime.loaded.as_numpy`: a view of the tensor the call
     returned, which no later call reuses while the view lives). TVM's own ``copyfrom``
-    and ``numpy()`` cost 5.3 and 4.2 us per call against 1.2 and 0.2 us this way
-    (TFLite's: 1.2 and 0.5): 5% of the quickstart model's 0.15 ms."""
+    and ``numpy()`` cost several times more per call than this way and than TFLite's
+    copies, enough to tilt a comparison on a model of a tenth of a millisecond
+    (BENCHMARKS.md)."""
     import tvm
 
     from simpletvm.runtime.loaded import as_numpy
@@ -75,9 +76,9 @@ def simpletvm_runners(stvm, example: np.ndarray,
     """The module on each of the thread ``counts``, keyed by the count, as
     :func:`tflite_runners` gives TFLite's; by default on every core and on one, or only
     on the count the context pins (``num_threads``). The faster count is the host's state
-    of the moment (a quickstart's build chose 2 threads; minutes later they ran 0.274 ms,
-    and TFLite too ran faster on 1 thread than on 2), so each side is compared on its
-    faster count measured in the same rounds. A runner resizes the pool only when the
+    of the moment (the count a build chose can be the slower one minutes later, and
+    TFLite's faster count moves too), so each side is compared on its faster count
+    measured in the same rounds. A runner resizes the pool only when the
     other left it at another count: once per turn, not per call. Leaving the block sets
     the pool back to the count it had."""
     from simpletvm.runtime.threads import runtime_threads, set_runtime_threads
@@ -109,10 +110,11 @@ def time_side_by_side(runners: dict[Hashable, Runner], rounds: int, calls: int, 
     drift on a shared machine hits all alike.
 
     Each turn starts with ``warmup`` untimed calls, and at least ``warmup_s`` of them:
-    the runner before it leaves the caches holding its own data (a 160 ms untuned TVM
-    call slowed the tuned one after it by a quarter), a machine that idled runs its first
-    20-50 ms of calls slowly (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`), and a runner
-    is timed in its steady state, not in its neighbour's."""
+    the runner before it leaves the caches holding its own data (a long untuned TVM
+    call slows the tuned one after it by about a quarter, BENCHMARKS.md), a machine
+    that idled runs its first 20-50 ms of calls slowly
+    (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`), and a runner is timed in its
+    steady state, not in its neighbour's."""
     samples: dict[Hashable, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, infer in runners.items():

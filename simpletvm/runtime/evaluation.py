@@ -40,10 +40,10 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-# A machine that idled (a build, an import) runs the first 20-50 ms of calls slowly: a
-# 0.23 ms model measured 0.49-0.54 ms in its first 20 ms of back-to-back calls, 0.25 ms
-# from 20 to 50 ms, 0.23 ms after (2-core VM, znver5), and an evaluate() right after
-# load() reported 0.49 ms for it. The warm-up runs at least this long.
+# A machine that idled (a build, an import) runs the first 20-50 ms of calls slowly, the
+# first 20 ms at about twice the steady time, so timing that starts right after load()
+# would report the slow start, not the model (BENCHMARKS.md). The warm-up runs at least
+# this long.
 MIN_WARMUP_S = 0.2
 
 

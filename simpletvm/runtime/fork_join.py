@@ -2,10 +2,10 @@
 
 Every parallel loop of a kernel TVM compiled for the CPU goes through a launcher each
 library points to. TVM's own pool waits by yielding to the operating system, a system
-call per turn: about 0.9 us per parallel loop on 2 threads on this project's reference
-host (0.28 us when the wait is a pause instruction instead), paid by every kernel of a
-model of microsecond kernels (the quickstart model: 55 per call, 0.147 ms on 2 threads
-with TVM's pool, 0.127-0.134 with pause waits). ``native/fork_join.c`` is a pool that waits
+call per turn that costs about three times a wait on the pause instruction per parallel
+loop, and every kernel of a model of microsecond kernels pays it (the quickstart model
+has 55 per call, and runs measurably faster with pause waits: BENCHMARKS.md).
+``native/fork_join.c`` is a pool that waits
 with the pause instruction; :func:`use_for_loaded_kernels` compiles it once per machine
 (into the user's cache directory, with ``cc`` or ``$CC``) and points
 every TVM library loaded in this process at it. Without a C compiler, kernels keep TVM's

@@ -46,7 +46,7 @@ def choose_threads(vm, input_specs, target, inputs: list | None = None) -> dict[
 def as_numpy(result: Any) -> np.ndarray | list[np.ndarray]:
     """NumPy arrays of a call's outputs: views of the tensors the VM returned when they
     are in this process's memory (no call reuses them while a view lives; TVM's
-    ``numpy()`` copy costs 4 us a call), copies of remote ones and of types NumPy cannot
+    ``numpy()`` copy costs microseconds a call), copies of remote ones and of types NumPy cannot
     view (bfloat16, float8: ``numpy()`` gives them ml_dtypes' types)."""
     if hasattr(result, "numpy"):
         if result.device.dlpack_device_type() == DLPACK_CPU:  # an RPC tensor's differs

@@ -3,8 +3,9 @@
 Every parallel kernel forks onto TVM's thread pool and joins again, and the next kernel
 reads what the other cores wrote. Where the cores are close this costs little; on a
 2-vCPU host whose vCPUs sit on different core complexes (a cache-line round trip of
-360 ns between them) the quickstart model ran 0.36 ms on 2 threads and 0.24 ms on 1,
-while on other hosts of the same kind 2 threads win. Only a measurement on the machine
+hundreds of nanoseconds between them) a model of short kernels can run faster on 1
+thread than on 2, while on other hosts of the same kind 2 threads win (BENCHMARKS.md).
+Only a measurement on the machine
 tells, so building, loading or evaluating a module for this CPU times it on each thread
 count and keeps the fastest, unless the context pins ``num_threads``.
 """

@@ -1,8 +1,8 @@
 """A MetaSchedule builder whose worker processes live across batches.
 
 MetaSchedule's LocalBuilder starts a fresh process pool on every ``build()`` call and
-each worker imports all of TVM's tensor intrinsics (tens of seconds here), so a batch
-can spend its whole build timeout importing and lose every candidate. These workers
+each worker imports all of TVM's tensor intrinsics (tens of seconds on a small host), so
+a batch can spend its whole build timeout importing and lose every candidate. These workers
 start once, load only the intrinsics of the target's kind, and are reused until the
 builder is closed; a worker that times out or crashes is replaced, and only its
 candidate is lost.
@@ -65,10 +65,10 @@ class PersistentBuilder(PyBuilder):
         max_workers: parallel compilations (default: CPU cores).
         timeout_sec: per-candidate build timeout; the worker is replaced after one.
         link: link each candidate into a shared library here, for a runner on this
-            machine: its profile stage, which holds the device, then only loads it (the
-            quickstart model on a 2-core Xeon: profile 20 ms a candidate against 55 with
-            the tar's unpack and link, build 159 against 126). Without it, a tar that a
-            remote runner links on its own machine.
+            machine: its profile stage, which holds the device, then only loads it, and
+            the unpack and link move to the build stage, which does not hold the device
+            and takes a little longer (BENCHMARKS.md). Without it, a tar that a remote
+            runner links on its own machine.
     """
 
     def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,

@@ -411,8 +411,7 @@ class TuningJob:
         """The task's design spaces sampled at random (MetaSchedule's ReplayTrace), what
         the evolutionary search's first selects amount to while the cost model predicts at
         random, at a fifth of their cost: they sample and mutate a whole population to keep
-        a batch picked by random scores (0.24 s against 1.08 s per select on the quickstart
-        model)."""
+        a batch picked by random scores (BENCHMARKS.md)."""
         from tvm.s_tir import meta_schedule as ms
 
         options = self.options
@@ -526,7 +525,8 @@ def task_flops(task) -> float:
 
 
 # best records per workload that warm the cost model: MetaSchedule decodes a record by
-# replaying its trace on the workload (10-30 ms for a convolution here), at task start
+# replaying its trace on the workload (tens of milliseconds for a convolution), at task
+# start, so more records delay every task's first select
 TRANSFER_RECORDS = 64
 
 

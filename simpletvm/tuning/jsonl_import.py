@@ -1,6 +1,7 @@
-"""Records that earlier versions kept as JSON lines, imported once into the SQLite store.
+"""Records in the legacy JSON-lines format, imported once into the SQLite store, so that a
+store written in that format keeps its records.
 
-Those versions wrote ``workloads.jsonl`` and ``records.jsonl`` per directory: each run's
+The format has ``workloads.jsonl`` and ``records.jsonl`` per directory: each run's
 (``runs/<run_id>/tuning/``), the global one and the best-only one (``database/global/``,
 ``database/best/``). The first process that opens a store's records imports them all in
 one transaction (a record found in several directories becomes one row) and

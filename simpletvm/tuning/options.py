@@ -58,10 +58,9 @@ class TuningOptions:
     cost_model: str = "xgb"
     seed: int | None = None
     # 64 and 1: a select stage a third of the work of 128 and 2 (MetaSchedule samples and
-    # mutates population x (1 + iterations) candidates). On the quickstart model, 5
-    # minutes: 621 trials against 493 and an estimate of 0.58 ms against 0.71 on a 2-core
-    # Xeon, where select took 60% of the tuning at 128 and 2; 1213 trials against 941 with
-    # 1 iteration on a 2-core EPYC (BENCHMARKS.md)
+    # mutates population x (1 + iterations) candidates). On a small host select otherwise
+    # takes most of a short tuning, and the trials the cheaper select leaves time for
+    # lower the estimate more than a larger population's picks do (BENCHMARKS.md)
     population: int = 64
     genetic_iterations: int = 1
     eps_greedy: float = 0.05
@@ -71,8 +70,8 @@ class TuningOptions:
     min_repeat_ms: int = 0
     cache_flush: str = "auto"
     # 2: the estimate rests on each task's best records timed again, not on the luckiest
-    # of many timings; on the quickstart model the round's choice ran as fast as the
-    # search's (1.000, bench/closing_round.py, BENCHMARKS.md)
+    # of many timings, and the round's choice runs as fast as the search's
+    # (bench/closing_round.py, BENCHMARKS.md)
     remeasure: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -126,8 +125,8 @@ class TuningOptions:
         return cls(**renamed(values))
 
 
-# names options had before one concept got one name: "batch_size" is the model's batch
-# everywhere else (``from_model(batch_size=)``)
+# names still accepted for options that were renamed so that one concept has one name:
+# "batch_size" is the model's batch everywhere else (``from_model(batch_size=)``)
 OLD_NAMES = {"batch_size": "candidates_per_iteration"}
 
 

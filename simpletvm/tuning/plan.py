@@ -114,7 +114,7 @@ def first_round_trials(flops: Sequence[float], options: TuningOptions) -> list[i
     """How many candidates each task's first iteration measures: its share of the
     model's FLOPs of about a third of the budget (of FIRST_ROUND_PER_TASK per task on
     average when the budget is open-ended or in minutes), at least MIN_FIRST_ROUND and at
-    most a batch. A first round of one batch per task spent 608 of 800 trials on
+    most a batch. A first round of one batch per task would spend 608 of 800 trials on
     MobileNetV2, 144 of them on 9 tasks holding under 0.5% of its FLOPs."""
     batch = options.candidates_per_iteration
     pool = FIRST_ROUND_PER_TASK * len(flops)
@@ -238,8 +238,8 @@ class TuningPlan:
         limit = self.options.candidates_per_iteration
         if not self.progress[self.task].history:
             # past a minutes budget a task not yet measured gets the fewest trials that
-            # replace its naive schedule: the job ends near its budget (a quickstart at
-            # 6 s measured 158 trials over 33 tasks in 97 s before)
+            # replace its naive schedule: a budget too short for every task's first round
+            # still ends near its deadline instead of running every first round in full
             first = MIN_FIRST_ROUND if self._past_deadline() else self.first_round[self.task]
             limit = min(limit, first)
         left = self.budget_left()

@@ -389,8 +389,8 @@ def _identity(key: str, run_id: str | None, text: str) -> bytes:
 
 
 def _scope_identities_by_run(connection: sqlite3.Connection) -> None:
-    """Give a database whose identities leave the run out (earlier versions) the
-    current ones, once."""
+    """Give a database whose identities leave the run out (the legacy scheme, under
+    which two runs' equal measurements are one row) identities scoped by run, once."""
     if connection.execute("SELECT 1 FROM meta WHERE key = ?", (IDENTITIES,)).fetchone():
         return
     connection.execute("BEGIN IMMEDIATE")

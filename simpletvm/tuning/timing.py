@@ -9,26 +9,25 @@ with other work. The cache modes stand for these cases:
 - ``"memory"``: before each run every core of the runtime's pool streams through a buffer
   of the L3's size, reading it and writing a second one, so the caches are full of other
   data, as the rest of a model larger than the L3 leaves them; the activations (the
-  input, the output, a residual) are read again.
-  For ResNet-18 (46 MB of weights) the model ran 0.93-1.04x its kernels timed this way,
-  measured in alternating rounds, against 1.08-1.11x with MetaSchedule's
-  ``enable_cpu_cache_flush`` (the arguments flushed, the caches left empty). A remote
-  device is timed with that flush: the eviction kernel lives in the local runner's process.
+  input, the output, a residual) are read again. For such a model (ResNet-18) the
+  kernels timed this way sum to the model's time more closely than with MetaSchedule's
+  ``enable_cpu_cache_flush`` (the arguments flushed, the caches left empty), which times
+  them too fast (BENCHMARKS.md). A remote device is timed with that flush: the eviction
+  kernel lives in the local runner's process.
 - ``"l3"``: before each run every core of the pool streams twice its private cache
   through, which pushes the arguments out of L1 and L2 into the L3; the activations are
-  read again. The quickstart model (6.7 MB) ran 0.98-1.00x its kernels timed this way and
-  MobileNetV2 1.0 (14 MB) 1.05-1.14x (0.89x flushed, 0.75x from memory as above).
+  read again. For a model whose weights fit the L3 (the quickstart model) the kernels
+  timed this way sum to about the model's time, where timing them from memory makes them
+  too slow (BENCHMARKS.md).
 - ``"model"``: before each run the pool streams as many bytes as one run of the model
   keeps in the caches (its weights and its activations' planned storage,
   :func:`model_footprint_bytes`), between the ``"l3"`` and the ``"memory"`` amounts:
   what the rest of the model passes through the caches between two calls of a kernel.
-  On a 2-core Xeon whose 300 MB L3 is shared with other tenants, ResNet-18 (72 MB of
-  weights with the Winograd layers' transformed ones) ran 1.10-1.20x its kernels timed
-  from the L3 and 0.99-1.01x with 92 MB streamed; the quickstart model (6.6 MB)
-  1.05-1.09x with 4 MB and 0.89-0.90x with 13 MB. MobileNetV2 1.0 ran 0.92x (median of 4
-  rounds) its kernels timed with the 21.5 MB of its weights and planned storage streamed,
-  0.89x in the same rounds with the 38.8 MB of its weights and every tensor its calls
-  write.
+  On an L3 shared with other tenants its size says little about what a model finds
+  there, and the model's own traffic says more: streamed about that much, the kernels
+  sum to the model's time within a few percent, where less times them too fast and more
+  too slow. The memory plan's storage, not every tensor the calls write, is the amount
+  that matches better (BENCHMARKS.md).
 - ``"off"``: nothing is evicted: every repeat after the first finds the data hot.
 - ``"auto"``: ``"model"`` on a local CPU, ``"memory"`` through RPC.
 
@@ -59,8 +58,8 @@ WARMUP_RUNS = 3  # timed runs of each candidate that are dropped (:func:`_timed_
 
 
 def cache_mode(value: str | bool) -> str:
-    """The cache mode ``value`` names; ``True``/``False`` are the on/off switch of earlier
-    versions ("memory"/"off")."""
+    """The cache mode ``value`` names; ``True``/``False``, the legacy on/off switch, stand
+    for "memory"/"off" so that specs written with it keep working."""
     if isinstance(value, bool):
         return "memory" if value else "off"
     if value not in CACHE_MODES:
@@ -168,8 +167,8 @@ def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
     """The local runner's arguments for a candidate, as MetaSchedule allocates them, filled
     on this thread. MetaSchedule's random fill runs on TVM's own pool: its woken workers
     spin on the cores the timed kernel needs, and quieting that pool instead (one thread)
-    bound the caller to one core; the quickstart's kernels timed 10-25% slower either way
-    than they run in the model (bench/estimate_fidelity.py)."""
+    binds the caller to one core; either way kernels would time slower than they run in
+    the model (bench/estimate_fidelity.py, BENCHMARKS.md)."""
     from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 
     return alloc_argument_common(_fill_on_this_thread, device, args_info, alloc_repeat)
@@ -205,9 +204,9 @@ def _random():
 def warmed_up(runner_inputs: list) -> list:
     """The profile stage's inputs with the first one timed twice, the first timing to be
     dropped: a stage's first candidate runs slow (a core that idled through select and
-    build runs its first tens of milliseconds slowly; the search's best, timed first, came
-    out 1.5-2.5x its own timing while the next ones matched theirs), and the cost model
-    ranks its favourite first."""
+    build runs its first tens of milliseconds slowly, so the candidate timed first comes
+    out well above its own later timings while the next ones match theirs; BENCHMARKS.md),
+    and the cost model ranks its favourite first."""
     return runner_inputs[:1] + runner_inputs
 
 
@@ -253,10 +252,9 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
                 ) -> list[float]:
     """``repeat`` timings per argument set, after WARMUP_RUNS timed runs that are dropped.
 
-    A freshly loaded candidate takes a few runs to reach the pace it keeps: timed 16 times
-    from L3 (the quickstart's best records), its runs came out at 2.0, 1.10 and 1.03 times
-    the later ones' median, then level; of the 5 runs kept after dropping one, the first
-    two were 4-11% above the others. The model, calling every kernel over and over, only
+    A freshly loaded candidate takes a few runs to reach the pace it keeps: its first run
+    takes about twice the later ones' time, the next two still a few percent more, then
+    the runs level off (BENCHMARKS.md). The model, calling every kernel over and over, only
     ever meets the level pace. The candidate runs on the model's pool (its preprocessor,
     registered before, too)."""
     _kernels_on_pool()
@@ -321,8 +319,8 @@ def _eviction_kernel(threads: int, thread_bytes: int):
     schedule.parallel(thread)
     schedule.vectorize(schedule.split(element, [None, 16])[1])
     # a loaded library, not LLVM's JIT, so its loop runs on the timed kernels' pool too:
-    # two pools each holding a core while they wait slowed the candidates 3x (the file
-    # can go once loaded)
+    # two pools each holding a core while they wait slow the candidates severalfold (the
+    # file can go once loaded)
     with scratch_directory("evict") as scratch:
         library = Path(scratch) / "evict.so"
         tvm.compile(schedule.mod, target={"kind": "llvm"}).export_library(str(library))

@@ -3,15 +3,16 @@
 TVM 0.27's own precomputed-weight Winograd raises "LEGACY-FLOW", and its other Winograd
 transforms the weights inside the kernel on every inference. Here the weight transform
 U = G g G^T runs once, in numpy, while the module is rewritten, and the operator reads U
-as a constant. Measured on a 2-core Zen3 host: a tuned 3x3 128->128 28x28 layer ran in
-1.05 ms against 2.0-2.9 ms for the tuned direct NHWC convolution.
+as a constant. Tuned, 3x3 layers with many output tiles (ResNet-18's at 28x28 and
+56x56) run faster in this form than as tuned direct NHWC convolutions (BENCHMARKS.md).
 
 The operator keeps the block names of ``topi.nn.conv2d._conv2d_winograd_nhwc_impl``
 (data_pad, input_tile, data_pack, bgemm, inverse) but computes each transform as two 1-D
 passes (B^T d, then (B^T d) B) whose coefficients are the matrices' nonzero entries as
 constants: TOPI's 2-D sums cost more multiply-adds and reach each entry through a
-36-way Select that every unrolled statement carried into the build (1.5-2.7 s of TIR
-passes per candidate against 0.1 s for a direct convolution). Its transform
+36-way Select that every unrolled statement carries into the build, so each candidate's
+TIR passes take many times a direct convolution's and a search measures fewer
+candidates in its time (BENCHMARKS.md). Its transform
 blocks name SimpleTVM's own schedule rules (:func:`register_schedule_rules`): per tile
 and channel chunk (both sampled), the points unrolled and the channels vectorized, where
 TVM's rules unroll the body of a scalar channel loop. The operator is marked

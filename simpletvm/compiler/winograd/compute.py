@@ -11,7 +11,7 @@ from simpletvm.compiler.winograd.transform import matrices_f64
 
 # MetaSchedule's rules for the transform blocks, registered for CPU targets by
 # :func:`register_schedule_rules` (TVM's own rules unroll the channel loop's body instead of
-# vectorizing it, and expect the 2-D sums this operator no longer computes)
+# vectorizing it, and expect 2-D sums where this operator computes two 1-D passes)
 DATA_PACK_RULE = "simpletvm_winograd_data_pack"
 INVERSE_RULE = "simpletvm_winograd_inverse"
 

@@ -9,13 +9,12 @@ KERNEL_SIZE = 3
 # The Winograd forms by tile size m, largest first (F(4,3) saves most multiplications,
 # F(2,3) keeps weights smaller), each with the output tiles it needs to be used at all.
 # A transformed weight is read once per tile and U is (m+2)^2/9 times the direct weights:
-# with few tiles a layer streams weights instead of computing. ResNet-18's 512-channel
-# 7x7 layers ran 1.5x their tuned estimate in the model as F(4,3) (4 tiles); as F(2,3)
-# (16 tiles) they lost to the direct convolution in every search that tuned both, on two
-# hosts (1.64-1.76 ms against 2.17-2.30 for the three calls in three runs on a 2-core EPYC,
-# 3.18 against 3.71 on a 2-core Xeon, where that contest took 120 of a 30-minute search's
-# 905 trials, each a Winograd build of 1-2 s with the operator of then); the 14x14 ones
-# (16 tiles of F(4,3)) ran within 10% of their estimate.
+# with few tiles a layer streams weights instead of computing. Hence F(4,3) from 16
+# tiles: ResNet-18's 512-channel 7x7 layers (4 tiles) run far above their tuned estimate
+# inside the model in that form, its 14x14 ones (16 tiles) close to theirs. And F(2,3)
+# from 32: at 16 tiles (those 7x7 layers) the direct convolution beats it in every search
+# that tunes both, so tuning that contest only spends trials on a form never built
+# (BENCHMARKS.md).
 MIN_TILES = {4: 16, 2: 32}
 TILE_SIZES = tuple(MIN_TILES)
 # Below CONTESTED_FACTOR times its form's MIN_TILES a layer may stream its weights, and

@@ -154,8 +154,8 @@ def _make_rewriter():
                 padding=tuple(call.attrs.padding), tile_size=tile_size,
                 primfunc_name_hint=f"conv2d_winograd_f{tile_size}_nhwc",
                 # fusable with the elementwise ops that follow: AnnotateTIROpPattern
-                # finds this pattern itself today and keeps a preset (nonzero) one, so a
-                # change in its analysis cannot cost the epilogue fusion
+                # (TVM 0.27) finds this pattern itself too, and it keeps a preset (nonzero)
+                # one, so the epilogue fusion does not hang on what its analysis concludes
                 primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
             )
 

@@ -1,7 +1,7 @@
 """MetaSchedule's rules for the Winograd transform blocks on CPUs: per tile and channel
 chunk (both sampled), the points unrolled and the channels vectorized. TVM's own rules
-unroll the body of a scalar channel loop instead, and expect 2-D sums this operator no
-longer computes."""
+unroll the body of a scalar channel loop instead, and expect 2-D sums where this
+operator computes two 1-D passes."""
 
 from __future__ import annotations
 

@@ -2,17 +2,17 @@
  *
  * A kernel compiled by TVM forks each parallel loop through the function pointer
  * __TVMBackendParallelLaunch in its own library. TVM's runtime pool waits for work, and
- * for the workers to finish, by calling sched_yield: a system call per turn, about 0.9 us
- * per parallel loop on a 2-vCPU host where the cores trade a cache line in 0.1 us. A model
- * of 55 microsecond kernels paid that 55 times a call. This pool's threads wait with the
- * CPU's pause instruction first, and yield or sleep only after a while.
+ * for the workers to finish, by calling sched_yield: a system call per turn, about a
+ * microsecond per parallel loop where the cores trade a cache line in a tenth of that. A
+ * model of 55 microsecond kernels pays that 55 times a call. This pool's threads wait
+ * with the CPU's pause instruction first, and yield or sleep only after a while.
  * simpletvm_install() points every loaded TVM library's launcher here.
  *
  * A launch publishes its tasks; worker i claims task i, and the caller, once its own
  * task is done, claims and runs every task no worker has claimed yet. So a launch never
  * waits for a worker that is not running: one the system descheduled, or one sharing
- * the caller's CPU because another process holds the other (such waits cost 0.1-1 ms a
- * launch when the caller only waited).
+ * the caller's CPU because another process holds the other (a caller that only waited
+ * would lose 0.1-1 ms a launch to such a wait).
  *
  * One launch at a time: a launch that finds the pool busy (another thread's, or a
  * parallel loop nested in a task) runs its tasks one after another on its own thread.
@@ -202,9 +202,9 @@ static void bind_to_cpu(pthread_attr_t* attributes, int index) {
 
 /* The system may run the caller on a CPU a worker is bound to, and keep it there while
  * the worker sleeps (nothing pulls a lone running thread away): the caller then runs
- * every task itself, a launch on 2 threads took what it takes on 1 (candidates timed
- * between long pauses ran 1.8x slower). Such a worker moves to a CPU no thread of the
- * launch uses. A check per launch (sched_getcpu reads the kernel's per-thread record). */
+ * every task itself, and a launch on 2 threads takes what it takes on 1 (BENCHMARKS.md).
+ * Such a worker moves to a CPU no thread of the launch uses. A check per launch
+ * (sched_getcpu reads the kernel's per-thread record). */
 static void keep_caller_cpu_free(int workers) {
   int here = sched_getcpu();
   if (here < 0) return;
