@@ -1,19 +1,41 @@
-"""SimpleTVM: autotune deep-learning models with Apache TVM in a few chained calls."""
+"""SimpleTVM: autotune deep-learning models with Apache TVM in a few chained calls.
 
-from simpletvm.api import SimpleTVM
-from simpletvm.context import BenchmarkingContext, new_run_id
-from simpletvm.errors import (
-    FlowError,
-    IncompatibleModuleError,
-    ModelImportError,
-    RunNotFoundError,
-    SimpleTVMError,
-)
-from simpletvm.store import RunStore
+The names below load on first use, so that ``simpletvm.exit_codes`` and the command
+lines start without numpy, pandas or TVM (``superb --help`` is instant)."""
 
-__all__ = [
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simpletvm.api import FlowState, SimpleTVM
+    from simpletvm.context import BenchmarkingContext, new_run_id
+    from simpletvm.errors import (
+        FlowError,
+        IncompatibleModuleError,
+        ModelImportError,
+        RunNotFoundError,
+        SimpleTVMError,
+    )
+    from simpletvm.store import RunStore
+
+_HOMES = {
+    "BenchmarkingContext": "simpletvm.context",
+    "FlowError": "simpletvm.errors",
+    "FlowState": "simpletvm.api",
+    "IncompatibleModuleError": "simpletvm.errors",
+    "ModelImportError": "simpletvm.errors",
+    "RunNotFoundError": "simpletvm.errors",
+    "RunStore": "simpletvm.store",
+    "SimpleTVM": "simpletvm.api",
+    "SimpleTVMError": "simpletvm.errors",
+    "new_run_id": "simpletvm.context",
+}
+__all__ = [  # the names of _HOMES, spelled out for linters and type checkers
     "BenchmarkingContext",
     "FlowError",
+    "FlowState",
     "IncompatibleModuleError",
     "ModelImportError",
     "RunNotFoundError",
@@ -23,3 +45,15 @@ __all__ = [
     "new_run_id",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'simpletvm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

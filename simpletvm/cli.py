@@ -1,12 +1,23 @@
 """The ``simpletvm`` command: a quickstart, and one model at a time (tune, compile, run,
-benchmark), in the manner of TVM's former ``tvmc``. Bad input exits 2 with the fix; an
-unexpected error exits 1 with one line and the file holding its traceback; Ctrl-C exits
-130 with the run saved as far as it got."""
+benchmark), in the manner of TVM's former ``tvmc``.
+
+Exit codes (:class:`simpletvm.exit_codes.ExitCode`, shared with ``superb``): 0 done; 1 a
+step failed on the model (one line naming the step, the traceback in the run's log); 2
+bad input (a SimpleTVM error or a usage error, naming the fix); 3 an unexpected error (a
+bug: one line and the file holding its traceback); 130 stopped by Ctrl-C, the run saved
+as far as it got.
+
+Only Typer and the exit codes are imported here; SimpleTVM, TVM and numpy load when a
+command needs them, so ``simpletvm --help`` is instant. Messages print without Rich
+markup: an error's text or a path may hold brackets (``'simpletvm[bench]'``) that must
+reach the user as written.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import time
 import traceback
@@ -15,12 +26,10 @@ from typing import Optional
 
 import typer
 
+from simpletvm.exit_codes import ExitCode, honour_ctrl_c
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Autotune deep-learning models with Apache TVM.")
-
-BAD_INPUT = 2
-UNEXPECTED = 1
-INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT
 
 
 @app.callback()
@@ -35,7 +44,7 @@ _active_contexts: list = []  # the BenchmarkingContext of the command running, i
 
 
 def _command(*args, **kwargs):
-    """``app.command``, with unexpected errors turned into one line and exit 1."""
+    """``app.command``, with errors turned into one line and their exit code."""
     def register(function):
         return app.command(*args, **kwargs)(_guarded(function))
     return register
@@ -43,8 +52,9 @@ def _command(*args, **kwargs):
 
 def _guarded(function):
     """Run a command so that no raw traceback reaches the user: a SimpleTVM error (it
-    names the fix) exits 2; anything else prints one line and where its traceback was
-    logged (the run's log, or a file under the store) and exits 1."""
+    names the fix) exits 2; any other error prints one line and where its traceback was
+    logged (the run's log, or a file under the store): exit 1 when a step of the run
+    failed on the model (the run records the step as failed), else 3 (a bug)."""
     @functools.wraps(function)
     def command(*args, **kwargs):
         from simpletvm.errors import SimpleTVMError
@@ -56,23 +66,36 @@ def _guarded(function):
             raise  # typer's own: usage errors exit 2 with its message
         except KeyboardInterrupt:
             _save_interrupted_run()
-            raise typer.Exit(INTERRUPTED) from None
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
         except SimpleTVMError as error:
-            raise _refuse(_error_console(), error) from error
+            raise _refuse(_console(stderr=True), error) from error
         except Exception as error:  # noqa: BLE001 - the CLI edge: a message, not a traceback
             where = _log_traceback(error, function.__name__, kwargs.get("store"))
-            gist = (str(error).strip().splitlines() or [""])[0][:200]
-            _error_console().print(
-                f"[red]error:[/red] unexpected {type(error).__name__}: {gist} (the full "
-                f"traceback is in {where}; please report it with that file)", highlight=False,
-                soft_wrap=True)  # one line, the path unbroken
-            raise typer.Exit(UNEXPECTED) from None
+            gist = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+            step = _failed_step()
+            if step is None:
+                _print_error(_console(stderr=True), f"unexpected {gist} (the full traceback is "
+                             f"in {where}; please report it with that file)")
+                raise typer.Exit(ExitCode.UNEXPECTED) from None
+            _print_error(_console(stderr=True), f"the {step} step failed on the model: {gist} "
+                         f"(the full traceback is in {where})")
+            raise typer.Exit(ExitCode.FAILED) from None
     return command
+
+
+def _failed_step() -> str | None:
+    """The step the command's run recorded as failed when the error left it, if any: an
+    error raised while a step worked on the model is that step's failure, one raised
+    anywhere else a bug of the command's own."""
+    if not _active_contexts or not _active_contexts[-1].steps:
+        return None
+    last = _active_contexts[-1].steps[-1]
+    return last["step"] if last["status"] == "error" else None
 
 
 def _save_interrupted_run() -> None:
     """Ctrl-C: keep the command's run (its records are in the store already) and say so."""
-    console = _error_console()
+    console = _console(stderr=True)
     if not _active_contexts:
         console.print("interrupted")
         return
@@ -82,10 +105,20 @@ def _save_interrupted_run() -> None:
                   "the records it measured are in the store", highlight=False, soft_wrap=True)
 
 
-def _error_console():
+def _console(stderr: bool = False):
+    """A console that prints text as written (no Rich markup); a table or a ``Text``
+    carries its own styles."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=stderr, markup=False)
+
+
+def _print_error(console, message: str) -> None:
+    """``error: MESSAGE`` on one line, the message as written (paths stay unbroken)."""
+    from rich.text import Text
+
+    console.print(Text.assemble(("error:", "red"), " ", message), highlight=False,
+                  soft_wrap=True)
 
 
 def _log_traceback(error: Exception, command: str, store: Optional[Path]) -> Path:
@@ -128,14 +161,13 @@ def quickstart(
     save and measure it again, on this machine's CPU; then time it side by side with
     TFLite (XNNPACK) on the same input when TensorFlow is installed. Prints where the
     run's results are."""
-    from rich.console import Console
     from rich.logging import RichHandler
     from rich.table import Table
 
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.errors import SimpleTVMError
 
-    console = Console()
+    console = _console()
     ctx = BenchmarkingContext("cpu", store=store, num_threads=threads)
     _active_contexts.append(ctx)
     handler = RichHandler(console=console, show_path=False, show_time=False)
@@ -152,29 +184,47 @@ def quickstart(
         tuned = stvm.build(records="run").save().evaluate().last_evaluation
     except (SimpleTVMError, ValueError) as error:
         ctx.save()
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(1) from error
+        raise _refuse(console, error) from error
     context_path = ctx.save()
     summary = stvm.tuning_summary
     table = Table(title=f"{model} on {ctx.target_spec.get('mcpu')} ({ctx.host['cpu_model']})")
     for column in ("build", "median ms", "mean ms", "p90 ms"):
         table.add_column(column, justify="right")
-    table.add_row("untuned", f"{untuned['median_ms']:.3f}", f"{untuned['mean_ms']:.3f}",
-                  f"{untuned['p90_ms']:.3f}")
-    table.add_row("tuned", f"{tuned['median_ms']:.3f}", f"{tuned['mean_ms']:.3f}",
-                  f"{tuned['p90_ms']:.3f}")
+    for name, evaluation in (("untuned", untuned), ("tuned", tuned)):
+        table.add_row(name, *(_ms(evaluation[key]) for key in ("median_ms", "mean_ms", "p90_ms")))
     console.print(table)
     tuning_s = ctx.step_durations().get("autotune", 0.0)
+    verdict = tuning_verdict(float(_ms(untuned["median_ms"])), float(_ms(tuned["median_ms"])))
     console.print(
-        f"speedup {untuned['median_ms'] / tuned['median_ms']:.2f}x after "
-        f"{summary['trials']} trials over {summary['num_tasks']} tasks in {tuning_s:.0f} s; "
-        f"{_estimate_text(summary)}")
+        f"{verdict} (median) after {summary['trials']} trials over {summary['num_tasks']} "
+        f"tasks in {tuning_s:.0f} s; {_estimate_text(summary)}")
     _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options)
     console.print(f"run id   {ctx.run_id}")
     console.print(f"context  {context_path}")
     console.print(f"module   {ctx.artifacts.get('module')}")
     console.print(f"log      {ctx.store.log_path(ctx.run_id)}")
+
+
+def tuning_verdict(untuned_ms: float, tuned_ms: float) -> str:
+    """What tuning did to a latency, as a factor of at least 1 and its direction: "tuning
+    made it 1.26x faster than untuned", "... 1.26x slower ...", or "as fast as" when the
+    factor rounds to 1.00. Give it the latencies as printed, so that a reader who checks
+    the verdict against them finds it right."""
+    factor = max(untuned_ms, tuned_ms) / min(untuned_ms, tuned_ms)
+    if f"{factor:.2f}" == "1.00":
+        return "tuning made it as fast as untuned"
+    direction = "faster" if tuned_ms < untuned_ms else "slower"
+    return f"tuning made it {factor:.2f}x {direction} than untuned"
+
+
+def _ms(milliseconds: float) -> str:
+    """A latency in ms, to at least four significant digits (three decimals from 1 ms up):
+    verdicts are computed from the printed numbers, and a 0.012 ms model needs them."""
+    decimals = 3
+    if 0 < milliseconds < 1:
+        decimals = 3 - math.floor(math.log10(milliseconds))
+    return f"{milliseconds:.{decimals}f}"
 
 
 def _estimate_text(summary: dict) -> str:
@@ -187,9 +237,11 @@ def _estimate_text(summary: dict) -> str:
 
 
 def _print_skipped(console, summary: dict) -> None:
+    from rich.text import Text
+
     for skipped in summary.get("skipped_tasks", []):
-        console.print(f"[yellow]skipped[/yellow] {skipped['task']} (keeps TVM's default "
-                      f"schedule): {skipped['error']}", highlight=False)
+        console.print(Text.assemble(("skipped", "yellow"), f" {skipped['task']} (keeps TVM's "
+                                    f"default schedule): {skipped['error']}"), highlight=False)
 
 
 # the quickstart's comparison: 1000 calls per side and thread count in 20 turns, about a
@@ -246,7 +298,6 @@ def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> N
     """List the runs in the store with their model and evaluation."""
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from simpletvm.store import RunStore
@@ -266,7 +317,7 @@ def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> N
                       str(data.get("model", {}).get("num_tasks", "")),
                       str(data.get("tuning", {}).get("trials", "")),
                       f"{evaluation['median_ms']:.3f}" if "median_ms" in evaluation else "")
-    Console().print(table)
+    _console().print(table)
 
 
 # ---- one model at a time -----------------------------------------------------------------
@@ -303,7 +354,7 @@ def _remote(tracker: Optional[str], device_key: Optional[str]) -> tuple[str, int
         require_servers(host, int(port), device_key)
     except SimpleTVMError as error:
         message = str(error).replace("or leave rpc_tracker unset", "or leave out --tracker")
-        raise _refuse(_error_console(), SimpleTVMError(message)) from error
+        raise _refuse(_console(stderr=True), SimpleTVMError(message)) from error
     return host, int(port)
 
 
@@ -343,12 +394,11 @@ def _model_options(input_shape: list[str], image_size: Optional[int]) -> dict:
 
 def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False,
              tracker: tuple[str, int] | None = None, device_key: Optional[str] = None):
-    from rich.console import Console
     from rich.logging import RichHandler
 
     from simpletvm import BenchmarkingContext, SimpleTVM
 
-    console = Console()
+    console = _console()
     ctx = BenchmarkingContext(target, store=store, device_key=device_key)
     _active_contexts.append(ctx)
     if verbose:
@@ -360,16 +410,16 @@ def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False,
 
 def _refuse(console, error: Exception) -> typer.Exit:
     """Print a SimpleTVM error (it names the fix) and give the bad-input exit code."""
-    console.print(f"[red]error:[/red] {error}", highlight=False)
-    return typer.Exit(BAD_INPUT)
+    _print_error(console, str(error))
+    return typer.Exit(ExitCode.BAD_INPUT)
 
 
 def _tuning_progress(console, model: str, minutes: Optional[float]):
     """A live line per tuning job: trials, tasks measured, the model's estimate, time."""
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-    columns = [TextColumn("tuning {task.description}"), TextColumn("{task.fields[state]}"),
-               TimeElapsedColumn()]
+    columns = [TextColumn("tuning {task.description}", markup=False),
+               TextColumn("{task.fields[state]}", markup=False), TimeElapsedColumn()]
     progress = Progress(*columns, console=console, transient=False)
     handle = progress.add_task(model, total=None, state="starting")
 
@@ -549,11 +599,19 @@ def benchmark(
     runners.update(_peer_runners(console, model, specs, example, threads))
     samples = time_side_by_side(runners, rounds, calls, warmup=3)
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
-    tuned = medians[f"tuned ({records})"]
-    console.print(f"{model}: median per call from Python, {rounds} x {calls} calls in turns")
-    for name, median in medians.items():
-        console.print(f"  {name:<24} {median:>10.3f} ms  {median / tuned:>6.2f}x tuned")
-    console.print(f"tuning made it {medians['untuned'] / tuned:.2f}x faster than untuned")
+    _print_medians(console, f"{model}: median per call from Python, {rounds} x {calls} calls "
+                   "in turns", medians, f"tuned ({records})")
+
+
+def _print_medians(console, heading: str, medians: dict[str, float], tuned_name: str) -> None:
+    """Each build's median, relative to the tuned one, and the verdict on tuning; the
+    ratios and the verdict come from the numbers printed, so they agree with them."""
+    printed = {name: _ms(median) for name, median in medians.items()}
+    tuned = float(printed[tuned_name])
+    console.print(heading, highlight=False)
+    for name, median in printed.items():
+        console.print(f"  {name:<24} {median:>10} ms  {float(median) / tuned:>6.2f}x tuned")
+    console.print(tuning_verdict(float(printed["untuned"]), tuned))
 
 
 def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
@@ -564,11 +622,7 @@ def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
     for name, stvm in builds.items():
         evaluation = stvm.evaluate(repeat=repeat, warmup=3).last_evaluation
         medians[name], where = evaluation["median_ms"], _where(evaluation["device"])
-    tuned = medians[tuned_name]
-    console.print(f"{model}: median of {repeat} runs on {where}", highlight=False)
-    for name, median in medians.items():
-        console.print(f"  {name:<24} {median:>10.3f} ms  {median / tuned:>6.2f}x tuned")
-    console.print(f"tuning made it {medians['untuned'] / tuned:.2f}x faster than untuned")
+    _print_medians(console, f"{model}: median of {repeat} runs on {where}", medians, tuned_name)
 
 
 def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
@@ -608,6 +662,9 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
 
 
 def main() -> None:
+    """The ``simpletvm`` program. Ctrl-C stops it even when it was started with SIGINT
+    ignored, as background shells and test runners start programs (see honour_ctrl_c)."""
+    honour_ctrl_c()
     app()
 
 

@@ -1,12 +1,13 @@
 """The ``superb`` command: sweep a grid of SimpleTVM runs without a human watching.
 
-Exit codes: 0 every run ok, 1 some run failed, 2 bad input (nothing ran), 3 an
-unexpected error (a bug: one line on stderr, the traceback in a log file; what was
-recorded stays and the same command resumes), 130 stopped by Ctrl-C or SIGTERM (run the
-same command again to resume).
+Exit codes (:class:`simpletvm.exit_codes.ExitCode`, shared with ``simpletvm``): 0 every
+run ok, 1 some run failed, 2 bad input (nothing ran), 3 an unexpected error (a bug: one
+line on stderr, the traceback in a log file; what was recorded stays and the same command
+resumes), 130 stopped by Ctrl-C or SIGTERM (run the same command again to resume).
 
-Only Typer and the grid reader are imported here; SimpleTVM, TVM and pandas are
-imported when a command needs them, so ``superb --help`` is instant.
+Only Typer, the grid reader and the exit codes are imported here; SimpleTVM, TVM and
+pandas are imported when a command needs them, so ``superb --help`` is instant. Messages
+print without Rich markup: a grid's name, an error or a path may hold brackets.
 """
 
 from __future__ import annotations
@@ -20,12 +21,9 @@ from typing import List, Optional
 
 import typer
 
+from simpletvm.exit_codes import ExitCode, honour_ctrl_c
+
 from .grid import GridError
-
-POLICY_NAMES = {"interleaved": "round-robin", "sequential": "sequential",
-                "predictive": "predictive"}
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Sweep grids of SimpleTVM runs: every combination, recorded as CSV.")
@@ -38,19 +36,20 @@ STORE = typer.Option(None, "--store", help="run store root (default: $SIMPLETVM_
 
 
 def _console(stderr: bool = False):
-    """Messages never wrap; tables get 200 columns when the output is not a terminal."""
+    """Messages never wrap and print as written (no Rich markup); tables get 200 columns
+    when the output is not a terminal."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    return console if console.is_terminal else Console(stderr=stderr, highlight=False,
-                                                       soft_wrap=True, width=200)
+    options = {"stderr": stderr, "highlight": False, "soft_wrap": True, "markup": False}
+    console = Console(**options)
+    return console if console.is_terminal else Console(**options, width=200)
 
 
 def _bad_input(problems) -> "typer.Exit":
     console = _console(stderr=True)
     for problem in problems:
-        console.print(f"error: {problem}", markup=False)
-    return typer.Exit(EXIT_BAD_INPUT)
+        console.print(f"error: {problem}")
+    return typer.Exit(ExitCode.BAD_INPUT)
 
 
 def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> "typer.Exit":
@@ -83,11 +82,10 @@ def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> "
     message = str(error).strip().splitlines()
     console = _console(stderr=True)
     console.print(f"error: superb stopped on an unexpected error (a bug, not your input): "
-                  f"{type(error).__name__}" + (f": {message[0]}" if message else ""),
-                  markup=False)
+                  f"{type(error).__name__}" + (f": {message[0]}" if message else ""))
     console.print((f"full traceback in {logged}" if logged else "traceback:\n" + text)
-                  + (f"; {note}" if note else ""), markup=False)
-    return typer.Exit(EXIT_ERROR)
+                  + (f"; {note}" if note else ""))
+    return typer.Exit(ExitCode.UNEXPECTED)
 
 
 def _load_plan(grid_path: Path, params: list[str] | None, check: bool,
@@ -175,8 +173,9 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
         jobs: int = typer.Option(1, min=1, help="keep this many runs in flight, their "
                                  "stages interleaved by the scheduler (a device never runs "
                                  "two stages at once)"),
-        policy: str = typer.Option("interleaved", help="scheduling policy with --jobs: "
-                                   "interleaved, sequential or predictive"),
+        policy: str = typer.Option("round-robin", help="scheduling policy with --jobs: "
+                                   "round-robin (stages interleaved), sequential, "
+                                   "predictive or synchronous"),
         backend: str = typer.Option("processes", help="where the runs' jobs live: "
                                     "processes (on this machine) or ray"),
         ray_address: Optional[str] = typer.Option(
@@ -188,9 +187,13 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
     continues under its run id, so the same command resumes a sweep. Writes runs.csv
     and aggregate.csv as runs end."""
     address = _parse_tracker(tracker)
-    if policy not in POLICY_NAMES:
+    from scheduler.policies import POLICIES, policy_name
+
+    try:
+        policy = policy_name(policy)
+    except ValueError:
         raise _bad_input([f"--policy {policy!r} is unknown: choose one of "
-                          f"{', '.join(POLICY_NAMES)}"])
+                          f"{', '.join(sorted(POLICIES))}"]) from None
     _check_backend(backend, ray_address)
     the_plan = _load_plan(grid, param, check=True, tracker=address)
     from .progress import make_progress
@@ -203,7 +206,7 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
             summary = run_sweep(
                 the_plan, store=store, tracker=address, fail_fast=fail_fast,
                 retry_failed=retry_failed, run_timeout=run_timeout, jobs=jobs,
-                policy=POLICY_NAMES[policy], backend=backend,
+                policy=policy, backend=backend,
                 ray_address=ray_address,
                 progress_factory=lambda total, done, kinds: _announce(
                     make_progress(console, total, done, kinds, plain, jobs), the_plan, done))
@@ -213,13 +216,13 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
     except KeyboardInterrupt:
         _console(stderr=True).print(
             "interrupted: repeat the same command to resume; runs in flight continue "
-            "under their run ids", markup=False)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+            "under their run ids")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     except typer.Exit:
         raise
     except Exception as error:  # noqa: BLE001 - a bug: keep what was measured
         raise _unexpected(error, *_keep_recorded(the_plan, store)) from None
-    raise typer.Exit(EXIT_OK if summary.ok else EXIT_FAILED)
+    raise typer.Exit(ExitCode.OK if summary.ok else ExitCode.FAILED)
 
 
 def _keep_recorded(the_plan, store) -> tuple[Path, str]:
@@ -303,12 +306,11 @@ def report(experiment: str = typer.Argument(..., help="experiment directory or n
     _print_frame(console, shown, f"{the_report.experiment.dir.name}: "
                  f"{len(the_report.runs)} runs (means over ok runs)")
     if constant:
-        console.print("all runs: " + ", ".join(f"{n}={_text(v)}" for n, v in constant.items()),
-                      markup=False)
+        console.print("all runs: " + ", ".join(f"{n}={_text(v)}" for n, v in constant.items()))
     failures = the_report.failures
     for _, row in failures.iterrows():
-        console.print(f"failed #{row['index']} {row['run']}: {row['error']}", markup=False)
-    console.print(f"aggregate {the_report.experiment.aggregate_csv}", markup=False)
+        console.print(f"failed #{row['index']} {row['run']}: {row['error']}")
+    console.print(f"aggregate {the_report.experiment.aggregate_csv}")
 
 
 @app.command()
@@ -335,11 +337,10 @@ def compare(a: str = typer.Argument(..., help="baseline experiment (directory or
                                    "change": "change", "verdict": "verdict"})
     _print_frame(console, shown, f"{metric}: {a} -> {b} (noise threshold {threshold:.0%})")
     counts = shown["verdict"].value_counts().to_dict()
-    console.print(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs matched",
-                  markup=False)
+    console.print(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs matched")
     if unmatched["only_a"] or unmatched["only_b"]:
         console.print(f"unmatched: {unmatched['only_a']} only in A, {unmatched['only_b']} "
-                      "only in B", markup=False)
+                      "only in B")
 
 
 @app.command()
@@ -461,6 +462,9 @@ def _sigterm_interrupts():
 
 
 def main() -> None:
+    """The ``superb`` program. Ctrl-C stops it even when it was started with SIGINT
+    ignored, as background shells and test runners start programs (see honour_ctrl_c)."""
+    honour_ctrl_c()
     try:
         app()
     except Exception as error:  # noqa: BLE001 - the CLI's edge: a bug becomes one message

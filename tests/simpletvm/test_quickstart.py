@@ -52,16 +52,19 @@ def test_simpletvm_runners_resize_the_pool_only_when_the_count_changes(monkeypat
 
 
 @pytest.mark.slow
-def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path):
+def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict):
     result = CliRunner().invoke(app, ["quickstart", "--image-size", "32", "--minutes", "0.1",
                                       "--store", str(tmp_path)])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
-    speedup = float(re.search(r"speedup ([\d.]+)x", output).group(1))
+    untuned, tuned = (float(re.search(rf"\b{build} \W ([\d.]+) \W [\d.]+ \W [\d.]+ \W",
+                                      output).group(1)) for build in ("untuned", "tuned"))
     # at 32x32 with 6 s of tuning each task measures a first round only, whose best may
     # still lose to TVM's default schedule (0.71x once, under the suite's load); the
-    # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md)
-    assert speedup > 0
+    # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md): either way, what
+    # it says of tuning is what the medians it printed say
+    check_verdict(output, untuned, tuned)
+    assert re.search(r"untuned \(median\) after \d+ trials over \d+ tasks", output)
     match = re.search(r"from Python\): SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its "
                       r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)",
                       output)

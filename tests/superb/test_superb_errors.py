@@ -1,6 +1,7 @@
 """An unexpected error (a bug in superb, not bad input) at the command line: the rows
 already recorded stay, stderr gets one line naming the error and one saying where the
-full traceback was logged, and the exit code is 3, not a traceback."""
+full traceback was logged, and the exit code is 3, not a traceback. Ctrl-C in any command
+exits 130, and messages print as written, brackets included."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pandas as pd
 import pytest
 
 import superb.sweep
-from superb.cli import EXIT_ERROR, main
+from simpletvm.exit_codes import ExitCode
+from superb.cli import main
 from superb.results import Experiment
 from superb.testing import FakeRunSpec
 
@@ -44,7 +46,7 @@ def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
     result = cli("run", grid, "--store", store, "--plain")
 
     experiment = Experiment(store / "superb" / "buggy")
-    assert result.exit_code == EXIT_ERROR, result.output
+    assert result.exit_code == ExitCode.UNEXPECTED, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2, result.stderr
     assert lines[0] == ("error: superb stopped on an unexpected error (a bug, not your "
@@ -78,7 +80,7 @@ def test_a_bug_in_any_command_is_one_line_and_a_logged_traceback(tmp_path, monke
     with pytest.raises(SystemExit) as stopped:
         main()
 
-    assert stopped.value.code == EXIT_ERROR
+    assert stopped.value.code == ExitCode.UNEXPECTED
     captured = capsys.readouterr()
     log = tmp_path / "home" / "superb" / "superb-errors.log"
     assert captured.err.strip().splitlines() == [
@@ -87,3 +89,35 @@ def test_a_bug_in_any_command_is_one_line_and_a_logged_traceback(tmp_path, monke
         f"full traceback in {log}"]
     assert "Traceback (most recent call last)" in log.read_text()
     assert "superb report" in log.read_text()
+
+
+def test_ctrl_c_in_a_sweep_exits_130_saying_how_to_resume(cli, write_grid, store, tiny_onnx,
+                                                          monkeypatch):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(superb.sweep, "run_sweep", interrupted)
+    grid = write_grid(f"fixed: {{model: {tiny_onnx}, autotune: false}}\n")
+    result = cli("run", grid, "--store", store, "--plain")
+    assert result.exit_code == ExitCode.INTERRUPTED == 130, result.output
+    assert result.stderr.strip() == ("interrupted: repeat the same command to resume; runs "
+                                     "in flight continue under their run ids")
+
+
+def test_ctrl_c_in_any_command_exits_130(cli, tmp_path, monkeypatch):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Experiment, "find", interrupted)
+    result = cli("report", tmp_path / "anything")
+    assert result.exit_code == ExitCode.INTERRUPTED, result.output
+    assert "Traceback" not in result.output and "Aborted" not in result.output
+
+
+def test_messages_print_brackets_as_written(cli, write_grid, tiny_onnx):
+    grid = write_grid(f"""
+        name: sweep[bench]
+        fixed: {{model: {tiny_onnx}, autotune: false}}
+        grid: {{evaluate_repeat: [1, 2]}}
+    """)
+    result = cli("plan", grid, "--no-check")
+    assert result.exit_code == 0, result.output
+    assert "sweep[bench]: 2 runs" in result.stdout  # Rich markup would drop "[bench]"

@@ -1,6 +1,7 @@
 """superb as a real process: SIGKILLed mid-sweep, then started again with the same
 command, it skips finished runs, reruns the unfinished one, and ends with exactly one
-row per run. And Ctrl-C stops it cleanly with exit code 130."""
+row per run. And Ctrl-C stops it cleanly with exit code 130, even when superb was started
+with SIGINT ignored, and the same command then resumes."""
 
 from __future__ import annotations
 
@@ -67,27 +68,70 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
     assert len(events(log, "finished")) == 4
 
 
+# an evaluate_repeat that times the tiny model for seconds: long enough for a signal to
+# land while it runs, short enough to run it again on resume
+LONG_REPEAT = 2000
+
+
 def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, tiny_onnx,
                                                               tmp_path):
     grid = write_grid(f"""
         name: interrupted
         fixed: {{model: {tiny_onnx}, autotune: false}}
-        grid: {{evaluate_repeat: [2000000, 2]}}
-    """)  # the first run would time for minutes: the signal lands while it does
+        grid: {{evaluate_repeat: [{LONG_REPEAT}, 2]}}
+    """)
     log = store / "superb" / "interrupted" / "log.jsonl"
+    _interrupt_while_evaluating(grid, store, log, tmp_path, signal.SIG_DFL)  # as a terminal
+
+    result = run_superb("run", grid, "--store", store)
+    assert result.returncode == 0, result.stderr
+    assert "2 runs: 2 ok, 0 failed; 2 ran now, 0 done before" in result.stdout
+    runs = pd.read_csv(store / "superb" / "interrupted" / "runs.csv")
+    assert list(runs["param:evaluate_repeat"]) == [LONG_REPEAT, 2]
+    assert runs["run"].is_unique and set(runs["status"]) == {"ok"}
+    assert list(runs["attempt"]) == [2, 1]  # the interrupted run ran again ...
+    assert runs["run_id"][0] == events(log, "started")[0]["run_id"]  # ... under its run id
+    assert len(events(log, "finished")) == 2
+
+
+def test_ctrl_c_stops_a_sweep_started_with_sigint_ignored(write_grid, store, tiny_onnx,
+                                                          tmp_path):
+    """Background shells and test runners (a pytest-xdist worker started from one) start
+    programs with SIGINT ignored, which survives fork and exec; superb still stops on one
+    SIGINT, as `kill -INT` from a script expects."""
+    grid = write_grid(f"""
+        name: ignored
+        fixed: {{model: {tiny_onnx}, autotune: false}}
+        grid: {{evaluate_repeat: [{LONG_REPEAT}]}}
+    """)
+    _interrupt_while_evaluating(grid, store, store / "superb" / "ignored" / "log.jsonl",
+                                tmp_path, signal.SIG_IGN)
+
+
+def _interrupt_while_evaluating(grid, store, log, tmp_path, sigint) -> None:
+    """Start ``superb run GRID`` with SIGINT's disposition ``sigint`` inherited, send it one
+    SIGINT while its first run evaluates, and check that it stopped as Ctrl-C promises:
+    exit code 130, how to resume on stderr, the run's process gone, no run finished (its
+    experiment's ``log``)."""
     stderr_file = tmp_path / "superb.stderr"  # a file: a pipe's end waits for every child
-    with open(stderr_file, "w") as stderr_sink:
-        process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
-                                   env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
-                                   stdout=subprocess.DEVNULL, stderr=stderr_sink)
+    previous = signal.signal(signal.SIGINT, sigint)  # inherited through fork and exec
+    try:
+        with open(stderr_file, "w") as stderr_sink:
+            process = subprocess.Popen(superb_command("run", grid, "--store", store),
+                                       cwd=REPO, env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
+                                       stdout=subprocess.DEVNULL, stderr=stderr_sink)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     wait_for(lambda: len(events(log, "running")) == 1, process)
-    run_pid = events(log, "running")[0]["pid"]
-    time.sleep(2)  # into the evaluation, where superb waits on the run's worker
+    run_pid, run_id = events(log, "running")[0]["pid"], events(log, "running")[0]["run_id"]
+    run_log = store / "runs" / run_id / "run.log"
+    wait_for(lambda: run_log.exists() and "step evaluate started" in run_log.read_text(),
+             process)  # superb waits on the run's worker now
     process.send_signal(signal.SIGINT)
     _wait_or_fail_with_threads(process, stderr_file, timeout=30)
     stderr = stderr_file.read_text()
-    assert process.returncode == 130
-    assert "interrupted" in stderr and "resume" in stderr
+    assert process.returncode == 130, stderr
+    assert "interrupted: repeat the same command to resume" in stderr
     assert not alive(run_pid)
     assert events(log, "finished") == []
 
