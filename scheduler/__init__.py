@@ -6,16 +6,27 @@ trace functions that draw or tabulate.
 """
 
 from scheduler.backends import Backend, InProcessBackend, ProcessBackend, RayBackend, get_backend
-from scheduler.base import Job, JobFactory, Resource, Stage, StageResult, StageStatus
+from scheduler.base import (
+    Failure,
+    FailureCause,
+    Job,
+    JobFactory,
+    Resource,
+    Stage,
+    StageResult,
+    StageStatus,
+)
+from scheduler.errors import SchedulerError, WorkerDied
 from scheduler.loop import Scheduler
 from scheduler.policies import POLICIES, Policy, Start, get_policy
 from scheduler.resources import client, device, device_role, devices
 from scheduler.state import JobRecord, JobStatus, State
-from scheduler.trace import FailureCause, JobOutcome, StageRecord, Trace
+from scheduler.trace import JobOutcome, StageRecord, Trace
 
 __all__ = [
     "POLICIES",
     "Backend",
+    "Failure",
     "FailureCause",
     "InProcessBackend",
     "Job",
@@ -28,6 +39,7 @@ __all__ = [
     "RayBackend",
     "Resource",
     "Scheduler",
+    "SchedulerError",
     "Stage",
     "StageRecord",
     "StageResult",
@@ -35,6 +47,7 @@ __all__ = [
     "Start",
     "State",
     "Trace",
+    "WorkerDied",
     "client",
     "device",
     "device_role",

@@ -42,7 +42,7 @@ class Stage:
     policies that predict; they replace it with measurements as they gather them.
     """
 
-    kind: str
+    name: str
     resource: str
     task: int = 0
     iteration: int = 0
@@ -70,6 +70,51 @@ class StageResult:
     @property
     def ok(self) -> bool:
         return self.status == StageStatus.OK
+
+
+class FailureCause(StrEnum):
+    """What ended a job that failed (see :class:`Failure`)."""
+
+    STAGE = "stage"  # a stage reported an error or raised
+    WORKER = "worker"  # the process that held the job died
+    CANCELLED = "cancelled"  # Scheduler.cancel stopped it
+    START = "start"  # it could not be built
+    RESOURCE = "resource"  # no resource in rotation can run its next stage
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a job failed, as fields, so that callers choose what to show without
+    taking a sentence apart.
+
+    ``stage`` names the stage that failed or was waiting (None: the job failed before
+    its first stage, while it was built); ``resource`` the resource that stage ran on
+    (None: it was not running). ``message`` is the cause's own words: the stage's error,
+    how the worker died, the reason the job was cancelled, why no resource is left.
+    """
+
+    stage: str | None
+    resource: str | None
+    cause: FailureCause
+    message: str
+
+    @property
+    def what(self) -> str:
+        """What went wrong, without where: a stage record's error."""
+        if self.cause is FailureCause.WORKER:
+            return f"worker process died ({self.message})"
+        return self.message
+
+    def __str__(self) -> str:
+        """One line for people: where, then what. A cancellation or a lack of
+        resources says it all in its message."""
+        if self.cause in (FailureCause.CANCELLED, FailureCause.RESOURCE):
+            return self.message
+        if self.stage is None and self.cause in (FailureCause.START, FailureCause.WORKER):
+            return f"could not start: {self.what}"
+        if self.stage is None or self.resource is None:
+            return self.what
+        return f"{self.stage} on {self.resource}: {self.what}"
 
 
 class Job(ABC):

@@ -9,22 +9,17 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Callable
 
-from scheduler.backends import Backend, WorkerDied, get_backend
-from scheduler.base import Job, JobFactory, Resource, StageStatus
+from scheduler.backends import Backend, get_backend
+from scheduler.base import Failure, FailureCause, Job, JobFactory, Resource, StageStatus
+from scheduler.errors import PolicyStalled, WorkerDied
 from scheduler.policies import Policy, Start, get_policy
 from scheduler.resources import ResourcePool
 from scheduler.state import JobStatus, State
-from scheduler.trace import FailureCause, JobOutcome, StageRecord, Trace
+from scheduler.trace import JobOutcome, StageRecord, Trace
 
 
 StageListener = Callable[[str, StageRecord, dict[str, Any]], None]
 JobListener = Callable[[str, JobOutcome], None]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, WorkerDied):
-        return f"worker process died ({exc})"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class Scheduler:
@@ -128,7 +123,7 @@ class Scheduler:
                 if state.unfinished == 0:
                     return trace
                 waiting = ", ".join(r.job_id for r in state.jobs.values() if not r.finished)
-                raise RuntimeError(f"policy {self.policy.name!r} started nothing while jobs wait: {waiting}")
+                raise PolicyStalled(f"policy {self.policy.name!r} started nothing while jobs wait: {waiting}")
             done = self.backend.wait([*arriving, *running, self._wakeup])
             state.time = self.backend.now() - origin
             for future in sorted((f for f in done if f in arriving), key=lambda f: arriving[f][0]):
@@ -159,7 +154,9 @@ class Scheduler:
             self._cancelled[job_id] = reason
             self.backend.cancel(job_id)
             if record is not None and job_id not in running:
-                self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, FailureCause.CANCELLED)
+                assert record.stage is not None
+                self._fail(job_id, Failure(record.stage.name, None, FailureCause.CANCELLED, reason),
+                           trace.jobs[job_id].arrived, trace)
 
     def _add_job(self, job_id: str, job: Job | JobFactory) -> Future:
         try:
@@ -175,9 +172,8 @@ class Scheduler:
             first = future.result()
         except Exception as exc:
             self.state.add_job(job_id, None)
-            reason = self._cancelled.get(job_id) or f"could not start: {_describe(exc)}"
-            self._fail(job_id, reason, self.state.time, trace,
-                       self._cause(job_id, exc, FailureCause.START))
+            self._fail(job_id, self._failure(job_id, exc, None, None, FailureCause.START),
+                       self.state.time, trace)
             return
         record = self.state.add_job(job_id, first)
         trace.jobs[job_id] = JobOutcome(JobStatus.RUNNING, self.state.time, self.state.time)
@@ -203,27 +199,27 @@ class Scheduler:
         record = state.jobs[job_id]
         stage, resource, started = record.stage, record.resource, record.started_at
         assert stage is not None and resource is not None and started is not None
-        cause = FailureCause.STAGE
+        failure = None
         try:
             outcome = future.result()
-            error = None if outcome.result.ok else (outcome.result.error or "stage reported an error")
+            if not outcome.result.ok:
+                failure = Failure(stage.name, resource, FailureCause.STAGE,
+                                  outcome.result.error or "stage reported an error")
         except Exception as exc:
-            outcome, error = None, self._cancelled.get(job_id) or _describe(exc)
-            cause = self._cause(job_id, exc, FailureCause.STAGE)
+            outcome = None
+            failure = self._failure(job_id, exc, stage.name, resource, FailureCause.STAGE)
         stage_record = StageRecord(
-            job_id, stage.task, stage.iteration, stage.kind, resource,
+            job_id, stage.task, stage.iteration, stage.name, resource,
             state.pool.resources[resource].role, started, state.time,
-            StageStatus.OK if error is None else StageStatus.ERROR, error or "",
+            StageStatus.OK if failure is None else StageStatus.ERROR, failure.what if failure else "",
         )
         trace.records.append(stage_record)
         if self._on_stage is not None:
             self._on_stage(job_id, stage_record, outcome.result.details if outcome else {})
-        if job_id in self._cancelled:
-            self._fail(job_id, self._cancelled[job_id], trace.jobs[job_id].arrived, trace,
-                       FailureCause.CANCELLED)
-            return
-        if outcome is None or error is not None:
-            self._fail(job_id, f"{stage.kind} on {resource}: {error}", trace.jobs[job_id].arrived, trace, cause)
+        if job_id in self._cancelled:  # the stage ended before its worker was stopped
+            failure = Failure(stage.name, resource, FailureCause.CANCELLED, self._cancelled[job_id])
+        if failure is not None:
+            self._fail(job_id, failure, trace.jobs[job_id].arrived, trace)
             return
         self.policy.stage_finished(job_id, stage, outcome.next_stage, state.time - started)
         state.finish(job_id, outcome.next_stage)
@@ -239,17 +235,21 @@ class Scheduler:
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
 
-    def _cause(self, job_id: str, exc: BaseException, otherwise: FailureCause) -> FailureCause:
+    def _failure(self, job_id: str, exc: BaseException, stage: str | None, resource: str | None,
+                 otherwise: FailureCause) -> Failure:
+        """What an exception from the backend means for ``job_id``: its cancellation,
+        its worker's death, or else ``otherwise`` with the exception's type and text."""
         if job_id in self._cancelled:
-            return FailureCause.CANCELLED
-        return FailureCause.WORKER if isinstance(exc, WorkerDied) else otherwise
+            return Failure(stage, resource, FailureCause.CANCELLED, self._cancelled[job_id])
+        if isinstance(exc, WorkerDied):
+            return Failure(stage, resource, FailureCause.WORKER, exc.reason)
+        return Failure(stage, resource, otherwise, f"{type(exc).__name__}: {exc}")
 
-    def _fail(self, job_id: str, error: str, arrived: float, trace: Trace,
-              cause: FailureCause) -> None:
-        retired = self.state.fail(job_id, error, resource_fault=job_id not in self._cancelled)
+    def _fail(self, job_id: str, failure: Failure, arrived: float, trace: Trace) -> None:
+        retired = self.state.fail(job_id, failure, resource_fault=job_id not in self._cancelled)
         self.backend.release(job_id)
         self.policy.job_removed(job_id)
-        trace.jobs[job_id] = JobOutcome(JobStatus.FAILED, arrived, self.state.time, error, cause)
+        trace.jobs[job_id] = JobOutcome(JobStatus.FAILED, arrived, self.state.time, failure)
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
         if retired is None:
@@ -268,4 +268,5 @@ class Scheduler:
             known = sorted(self.state.pool.roles())
             reason = f"no resource in rotation for {role!r} (roles: {', '.join(known)}; retired: "
             reason += f"{', '.join(sorted(self.state.pool.retired)) or 'none'})"
-            self._fail(job_id, reason, trace.jobs[job_id].arrived, trace, FailureCause.RESOURCE)
+            self._fail(job_id, Failure(record.stage.name, None, FailureCause.RESOURCE, reason),
+                       trace.jobs[job_id].arrived, trace)

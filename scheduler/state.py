@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler.base import Resource, Stage
+from scheduler.base import Failure, Resource, Stage
 from scheduler.resources import ResourcePool
 
 
@@ -45,7 +45,7 @@ class JobRecord:
     status: JobStatus
     resource: str | None = None
     started_at: float | None = None
-    error: str | None = None
+    failure: Failure | None = None
 
     @property
     def finished(self) -> bool:
@@ -94,7 +94,7 @@ class State:
             raise ValueError(f"unknown resource {resource_name!r}")
         if resource.role != record.stage.resource:
             raise ValueError(
-                f"job {job_id!r} stage {record.stage.kind!r} needs {record.stage.resource!r}, "
+                f"job {job_id!r} stage {record.stage.name!r} needs {record.stage.resource!r}, "
                 f"resource {resource_name!r} is {resource.role!r}"
             )
         self.pool.acquire(resource_name, exclusive)
@@ -110,7 +110,7 @@ class State:
         record = self._stop(job_id, ok=True)[0]
         self._make_ready(record, next_stage)
 
-    def fail(self, job_id: str, error: str, resource_fault: bool = True) -> str | None:
+    def fail(self, job_id: str, failure: Failure, resource_fault: bool = True) -> str | None:
         """End the job as failed; returns the resource this retired, if any.
 
         ``resource_fault=False`` (a job cancelled from outside) keeps its running
@@ -124,7 +124,7 @@ class State:
         if not record.finished:
             self.unfinished -= 1
         record.status = JobStatus.FAILED
-        record.error = error
+        record.failure = failure
         return retired
 
     def _stop(self, job_id: str, ok: bool | None) -> tuple[JobRecord, str | None]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scheduler.base import Job, Stage, StageResult
 
-STAGE_KINDS = ("select", "build", "profile", "update")
+STAGE_NAMES = ("select", "build", "profile", "update")
 """The stages of one autotuning iteration, in order (thesis section 3)."""
 
 STAGE_RESOURCES = {"select": "client", "build": "client", "profile": "device:default", "update": "client"}
@@ -42,16 +42,16 @@ class FakeClock:
 
 
 class MockJob(Job):
-    """A job of ``tasks`` x ``iterations`` x ``kinds`` stages that only takes time.
+    """A job of ``tasks`` x ``iterations`` x ``stage_names`` stages that only takes time.
 
-    ``durations`` is seconds per stage: one number, a mapping by stage kind, or a
-    callable of the stage. ``resources`` maps stage kinds to roles. In a real run
+    ``durations`` is seconds per stage: one number, a mapping by stage name, or a
+    callable of the stage. ``resources`` maps stage names to roles. In a real run
     :meth:`run_stage` sleeps ``duration * time_scale``; in a simulation the simulator
     owns time: it reads :meth:`duration` and calls :meth:`complete_stage` at the
     simulated end.
 
     Faults, for testing the scheduler's handling of them: stages listed in
-    ``fail_at`` as (task, iteration, kind) raise; any stage run on a resource named in
+    ``fail_at`` as (task, iteration, name) raise; any stage run on a resource named in
     ``fail_on`` raises (a dead device); the stage at ``crash_at`` kills its own worker
     process with SIGKILL halfway through (only inside a worker process, so a misuse
     cannot kill the scheduler). ``closed_marker``: a file :meth:`close` creates, where
@@ -65,7 +65,7 @@ class MockJob(Job):
         iterations: int = 1,
         durations: Durations = 0.001,
         resources: Mapping[str, str] | None = None,
-        kinds: Sequence[str] = STAGE_KINDS,
+        stage_names: Sequence[str] = STAGE_NAMES,
         time_scale: float = 1.0,
         estimates: bool = False,
         fail_at: Collection[tuple[int, int, str]] = (),
@@ -74,11 +74,11 @@ class MockJob(Job):
         closed_marker: str | os.PathLike | None = None,
     ) -> None:
         roles = {**STAGE_RESOURCES, **(resources or {})}
-        missing = [k for k in kinds if k not in roles]
+        missing = [n for n in stage_names if n not in roles]
         if missing:
-            raise ValueError(f"no resource given for stage kinds {missing}")
-        if isinstance(durations, Mapping) and any(k not in durations for k in kinds):
-            raise ValueError(f"durations lack stage kinds {[k for k in kinds if k not in durations]}")
+            raise ValueError(f"no resource given for stage names {missing}")
+        if isinstance(durations, Mapping) and any(n not in durations for n in stage_names):
+            raise ValueError(f"durations lack stage names {[n for n in stage_names if n not in durations]}")
         self._job_id = job_id
         self._durations = durations
         self.time_scale = time_scale
@@ -89,10 +89,10 @@ class MockJob(Job):
         self._stages: list[Stage] = []
         for task in range(tasks):
             for iteration in range(iterations):
-                for kind in kinds:
-                    stage = Stage(kind, roles[kind], task, iteration)
+                for name in stage_names:
+                    stage = Stage(name, roles[name], task, iteration)
                     if estimates:
-                        stage = Stage(kind, roles[kind], task, iteration, self.duration(stage))
+                        stage = Stage(name, roles[name], task, iteration, self.duration(stage))
                     self._stages.append(stage)
         self._position = 0
         self.history: list[tuple[Stage, str]] = []
@@ -109,7 +109,7 @@ class MockJob(Job):
         if callable(self._durations):
             return float(self._durations(stage))
         if isinstance(self._durations, Mapping):
-            return float(self._durations[stage.kind])
+            return float(self._durations[stage.name])
         return float(self._durations)
 
     @property
@@ -122,7 +122,7 @@ class MockJob(Job):
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
         self._check(stage)
         seconds = self.duration(stage) * self.time_scale
-        if self.crash_at == (stage.task, stage.iteration, stage.kind):
+        if self.crash_at == (stage.task, stage.iteration, stage.name):
             if multiprocessing.parent_process() is None:
                 raise RuntimeError("crash_at needs a worker process; it would kill the scheduler")
             time.sleep(seconds / 2)
@@ -135,8 +135,8 @@ class MockJob(Job):
         self._check(stage)
         if resource_name in self.fail_on:
             raise RuntimeError(f"{resource_name} is down")
-        if (stage.task, stage.iteration, stage.kind) in self.fail_at:
-            raise RuntimeError(f"injected failure in {stage.kind} of task {stage.task} iteration {stage.iteration}")
+        if (stage.task, stage.iteration, stage.name) in self.fail_at:
+            raise RuntimeError(f"injected failure in {stage.name} of task {stage.task} iteration {stage.iteration}")
         self.history.append((stage, resource_name))
         self._position += 1
         return StageResult()

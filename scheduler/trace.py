@@ -9,11 +9,10 @@ import os
 import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scheduler.base import Resource, StageStatus, kind_of
+from scheduler.base import Failure, FailureCause, Resource, StageStatus, kind_of
 from scheduler.state import JobStatus
 
 if TYPE_CHECKING:
@@ -36,36 +35,24 @@ class StageRecord:
     error: str = ""
 
     @property
-    def kind(self) -> str:
+    def resource_kind(self) -> str:
+        """"client" or "device": the kind of resource the stage ran on."""
         return kind_of(self.role)
-
-
-class FailureCause(StrEnum):
-    """What failed a job (see :class:`JobOutcome`)."""
-
-    STAGE = "stage"
-    WORKER = "worker"
-    CANCELLED = "cancelled"
-    START = "start"
-    RESOURCE = "resource"
 
 
 @dataclass(frozen=True)
 class JobOutcome:
-    """How a job ended: ``status`` is "done" or "failed", with the reason in ``error``.
+    """How a job ended: ``status`` is "done" or "failed", and a failed job's
+    ``failure`` says why (:class:`~scheduler.base.Failure`).
 
     ``arrived`` is when the job was ready for its first stage (built, if from a
-    factory); ``finished`` when it completed or failed. ``cause`` says what failed it:
-    "stage" (the job reported an error or raised), "worker" (its process died),
-    "cancelled" (:meth:`Scheduler.cancel`), "start" (it could not be built) or
-    "resource" (no resource left for its next stage).
+    factory); ``finished`` when it completed or failed.
     """
 
     status: JobStatus
     arrived: float
     finished: float
-    error: str = ""
-    cause: FailureCause | None = None
+    failure: Failure | None = None
 
 
 _COLUMNS = [f.name for f in fields(StageRecord)]
@@ -112,8 +99,8 @@ class Trace:
 
     @property
     def failed(self) -> dict[str, str]:
-        """Failed jobs and why."""
-        return {job: o.error for job, o in self.jobs.items() if o.status == JobStatus.FAILED}
+        """Failed jobs and why, in one line each."""
+        return {job: str(o.failure) for job, o in self.jobs.items() if o.status == JobStatus.FAILED}
 
     def _capacity(self, name: str) -> int:
         for resource in self.resources:
@@ -140,15 +127,17 @@ class Trace:
         span = self.makespan
         return {name: (self.busy_time(name) / span if span else 0.0) for name in names}
 
-    def overlaps(self, kind: str | None = "device") -> list[tuple[StageRecord, StageRecord]]:
+    def overlaps(self, resource_kind: str | None = "device") -> list[tuple[StageRecord, StageRecord]]:
         """Pairs of stages that overlapped in time on one exclusive resource.
 
-        Exclusive means capacity 1; ``kind`` restricts the check to resources of that
-        kind ("device" by default, None for all). Must be empty unless ``exclusive`` is False.
+        Exclusive means capacity 1; ``resource_kind`` restricts the check to resources of
+        that kind ("device" by default, None for all). Must be empty unless ``exclusive``
+        is False.
         """
         by_resource: dict[str, list[StageRecord]] = {}
         for record in self.records:
-            if (kind is None or record.kind == kind) and self._capacity(record.resource) == 1:
+            if ((resource_kind is None or record.resource_kind == resource_kind)
+                    and self._capacity(record.resource) == 1):
                 by_resource.setdefault(record.resource, []).append(record)
         pairs: list[tuple[StageRecord, StageRecord]] = []
         for records in by_resource.values():
@@ -196,7 +185,7 @@ class Trace:
         return cls(
             records=[StageRecord(**r) for r in data["records"]],
             resources=[Resource(**r) for r in data["resources"]],
-            jobs={job: JobOutcome(**o) for job, o in data["jobs"].items()},
+            jobs={job: _parse_outcome(o) for job, o in data["jobs"].items()},
             retired=data["retired"],
             policy=data["policy"],
             exclusive=data["exclusive"],
@@ -260,3 +249,19 @@ class Trace:
 def _parse_record(row: dict[str, str]) -> StageRecord:
     converters = {"int": int, "float": float, "str": str, "StageStatus": StageStatus}
     return StageRecord(**{k: converters[str(_TYPES[k])](row[k]) for k in _COLUMNS})
+
+
+def _parse_outcome(data: dict[str, Any]) -> JobOutcome:
+    """A job's outcome from a trace's JSON. Traces written before failures had fields
+    hold a failed job's one-line ``error`` and its ``cause``: that line becomes the
+    failure's message, with no stage or resource."""
+    status, arrived, finished = JobStatus(data["status"]), data["arrived"], data["finished"]
+    if "failure" in data:
+        failure = data["failure"]
+        return JobOutcome(status, arrived, finished, failure and Failure(
+            failure["stage"], failure["resource"], FailureCause(failure["cause"]),
+            failure["message"]))
+    failed = status == JobStatus.FAILED
+    return JobOutcome(status, arrived, finished, Failure(
+        None, None, FailureCause(data.get("cause") or FailureCause.STAGE), data["error"])
+        if failed else None)

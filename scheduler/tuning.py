@@ -1,5 +1,7 @@
 """The adapter that lets the scheduler drive SimpleTVM's TuningJob.
 
+:class:`SimpleTVMJob` is a SimpleTVM run as a scheduler job, tuning stages included;
+:class:`TuningJobAdapter` (tuning only) and superb's runs are made of it.
 The rest of the scheduler knows nothing of TVM; this module imports SimpleTVM's tuning
 only inside the worker process that builds the job, from a picklable
 :class:`TuningJobSpec` (the driver imports ``simpletvm.remote.rpc``, which loads no TVM, to
@@ -14,6 +16,8 @@ key, which the tracker hands out, and is exclusive only as the key's one resourc
 
 from __future__ import annotations
 
+import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,56 +54,138 @@ class TuningJobSpec:
         return TuningJobAdapter(self)
 
 
-class TuningJobAdapter(Job):
-    """A TuningJob seen through the scheduler's Job interface.
+TUNE = "tune"
+"""The step of a :class:`SimpleTVMJob` whose stages are those of its TuningJob."""
+
+
+class SimpleTVMJob(Job):
+    """A SimpleTVM run as a scheduler job: steps in order, one of them, ``tune``, the
+    stages of the run's TuningJob.
+
+    The scheduler drives SimpleTVM's tuning in two shapes, a tuning job on its own
+    (:class:`TuningJobAdapter`) and superb's run from import to evaluation
+    (``superb.run_job.RunJob``). Both are this class, so a stage behaves the same in
+    each:
+
+    - a stage other than the one :meth:`next_stage` names is not run: it ends as an
+      ERROR result saying what was asked and what was next;
+    - a stage that raises ends as an ERROR result with the error's type and text as
+      ``error`` (the traceback goes to stderr), its ``details`` as on success: a job
+      that sends its records to the driver sends those the stage measured;
+    - the run's BenchmarkingContext is saved when a stage fails and when a step ends,
+      tuning included, so a run that fails or dies later keeps what it measured.
+
+    A subclass lists its steps in :attr:`steps`, runs each step other than ``tune`` in
+    a method ``_<step>(stage)`` that calls :meth:`step_done` at its end, and names the
+    steps that run on the device in :attr:`device_steps` (the others run on the client).
+    """
+
+    device_steps: frozenset[str] = frozenset()
+
+    def __init__(self, simpletvm, steps: list[str], tracker: tuple[str, int] | None,
+                 device_key: str) -> None:
+        from simpletvm.remote.rpc import DeviceGrant
+
+        self.simpletvm = simpletvm
+        self.context = simpletvm.context
+        self.steps = steps
+        self.tracker = tracker
+        self.device_key = device_key
+        self.device = DeviceGrant(device_key)
+        self.tuning = None
+
+    def start_tuning(self, options, buffer_records: bool) -> None:
+        """Make the run's TuningJob (:meth:`SimpleTVM.tuning_job`); each of its profile
+        stages reaches the device the scheduler granted it. A run resumed after its
+        last tuning stage finishes its tuning here."""
+        self.tuning = self.simpletvm.tuning_job(options, self.tracker, self.device,
+                                                buffer_records=buffer_records)
+        if self.tuning.is_complete():
+            self._finish_tuning()
+
+    def next_stage(self) -> Stage | None:
+        if not self.steps:
+            return None
+        step = self.steps[0]
+        if step == TUNE:
+            spec = self.tuning.next_stage()
+            return Stage(spec.kind, self._role(spec.on_device), spec.task, spec.iteration)
+        return Stage(step, self._role(step in self.device_steps))
+
+    def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
+        expected = self.next_stage()
+        if stage != expected:
+            return self._failed(f"asked to run {stage}, but the next stage is {expected}")
+        if stage.resource_kind == DEVICE:
+            self.device.grant(resource_name)
+        try:
+            getattr(self, f"_{self.steps[0]}")(stage)
+        except Exception as error:  # noqa: BLE001 - a failed stage is a result, not a crash
+            traceback.print_exc()
+            return self._failed(_error_text(error))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return StageResult(details=self.stage_details())
+
+    def stage_details(self) -> dict[str, Any]:
+        """What a stage reports to the driver: with ``records_to_driver``, the records
+        it measured."""
+        return measured_records(self.tuning) if self.tuning is not None else {}
+
+    def step_done(self) -> None:
+        """End the current step and save the context with what it added."""
+        self.steps.pop(0)
+        self.context.save()
+
+    def close(self) -> None:
+        """Release the tuning's build workers and buffered records, and the session's
+        temporary files."""
+        if self.tuning is not None:
+            self.tuning.finalize()
+        self.simpletvm.close()
+
+    def _tune(self, stage: Stage) -> None:
+        self.tuning.run_stage()
+        if self.tuning.is_complete():
+            self._finish_tuning()
+
+    def _finish_tuning(self) -> None:
+        self.simpletvm.finish_scheduled_tuning(self.tuning, self.tracker, self.device_key)
+        self.step_done()
+
+    def _failed(self, error: str) -> StageResult:
+        self.context.save()
+        return StageResult(StageStatus.ERROR, error, details=self.stage_details())
+
+    def _role(self, on_device: bool) -> str:
+        return device_role(self.device_key) if on_device else CLIENT
+
+
+class TuningJobAdapter(SimpleTVMJob):
+    """A TuningJob seen through the scheduler's Job interface: the model is imported
+    where the job is built, and its stages are the tuning's.
 
     Records go to the store's database as each update stage measures them, or, with
-    ``records_to_driver``, back to the driver with the stage's outcome; when the last
-    stage has run, the run's BenchmarkingContext is saved.
+    ``records_to_driver``, back to the driver with the stage's outcome.
     """
 
     def __init__(self, spec: TuningJobSpec) -> None:
         from simpletvm import BenchmarkingContext, SimpleTVM
-        from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.tuning import TuningOptions
 
         self.spec = spec
-        self.device = DeviceGrant(spec.device_key)
         context = BenchmarkingContext(spec.target, device_key=spec.device_key,
                                       store=spec.store, run_id=spec.run_id,
                                       **spec.context_options)
-        self.simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
+        simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
             spec.model, **spec.model_options)
-        self.tuning = self.simpletvm.tuning_job(TuningOptions(**spec.tuning), spec.tracker,
-                                                self.device,
-                                                buffer_records=spec.records_to_driver)
+        super().__init__(simpletvm, [TUNE], spec.tracker, spec.device_key)
+        self.start_tuning(TuningOptions.from_mapping(spec.tuning), spec.records_to_driver)
 
     @property
     def job_id(self) -> str:
         return self.spec.job_id
-
-    def next_stage(self) -> Stage | None:
-        spec = self.tuning.next_stage()
-        if spec is None:
-            return None
-        role = device_role(self.spec.device_key) if spec.on_device else CLIENT
-        return Stage(spec.kind, role, spec.task, spec.iteration)
-
-    def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
-        if stage.resource_kind == DEVICE:
-            self.device.grant(resource_name)
-        ran = self.tuning.run_stage()
-        if (ran.kind, ran.task, ran.iteration) != (stage.kind, stage.task, stage.iteration):
-            return StageResult(StageStatus.ERROR, f"ran {ran} but the scheduler asked for {stage}")
-        if self.tuning.is_complete():
-            self.simpletvm.finish_scheduled_tuning(self.tuning, self.spec.tracker,
-                                                   self.spec.device_key)
-            self.simpletvm.context.save()
-        return StageResult(details=measured_records(self.tuning))
-
-    def close(self) -> None:
-        self.tuning.finalize()
-        self.simpletvm.close()
 
 
 def measured_records(tuning) -> dict[str, Any]:
@@ -122,3 +208,9 @@ def record_writer(store: str):
         for workload_key, workload_json, rows, run_id, remeasured in details.get("records", ()):
             records.add(workload_key, workload_json, rows, run_id, remeasured)
     return write
+
+
+def _error_text(error: BaseException, limit: int = 500) -> str:
+    """A failed stage's error: type and text on one line, cut to ``limit`` characters."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -23,6 +23,7 @@ from simpletvm.store import (RunStore, append_lines, atomic_write_json, atomic_w
                              file_lock, read_json_lines)
 from simpletvm.tuning.plan import STAGES  # the tuning stages' one definition
 
+from .errors import SuperbError
 from .plan import Plan, Run
 
 EVALUATION = ("count", "mean", "median", "std", "min", "max", "p90")
@@ -59,7 +60,7 @@ class RunStatus(StrEnum):
     TIMEOUT = "timeout"  # stopped at --run-timeout
 
 
-class ExperimentBusy(Exception):
+class ExperimentBusy(SuperbError):
     """Another superb process is running this experiment."""
 
 

@@ -184,7 +184,7 @@ class _Sweep:
             timer.cancel()
         run, details = flight["run"], flight["details"] or {}
         wall = time.time() - flight["started"]
-        status, error = _status(outcome, details, self.experiment.log_file(run))
+        status, error = _status(outcome, self.experiment.log_file(run))
         context_path = details.get("context_path") or str(
             self.store_root / "runs" / flight["run_id"] / "context.json")
         context = read_context(context_path)
@@ -224,20 +224,24 @@ class RunOutcome:
         return self.status == RunStatus.OK
 
 
-def _status(outcome, details: dict[str, Any], log: Path) -> tuple[RunStatus, str | None]:
-    """How the run's job ended, as the run's status and error."""
+def _status(outcome, log: Path) -> tuple[RunStatus, str | None]:
+    """How the run's job ended, as the run's status and error: a stage's own error, how
+    the run's process died (with its last output), the timeout, or else the scheduler's
+    account of the failure."""
     from scheduler import FailureCause, JobStatus
 
     if outcome.status == JobStatus.DONE:
         return RunStatus.OK, None
-    if outcome.cause == FailureCause.CANCELLED:
-        return RunStatus.TIMEOUT, outcome.error
-    if outcome.cause == FailureCause.WORKER:
+    failure = outcome.failure
+    if failure.cause == FailureCause.CANCELLED:
+        return RunStatus.TIMEOUT, failure.message
+    if failure.cause == FailureCause.WORKER:
         last = _last_line(log)
-        text = f"the run's process died ({outcome.error.rsplit('(', 1)[-1].rstrip(')')})"
+        text = f"the run's process died ({failure.message})"
         return RunStatus.CRASHED, f"{text}; last output: {last}" if last else text
-    # "<stage> on <resource>: <error>" when the job reported it
-    return RunStatus.FAILED, outcome.error.split(": ", 1)[-1] if details else outcome.error
+    if failure.cause == FailureCause.STAGE:
+        return RunStatus.FAILED, failure.message
+    return RunStatus.FAILED, str(failure)
 
 
 def _simpletvm_seconds(context: dict[str, Any] | None) -> float | None:

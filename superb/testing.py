@@ -40,8 +40,8 @@ class FakeRunJob(Job):
         self.model, _, seconds = name.partition("@")
         self.stage_s = float(seconds) if seconds else STAGE_S
         device = f"device:{spec.device_key}"
-        tuning = [Stage(kind, device if on_device else CLIENT, 0, iteration)
-                  for iteration in range(2) for kind, on_device in TUNING]
+        tuning = [Stage(stage_name, device if on_device else CLIENT, 0, iteration)
+                  for iteration in range(2) for stage_name, on_device in TUNING]
         self.stages = [Stage("import", CLIENT),
                        *(tuning if spec.params.get("autotune", True) else []),
                        Stage("compile", CLIENT), Stage("evaluate", device)]
@@ -64,8 +64,8 @@ class FakeRunJob(Job):
             time.sleep(3600)
         if self.model == "fail":
             return StageResult(StageStatus.ERROR, "ModelImportError: a fake failure",
-                               details={"step": stage.kind, "pid": os.getpid()})
+                               details={"step": stage.name, "pid": os.getpid()})
         time.sleep(self.stage_s)
         self.stages.pop(0)
-        return StageResult(details={"step": self.stages[0].kind if self.stages else "done",
+        return StageResult(details={"step": self.stages[0].name if self.stages else "done",
                                     "pid": os.getpid()})

@@ -5,10 +5,11 @@ Every backend registers here; the Ray backend's module imports Ray only when one
 
 from __future__ import annotations
 
-from scheduler.backends.base import Backend, StageOutcome, WorkerDied
+from scheduler.backends.base import Backend, StageOutcome
 from scheduler.backends.inprocess import InProcessBackend
 from scheduler.backends.processes import ProcessBackend
 from scheduler.backends.ray import RayBackend
+from scheduler.errors import WorkerDied
 
 BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (InProcessBackend, ProcessBackend, RayBackend)}
 

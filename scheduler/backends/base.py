@@ -7,7 +7,7 @@ its next :class:`~scheduler.base.Stage`; the backend reports that stage after
 construction and after every stage it runs.
 
 Failures look the same whatever runs behind a backend: a stage's own exception, or
-:class:`WorkerDied` when the process holding the job is gone.
+:class:`~scheduler.errors.WorkerDied` when the process holding the job is gone.
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
 
 
 WAKE_S = 0.2  # how often a waiting loop wakes to act on signals (Ctrl-C)
-
-
-class WorkerDied(Exception):
-    """The process that held a job is gone (killed, crashed, its node lost)."""
 
 
 @dataclass(frozen=True)

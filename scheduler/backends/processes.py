@@ -11,9 +11,10 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from scheduler.backends.base import (Backend, StageOutcome, WorkerDied, as_factory, close_job,
-                                     execute_stage, first_stage)
+from scheduler.backends.base import (Backend, StageOutcome, as_factory, close_job, execute_stage,
+                                     first_stage)
 from scheduler.base import Job, JobFactory, Resource, Stage
+from scheduler.errors import WorkerDied
 
 STOP_GRACE_S = 3.0
 

@@ -7,7 +7,7 @@ One actor per job holds the job for its whole life: the actor builds the job fro
 picklable factory (real jobs cannot be pickled) and runs each stage the scheduler
 starts. The futures come from ``ObjectRef.future()``, relayed so that the loop sees the
 same failures as with local processes: the stage's own exception, or
-:class:`~scheduler.backends.base.WorkerDied` when the actor's process is gone.
+:class:`~scheduler.errors.WorkerDied` when the actor's process is gone.
 
 Placement across nodes. A job's select, build and update run where its actor lives,
 and an actor cannot move: it holds the job's search state and cost model. So client
@@ -36,9 +36,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler.backends.base import (Backend, StageOutcome, WorkerDied, as_factory, close_job,
-                                     execute_stage, first_stage)
+from scheduler.backends.base import (Backend, StageOutcome, as_factory, close_job, execute_stage,
+                                     first_stage)
 from scheduler.base import CLIENT, Job, JobFactory, Resource, Stage
+from scheduler.errors import WorkerDied
 
 INSTALL_HINT = "pip install 'simpletvm[ray]'"
 CLOSE_TIMEOUT_S = 10.0  # a released job's close() before its actor is killed

@@ -22,6 +22,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from simpletvm.errors import SimpleTVMError
+
 SOURCE = Path(__file__).with_name("native") / "fork_join.c"
 
 
@@ -29,7 +31,7 @@ SPIN_VARIABLE = "TVM_THREAD_POOL_SPIN_COUNT"
 POOL_VARIABLE = "SIMPLETVM_FORK_JOIN_POOL"  # "tvm": keep TVM's pool (to compare the two)
 
 
-class PoolUnavailable(RuntimeError):
+class PoolUnavailable(SimpleTVMError, RuntimeError):
     """The pool could not be compiled or loaded here (no C compiler, say)."""
 
 

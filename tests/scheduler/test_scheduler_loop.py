@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import InProcessBackend, Job, Policy, Scheduler, Stage, StageResult, Start, State, client, devices
+from scheduler import (Failure, FailureCause, InProcessBackend, Job, Policy, Scheduler, Stage, StageResult, Start,
+                       State, client, devices)
 from scheduler.testing import MockJob
 
 from scheduler_helpers import by_job
@@ -29,7 +30,7 @@ def test_every_policy_completes_every_job_on_threads(policy: str) -> None:
     for job in jobs:  # the job ran every stage, in order, where the scheduler said
         recorded = by_job(trace)[job.job_id]
         assert len(job.history) == job.total_stages
-        assert [(s.task, s.iteration, s.kind, name) for s, name in job.history] == [
+        assert [(s.task, s.iteration, s.name, name) for s, name in job.history] == [
             (r.task, r.iteration, r.stage, r.resource) for r in recorded
         ]
 
@@ -42,7 +43,7 @@ class Spawner(MockJob):
         self.scheduler, self.late = scheduler, late
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
-        if stage.iteration == 0 and stage.kind == "select":
+        if stage.iteration == 0 and stage.name == "select":
             self.scheduler.submit(self.late)
         return super().run_stage(stage, resource_name)
 
@@ -74,7 +75,7 @@ class Reporting(MockJob):
     """Reports a failed build as data instead of raising."""
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
-        if stage.kind == "build":
+        if stage.name == "build":
             return StageResult("error", "all candidates failed to compile")
         return super().run_stage(stage, resource_name)
 
@@ -111,6 +112,26 @@ def test_failures_are_data_and_the_others_finish() -> None:
     assert [r.resource for r in trace.records if r.job == "fine" and r.stage == "profile"] == ["default0"] * 2
 
 
+def test_a_failure_carries_its_stage_resource_cause_and_message_as_fields() -> None:
+    """What a caller reads of a failed job, without taking its one-line text apart."""
+    with threads(device_count=1) as scheduler:
+        scheduler.submit(MockJob("raises", fail_at={(0, 0, "profile")}))
+        scheduler.submit(Reporting("reports"))
+        scheduler.submit(broken_factory, job_id="factory")
+        trace = scheduler.run()
+    failures = {job: outcome.failure for job, outcome in trace.jobs.items()}
+    assert failures == {
+        "raises": Failure("profile", "default0", FailureCause.STAGE,
+                          "RuntimeError: injected failure in profile of task 0 iteration 0"),
+        "reports": Failure("build", "client", FailureCause.STAGE, "all candidates failed to compile"),
+        "factory": Failure(None, None, FailureCause.START, "ImportError: no module named tvm"),
+    }
+    assert scheduler.state.jobs["reports"].failure == failures["reports"]
+    assert {r.job: r.error for r in trace.records if r.status == "error"} == {
+        "raises": "RuntimeError: injected failure in profile of task 0 iteration 0",
+        "reports": "all candidates failed to compile"}
+
+
 def test_crash_at_refuses_to_kill_the_scheduler_process() -> None:
     with threads() as scheduler:
         scheduler.submit(MockJob("crash", crash_at=(0, 0, "select")))
@@ -138,8 +159,8 @@ def test_a_policy_that_stalls_or_double_books_is_a_bug_not_a_job_failure() -> No
         with pytest.raises(RuntimeError, match="policy 'idle' started nothing while jobs wait: a"):
             scheduler.run()
     with threads(Greedy()) as scheduler:
-        scheduler.submit(MockJob("a", kinds=("profile",)))
-        scheduler.submit(MockJob("b", kinds=("profile",)))
+        scheduler.submit(MockJob("a", stage_names=("profile",)))
+        scheduler.submit(MockJob("b", stage_names=("profile",)))
         with pytest.raises(ValueError, match="'default0' is busy"):
             scheduler.run()
 

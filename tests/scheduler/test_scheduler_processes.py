@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+import time
 
-from scheduler import ProcessBackend, Scheduler, client, devices
+from scheduler import Failure, FailureCause, ProcessBackend, Scheduler, client, devices
 from scheduler.testing import MockJob
 
 
@@ -39,6 +41,31 @@ def test_a_killed_worker_fails_its_job_and_frees_the_device() -> None:
     assert trace.jobs["ok0"].status == trace.jobs["ok1"].status == "done"
     assert [r.status for r in trace.records if r.resource == "default0"].count("ok") == 4
     assert trace.retired == {} and trace.overlaps() == []
+    assert trace.jobs["crash"].failure == Failure("profile", "default0", FailureCause.WORKER, "killed by SIGKILL")
+
+
+def test_a_cancelled_job_fails_with_its_reason_wherever_it_was() -> None:
+    """Two jobs for one device: the one that got it is stopped mid-stage, the other is
+    cancelled while it waits. Either way the reason is the message."""
+    with Scheduler([client(), *devices("default", 1)], "round-robin", "processes") as scheduler:
+        for job in ("a", "b"):
+            scheduler.submit(MockJob(job, stage_names=("profile",), durations=30.0))
+
+        def cancel_once_one_runs_and_one_waits() -> None:
+            while not (scheduler.state.running and len(scheduler.state.jobs) == 2):
+                time.sleep(0.01)
+            for job in ("a", "b"):
+                scheduler.cancel(job, f"{job} took too long")
+        canceller = threading.Thread(target=cancel_once_one_runs_and_one_waits, daemon=True)
+        canceller.start()
+        trace = scheduler.run()
+    (started,) = [r.job for r in trace.records]
+    (waited,) = {"a", "b"} - {started}
+    assert trace.jobs[started].failure == Failure("profile", "default0", FailureCause.CANCELLED,
+                                                  f"{started} took too long")
+    assert trace.jobs[waited].failure == Failure("profile", None, FailureCause.CANCELLED,
+                                                 f"{waited} took too long")
+    assert trace.failed == {"a": "a took too long", "b": "b took too long"}
 
 
 def test_a_released_job_is_closed_in_its_worker_process(tmp_path) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from scheduler import RayBackend, Resource, Scheduler, Stage, StageResult, client, devices
 from scheduler.backends.ray import JobActor
-from scheduler.testing import STAGE_KINDS, MockJob
+from scheduler.testing import STAGE_NAMES, MockJob
 from scheduler.tuning import TuningJobSpec, record_writer
 from simpletvm.testing import tiny_cnn_onnx
 from simpletvm.tuning.record_files import open_records
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.xdist_group("ray")
 def test_a_pinned_actor_reports_client_stages_under_its_node_role() -> None:
     """The actor's role translation, without Ray: the job itself only ever sees ``client``."""
     actor = JobActor("client:10.0.0.2")
-    first = actor.construct(functools.partial(MockJob, "a", kinds=("select", "profile")))
+    first = actor.construct(functools.partial(MockJob, "a", stage_names=("select", "profile")))
     assert first == Stage("select", "client:10.0.0.2")
     outcome = actor.run_stage(first, "client@10.0.0.2")  # MockJob refuses a stage it did not announce
     assert outcome.result.ok and outcome.next_stage == Stage("profile", "device:default")
@@ -91,7 +91,7 @@ def test_jobs_run_in_their_actors_without_overlapping_profiles(cluster, policy: 
     assert len(trace.records) == 4 * 8 and trace.overlaps() == []
     assert given.history == []  # the stages ran on a copy inside its actor
     for records in by_job(trace).values():
-        assert [(r.iteration, r.stage) for r in records] == [(i, k) for i in range(2) for k in STAGE_KINDS]
+        assert [(r.iteration, r.stage) for r in records] == [(i, k) for i in range(2) for k in STAGE_NAMES]
     if policy == "sequential":  # one job after another; round-robin's interleaving depends on arrivals
         jobs = spans(trace)
         assert all(a[1] <= b[0] for a, b in zip(jobs, jobs[1:]))
@@ -109,7 +109,7 @@ class Dying(MockJob):
         self.how, self.at = how, at
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
-        if (stage.task, stage.iteration, stage.kind) == self.at:
+        if (stage.task, stage.iteration, stage.name) == self.at:
             if self.how == "exit":
                 os._exit(1)
             import ray
@@ -185,7 +185,7 @@ def test_jobs_are_pinned_to_nodes_and_their_client_stages_run_there(cluster, tmp
     nodes_of_client = {c.name: {node for _, name, node in ran if name == c.name} for c in clients}
     assert [len(nodes) for nodes in nodes_of_client.values()] == [1, 1]  # a client resource is one node
     assert len(set.union(*nodes_of_client.values())) == 2
-    clients_of_job = {job: {r.resource for r in records if r.kind == "client"}
+    clients_of_job = {job: {r.resource for r in records if r.resource_kind == "client"}
                       for job, records in by_job(trace).items()}
     assert all(len(names) == 1 for names in clients_of_job.values())
     assert sorted(sum(names == {c.name} for names in clients_of_job.values()) for c in clients) == [2, 2]
@@ -196,7 +196,7 @@ def test_a_client_resource_of_no_ray_node_is_refused(cluster) -> None:
         Scheduler([Resource("client@nowhere", "client:nowhere")], backend=RayBackend())
 
 
-FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
+FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
         "transfer_learning": False, "remeasure": 1}  # re-timed records reach the driver too
 
 
@@ -227,5 +227,5 @@ def test_two_tuning_jobs_tune_on_two_nodes(cluster, tmp_path: Path) -> None:
         assert [r.stage for r in trace.records if r.job == spec.job_id][:4] == ["select", "build", "profile", "update"]
         context = json.loads((store / "runs" / spec.run_id / "context.json").read_text())
         assert context["tuning"]["trials"] >= 5 and context["tuning"]["errors"] == 0
-    clients = {r.job: r.resource for r in trace.records if r.kind == "client"}
+    clients = {r.job: r.resource for r in trace.records if r.resource_kind == "client"}
     assert len(set(clients.values())) == 2  # one job per node

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from scheduler import Resource, client, devices
+from scheduler import FailureCause, Resource, client, devices
 from scheduler.simulate import simulate
 from scheduler.testing import MockJob
 from scheduler.trace import Trace
@@ -194,3 +194,6 @@ def test_a_job_needing_an_unknown_role_fails_and_the_rest_run() -> None:
     assert list(trace.failed) == ["tpu"]
     assert "no resource in rotation for 'device:tpu'" in trace.failed["tpu"]
     assert trace.jobs["gpu"].status == "done"
+    failure = trace.jobs["tpu"].failure
+    assert (failure.stage, failure.resource, failure.cause) == ("profile", None, FailureCause.RESOURCE)
+    assert str(failure) == failure.message == trace.failed["tpu"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from scheduler import client, device, devices
+from scheduler import Failure, FailureCause, client, device, devices
 from scheduler.simulate import simulate
 from scheduler.testing import FakeClock, MockJob
 from scheduler.trace import StageRecord, Trace
@@ -38,6 +39,19 @@ def test_json_round_trip_keeps_everything(tmp_path: Path) -> None:
     assert len(frame) == len(trace.records) and frame["status"].tolist().count("error") == 1
 
 
+def test_a_trace_json_written_before_failures_had_fields_still_loads(tmp_path: Path) -> None:
+    trace = small_trace()
+    data = trace.to_dict()
+    for outcome in data["jobs"].values():  # the earlier shape: a one-line error and a cause
+        failure = outcome.pop("failure")
+        outcome.update(error=str(Failure(**failure)) if failure else "",
+                       cause=failure["cause"] if failure else None)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    loaded = Trace.from_json(tmp_path / "old.json")
+    assert loaded.records == trace.records and loaded.failed == trace.failed
+    assert loaded.jobs["job2"].failure.cause == FailureCause.STAGE
+
+
 def test_gantt_png_is_written(tmp_path: Path) -> None:
     path = tmp_path / "charts" / "gantt.png"
     small_trace().gantt_png(path)
@@ -59,7 +73,7 @@ def test_overlaps_find_concurrent_profiles_on_one_device_only() -> None:
         resources=[device("gpu0", "gpu"), device("gpu1", "gpu"), client(capacity=2)],
     )
     assert [(a.job, b.job) for a, b in trace.overlaps()] == [("c", "d")]
-    assert trace.overlaps(kind=None) == trace.overlaps()  # the client has capacity 2
+    assert trace.overlaps(resource_kind=None) == trace.overlaps()  # the client has capacity 2
 
 
 def test_utilization_counts_time_busy_up_to_capacity() -> None:
@@ -84,10 +98,10 @@ def test_fake_clock_moves_only_forward_and_only_when_told() -> None:
 
 
 def test_mock_job_validates_its_configuration() -> None:
-    with pytest.raises(ValueError, match="durations lack stage kinds"):
+    with pytest.raises(ValueError, match="durations lack stage names"):
         MockJob("a", durations={"select": 1.0})
     with pytest.raises(ValueError, match="no resource given"):
-        MockJob("a", kinds=("select", "compile"))
+        MockJob("a", stage_names=("select", "compile"))
     job = MockJob("a", tasks=2, iterations=3, durations=lambda s: s.iteration + 1.0, estimates=True)
     stage = job.next_stage()
     assert job.total_stages == 24 and stage is not None and stage.estimate == 1.0

@@ -13,7 +13,7 @@ from simpletvm.testing import tiny_cnn_onnx
 # real TuningJobs tune the tiny model
 pytestmark = pytest.mark.slow
 
-FAST = {"trials": 4, "batch_size": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
+FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
         "transfer_learning": False, "remeasure": 0}  # the closing round: test_tuning*.py
 
 
@@ -46,7 +46,7 @@ def test_two_tuning_jobs_interleave_and_profile_on_the_server_of_the_granted_boa
         context = json.loads((tmp_path / "store" / "runs" / spec.run_id / "context.json")
                              .read_text())
         assert context["tuning"]["trials"] >= 5 and context["tuning"]["errors"] == 0
-        candidates.update({(spec.job_id, s["task"], s["iteration"]): s["batch_size"]
+        candidates.update({(spec.job_id, s["task"], s["iteration"]): s["candidates"]
                            for s in context["stages"] if s["stage"] == "profile"})
     # one RPC session per candidate, and one for the stage's warm-up (its first
     # candidate timed twice), on the server of the board each stage was granted
