@@ -162,7 +162,7 @@ class SimpleTVM:
                  transfer_learning: bool = True, early_stopping: int | None = None,
                  search_strategy: str = "evolutionary", cost_model: str = "xgb",
                  seed: int | None = None, on_stage: Callable | None = None,
-                 **search: Any) -> "SimpleTVM":
+                 progress: Any = False, **search: Any) -> "SimpleTVM":
         """Tune every task of the model with MetaSchedule (optional before build()).
 
         ``trials`` caps each task (default 64, or no cap when ``total_trials`` or
@@ -170,6 +170,9 @@ class SimpleTVM:
         every parameter. ``on_stage(job)`` is
         called after every stage with the :class:`~simpletvm.tuning.job.TuningJob`
         (``trials``, ``progress``, ``summary()``), for progress displays.
+        ``progress=True`` shows the job's progress on standard error as the ``simpletvm``
+        command does (a live line on a terminal, a plain line now and then elsewhere);
+        a :class:`~simpletvm.progress.TuningProgress` given instead is used as it is.
         """
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
         options = TuningOptions.from_mapping(dict(
@@ -182,10 +185,24 @@ class SimpleTVM:
             address = tracker.address if tracker is not None else None
             device_key = self.context.device_key or (tracker.key if tracker else "local")
             job = self.tuning_job(options, address, device_key)
-            job.run(on_stage)
+            if not progress:
+                job.run(on_stage)
+            else:
+                from simpletvm.progress import TuningProgress, combine
+
+                display = (progress if isinstance(progress, TuningProgress)
+                           else TuningProgress(self._display_name(), minutes))
+                with display:
+                    display.on_stage(job)  # the tasks found, before the first stage's wait
+                    job.run(combine(on_stage, display.on_stage))
             self.record_tuning(job, address, device_key)
             step["trials"] = job.trials
         return self
+
+    def _display_name(self) -> str:
+        """The model as a progress line names it: a file's name, or the name given."""
+        source = str(self.model.source) if self.model is not None else "model"
+        return Path(source).name or source
 
     def tuning_job(self, options: TuningOptions, tracker: tuple[str, int] | None = None,
                    device_key: str | DeviceGrant = "local", buffer_records: bool = False):
@@ -251,9 +268,11 @@ class SimpleTVM:
         (the best record per workload only), ``"run"`` (this run's records), another
         run's id, the path of a records database or store directory (another machine's
         records; a record directory in the legacy JSON-lines format is imported), or None
-        (untuned: TVM's default code).
+        (or ``"none"``: untuned, TVM's default code).
         """
         self._require("build()", FlowState.IMPORTED, FlowState.BUILT)
+        if isinstance(records, str) and records.lower() == "none":
+            records = None  # as the command line spells it
         from simpletvm.compiler.lowering import compile_fused
         from simpletvm.tuning.database import best_latency_s, records_database
 
@@ -262,12 +281,12 @@ class SimpleTVM:
             database = None if records is None else records_database(
                 records, self._records_for_build(), self.target.tvm_target(),
                 self.context.run_id)
-            step["records_applied"] = len(database) if database is not None else 0
             fused = self._forms.default
             if database is not None:
                 fused, choices = self._forms.choose(partial(best_latency_s, database))
                 if choices:
                     step["conv_forms"] = [choice.describe() for choice in choices]
+                step.update(_records_match(fused, self.target, database))
             self._executable = compile_fused(fused, self.target, database)
             self._library_file = None
             # code for another CPU runs only on a device of that kind, through RPC
@@ -570,3 +589,33 @@ class SimpleTVM:
                                  f"got {array.shape}")
             arrays.append(array)
         return arrays
+
+
+def _records_match(fused, target: ResolvedTarget, database) -> dict[str, Any]:
+    """What a build found in its records: how many records were there for this target
+    (``records_loaded``), how many of the built module's tasks have one
+    (``tasks_with_records`` of ``tasks``), and, when none has, why as far as the store
+    tells (``records_mismatch``: ``"empty"``, no records at all; ``"target"``, records
+    only for other targets or CPUs, named in ``records_targets``; ``"workloads"``,
+    records for this target but of other tasks: another model or input shape)."""
+    from simpletvm.compiler.lowering import extract_tasks
+    from simpletvm.tuning.database import best_latency_s
+
+    tasks = extract_tasks(fused, target)
+    loaded = len(database)
+    found = {"records_loaded": loaded, "tasks": len(tasks),
+             "tasks_with_records": sum(best_latency_s(database, task) is not None
+                                       for task in tasks)}
+    if found["tasks_with_records"] or not tasks:
+        return found
+    if loaded:
+        found["records_mismatch"] = "workloads"
+        return found
+    run_id = database.run_id if database.scope == "run" else None
+    targets = (database.records.target_keys(run_id)
+               if hasattr(database.records, "target_keys") else [])
+    found["records_mismatch"] = "target" if targets else "empty"
+    if targets:
+        found["records_targets"] = targets
+        found["target_key"] = database.target_key
+    return found

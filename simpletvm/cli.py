@@ -15,6 +15,7 @@ reach the user as written.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -26,16 +27,17 @@ from typing import Optional
 
 import typer
 
+from simpletvm.cli_options import (MIN_MINUTES, MINUTES_HELP, STORE_HELP, THREADS_HELP,
+                                   VERBOSE_HELP, flags_without_type)
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
 
+flags_without_type()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Autotune deep-learning models with Apache TVM.")
 
 
 @app.callback()
-def _options(verbose: bool = typer.Option(
-        False, "--verbose", help="show TVM's native log lines on the terminal (without it "
-        "they go to the run's log)")) -> None:
+def _options(verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP)) -> None:
     if verbose:
         from simpletvm._process.native_output import VERBOSE_VARIABLE
 
@@ -61,18 +63,26 @@ def _guarded(function):
 
         _active_contexts.clear()
         try:
-            return function(*args, **kwargs)
-        except (typer.Exit, typer.Abort, typer.BadParameter):
+            with _native_output_to_the_log():
+                return function(*args, **kwargs)
+        except typer.Exit as done:
+            if done.exit_code == ExitCode.BAD_INPUT:
+                _discard_refused_run()
+            raise
+        except (typer.Abort, typer.BadParameter):
+            _discard_refused_run()
             raise  # typer's own: usage errors exit 2 with its message
         except KeyboardInterrupt:
             _save_interrupted_run()
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         except SimpleTVMError as error:
+            _discard_refused_run()
             raise _refuse(_console(stderr=True), error) from error
         except Exception as error:  # noqa: BLE001 - the CLI edge: a message, not a traceback
             where = _log_traceback(error, function.__name__, kwargs.get("store"))
             gist = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
             step = _failed_step()
+            _save_failed_run()
             if step is None:
                 _print_error(_console(stderr=True), f"unexpected {gist} (the full traceback is "
                              f"in {where}; please report it with that file)")
@@ -81,6 +91,52 @@ def _guarded(function):
                          f"(the full traceback is in {where})")
             raise typer.Exit(ExitCode.FAILED) from None
     return command
+
+
+@contextlib.contextmanager
+def _native_output_to_the_log():
+    """Native libraries' lines (TensorFlow's absl and oneDNN notices, TFLite's XNNPACK
+    delegate, TVM's warnings) written anywhere in the command go to its run's log, not
+    the terminal, unless --verbose: they are caught in a file for the command's length
+    and appended to the log of the run it made (dropped if it kept none)."""
+    import tempfile
+
+    from simpletvm._process.native_output import redirected, verbose
+
+    if verbose():
+        yield
+        return
+    handle, caught = tempfile.mkstemp(prefix="simpletvm-native-", suffix=".log")
+    os.close(handle)
+    try:
+        with redirected(caught, keep_python=True):
+            yield
+    finally:
+        text = Path(caught).read_bytes()
+        Path(caught).unlink(missing_ok=True)
+        runs = [ctx for ctx in _active_contexts[-1:] if ctx.run_dir.exists()]
+        if text.strip() and runs:
+            with open(runs[0].store.log_path(runs[0].run_id), "ab") as log:
+                log.write(text)
+
+
+def _discard_refused_run() -> None:
+    """A command refused its input (exit 2): its run keeps nothing worth listing, unless
+    it measured tuning candidates already (their records are in the store, under it)."""
+    for ctx in _active_contexts:
+        if not ctx.stages and "module" not in ctx.artifacts:
+            ctx.discard()
+
+
+def _save_failed_run() -> None:
+    """A step failed, or the command itself: the run stays, listed as failed, its log
+    holding the traceback."""
+    for ctx in _active_contexts:
+        ctx.status = "failed"
+        try:
+            ctx.save()
+        except Exception:  # noqa: BLE001 - the error being reported matters more
+            pass
 
 
 def _failed_step() -> str | None:
@@ -100,6 +156,7 @@ def _save_interrupted_run() -> None:
         console.print("interrupted")
         return
     ctx = _active_contexts[-1]
+    ctx.status = "interrupted"
     ctx.logger.info("interrupted by the user")
     console.print(f"interrupted: run {ctx.run_id} saved as far as it got ({ctx.save()}); "
                   "the records it measured are in the store", highlight=False, soft_wrap=True)
@@ -146,16 +203,13 @@ def quickstart(
                               "resnet18, resnet50"),
     image_size: int = typer.Option(96, help="input height and width"),
     alpha: Optional[float] = typer.Option(0.35, help="width multiplier (MobileNets only)"),
-    minutes: float = typer.Option(5.0, min=0.1, help="wall-clock tuning budget"),
+    minutes: float = typer.Option(5.0, min=MIN_MINUTES, help=MINUTES_HELP),
     trials: Optional[int] = typer.Option(None, min=1, help="at most this many measured "
                                          "candidates per task (default: no cap within "
                                          "the minutes)"),
-    store: Optional[Path] = typer.Option(None, help="run store root "
-                                         "(default: $SIMPLETVM_HOME or ~/tvm-benchmark)"),
+    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
     seed: int = typer.Option(0, help="seed for weights and search"),
-    threads: Optional[int] = typer.Option(None, min=1, help="tune and run on this many "
-                                          "threads (default: tune on every core, run on "
-                                          "the faster of them and one)"),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Import a built-in model, measure it untuned, autotune it for a few minutes, build,
     save and measure it again, on this machine's CPU; then time it side by side with
@@ -169,9 +223,12 @@ def quickstart(
 
     console = _console()
     ctx = BenchmarkingContext("cpu", store=store, num_threads=threads)
+    ctx.kind = "quickstart"
     _active_contexts.append(ctx)
     handler = RichHandler(console=console, show_path=False, show_time=False)
     handler.setLevel(logging.INFO)
+    # the tuning's progress line tells what the per-task lines would (they stay in the log)
+    handler.addFilter(lambda record: not getattr(record, "tuning_task", False))
     ctx.logger.addHandler(handler)
     options = {"image_size": image_size, "seed": seed}
     if alpha is not None and "mobilenet" in model:
@@ -179,12 +236,17 @@ def quickstart(
     stvm = SimpleTVM(ctx)
     try:
         stvm.from_model(model, **options)
+        ctx.status = "running"
+        ctx.save()  # listed as running while it works
         untuned = stvm.build(records=None).evaluate().last_evaluation
-        stvm.autotune(trials=trials, minutes=minutes, seed=seed)
+        stvm.autotune(trials=trials, minutes=minutes, seed=seed,
+                      progress=_tuning_progress(console, model, minutes))
         tuned = stvm.build(records="run").save().evaluate().last_evaluation
     except (SimpleTVMError, ValueError) as error:
+        ctx.status = "failed"
         ctx.save()
         raise _refuse(console, error) from error
+    ctx.status = "ok"
     context_path = ctx.save()
     summary = stvm.tuning_summary
     table = Table(title=f"{model} on {ctx.target_spec.get('mcpu')} ({ctx.host['cpu_model']})")
@@ -200,10 +262,10 @@ def quickstart(
         f"tasks in {tuning_s:.0f} s; {_estimate_text(summary)}")
     _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options)
-    console.print(f"run id   {ctx.run_id}")
-    console.print(f"context  {context_path}")
-    console.print(f"module   {ctx.artifacts.get('module')}")
-    console.print(f"log      {ctx.store.log_path(ctx.run_id)}")
+    console.print(f"run id   {ctx.run_id}", soft_wrap=True)
+    console.print(f"context  {context_path}", soft_wrap=True)
+    console.print(f"module   {ctx.artifacts.get('module')}", soft_wrap=True)
+    console.print(f"log      {ctx.store.log_path(ctx.run_id)}", soft_wrap=True)
 
 
 def tuning_verdict(untuned_ms: float, tuned_ms: float) -> str:
@@ -293,38 +355,153 @@ def _threads(count: int) -> str:
     return f"{count} thread" + ("" if count == 1 else "s")
 
 
-@_command()
-def runs(store: Optional[Path] = typer.Option(None, help="run store root")) -> None:
-    """List the runs in the store with their model and evaluation."""
-    import json
+HIDDEN_KINDS = ("run",)  # runs `simpletvm runs` lists with --all only
 
-    from rich.table import Table
+
+@_command()
+def runs(
+    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
+    all_runs: bool = typer.Option(False, "--all", help="include runs of saved modules "
+                                  "(`simpletvm run` that failed)"),
+    json_output: bool = typer.Option(False, "--json", help="print the list as JSON"),
+    prune: bool = typer.Option(False, "--prune", help="remove failed and empty runs, "
+                               "after a confirmation"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="prune without asking"),
+) -> None:
+    """List the runs in the store: id, kind (the command that made it), status, model,
+    latency (the evaluation's median, or a benchmark's tuned median) and date."""
+    import json
 
     from simpletvm.store import RunStore
 
     run_store = RunStore(store)
-    table = Table(title=str(run_store.root))
-    for column in ("run id", "created", "model", "tasks", "trials", "median ms"):
-        table.add_column(column)
-    for run_id in run_store.run_ids():
-        path = run_store.context_path(run_id)
-        if not path.exists():
-            continue
+    listed = [_run_row(run_store, run_id) for run_id in run_store.run_ids()]
+    listed.sort(key=lambda row: row["created_at"] or "")
+    if prune:
+        _prune(run_store, listed, yes)
+        return
+    if not all_runs:
+        listed = [row for row in listed if row["kind"] not in HIDDEN_KINDS]
+    if json_output:
+        print(json.dumps(listed, indent=2))
+        return
+    _print_runs(run_store, listed)
+
+
+def _run_row(run_store, run_id: str) -> dict:
+    """What the list shows of one run, from its context.json (a run without one is
+    "empty": it never got as far as saving)."""
+    import json
+
+    path = run_store.context_path(run_id)
+    try:
         data = json.loads(path.read_text())
-        evaluation = data.get("evaluation") or {}
-        table.add_row(run_id, data.get("created_at", "")[:19],
-                      str(data.get("model", {}).get("source", "")),
-                      str(data.get("model", {}).get("num_tasks", "")),
-                      str(data.get("tuning", {}).get("trials", "")),
-                      f"{evaluation['median_ms']:.3f}" if "median_ms" in evaluation else "")
-    _console().print(table)
+    except (OSError, ValueError):
+        data = None
+    if data is None:
+        return {"run_id": run_id, "kind": None, "status": "empty", "model": None,
+                "latency_ms": None, "created_at": None, "tasks": None, "trials": None}
+    status = data.get("status") or (
+        "failed" if any(s.get("status") == "error" for s in data.get("steps", [])) else "ok")
+    if status == "running" and not _alive(data.get("pid"), data.get("host", {})):
+        status = "interrupted"  # its process is gone: killed before it could say so
+    evaluation = data.get("evaluation") or {}
+    benchmark = (data.get("results") or {}).get("benchmark") or {}
+    latency = evaluation.get("median_ms", benchmark.get("tuned_median_ms"))
+    model = data.get("model") or {}
+    return {"run_id": run_id,
+            "kind": data.get("kind") or ("tune" if data.get("tuning") else "python"),
+            "status": status, "model": model.get("source"),
+            "latency_ms": latency, "created_at": data.get("created_at"),
+            "tasks": model.get("num_tasks"), "trials": (data.get("tuning") or {}).get("trials")}
+
+
+def _alive(pid, host: dict) -> bool:
+    """Whether the process that saved a run as running still runs (on this host; a run
+    of another host is taken at its word)."""
+    import socket
+
+    if not pid or host.get("hostname") not in (None, socket.gethostname()):
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True
+    return True
+
+
+def _print_runs(run_store, rows: list[dict]) -> None:
+    """The runs, one a line, their ids never cut: a table on a terminal wide enough for
+    it (other columns fold), else plain columns (a pipe, a file, a narrow terminal)."""
+    from datetime import datetime
+
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    header = ("run id", "kind", "status", "model", "latency", "date")
+    lines = []
+    for row in rows:
+        created = row["created_at"] or ""
+        if created:
+            created = datetime.fromisoformat(created).astimezone().strftime("%Y-%m-%d %H:%M")
+        model = row["model"] or ""
+        if model and Path(model).suffix:
+            model = Path(model).name  # a file: its name (the path is in context.json)
+        latency = f"{_ms(row['latency_ms'])} ms" if row["latency_ms"] else ""
+        lines.append((row["run_id"], row["kind"] or "", row["status"], model, latency, created))
+    console.print(f"runs in {run_store.root}", highlight=False, soft_wrap=True)
+    if not rows:
+        console.print("none yet: simpletvm quickstart, or simpletvm tune MODEL")
+        return
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    if not console.is_terminal or console.width < sum(widths) + 2 * len(widths):
+        for line in [header, *lines]:
+            print("  ".join(f"{cell:>{w}}" if i == 4 else f"{cell:<{w}}"
+                            for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+        return
+    styles = {"ok": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("run id", no_wrap=True, min_width=32)
+    for column in header[1:]:
+        table.add_column(column, overflow="fold", justify="right" if column == "latency"
+                         else "left")
+    for line in lines:
+        table.add_row(line[0], line[1], Text(line[2], style=styles.get(line[2], "")),
+                      *line[3:])
+    console.print(table)
+
+
+def _prune(run_store, rows: list[dict], yes: bool) -> None:
+    """Remove failed and empty runs, naming each, after a confirmation."""
+    import shutil
+
+    doomed = [row for row in rows if row["status"] in ("failed", "empty")]
+    console = _console()
+    if not doomed:
+        console.print("nothing to prune: no failed or empty runs")
+        return
+    for row in doomed:
+        console.print(f"  {row['run_id']}  {row['status']:<7} {row['kind'] or ''} "
+                      f"{row['model'] or ''}", highlight=False)
+    if not yes and not typer.confirm(f"remove these {len(doomed)} runs?", default=False):
+        console.print("removed none")
+        return
+    for row in doomed:
+        shutil.rmtree(run_store.run_dir(row["run_id"]), ignore_errors=True)
+        shutil.rmtree(run_store.module_dir(row["run_id"]), ignore_errors=True)
+    console.print(f"removed {len(doomed)} runs")
 
 
 # ---- one model at a time -----------------------------------------------------------------
 MODEL_HELP = ("a model file (.onnx, .tflite, .pb, .keras, .h5), a SavedModel directory, a "
               "TF Hub handle or a built-in name (mobilenet, mobilenetv2, resnet18, resnet50)")
-INPUT_SHAPE_HELP = ("fix an input's shape: NAME:1,224,224,3 or, for one input, 1,224,224,3 "
-                    "(repeatable)")
+MODEL_ARGUMENT = typer.Argument(..., metavar="MODEL", help=MODEL_HELP, show_default=False)
+INPUT_SHAPE_HELP = ("the sizes of an input's unknown dimensions, its fixed ones as the model "
+                    "has them: NAME:1,224,224,3 or, for one input, 1,224,224,3 (repeatable)")
 TRACKER_HELP = "HOST:PORT of a TVM RPC tracker whose servers of --device-key are the target"
 DEVICE_KEY_HELP = "the key the target device's RPC servers register under (with --tracker)"
 
@@ -382,8 +559,20 @@ def _input_shapes(values: list[str]) -> dict[str, list[int]] | None:
     return shapes or None
 
 
-def _model_options(input_shape: list[str], image_size: Optional[int]) -> dict:
+def _model_options(model: str, input_shape: list[str], image_size: Optional[int]) -> dict:
     options: dict = {}
+    if image_size is not None:
+        from simpletvm.models import detect_format
+
+        try:
+            fmt = detect_format(model)
+        except Exception:  # noqa: BLE001 - the import names what is wrong with MODEL
+            fmt = None
+        if fmt is not None and fmt != "builtin":
+            raise typer.BadParameter(f"applies to built-in models only (mobilenet, "
+                                     f"mobilenetv2, resnet18, resnet50); {model} is a {fmt} "
+                                     "model: leave --image-size out (--input-shape sets "
+                                     "its unknown dimensions)", param_hint="--image-size")
     shapes = _input_shapes(input_shape)
     if shapes:
         options["input_shapes"] = shapes.get("") if list(shapes) == [""] else shapes
@@ -392,16 +581,19 @@ def _model_options(input_shape: list[str], image_size: Optional[int]) -> dict:
     return options
 
 
-def _session(store: Optional[Path], target: str = "cpu", verbose: bool = False,
-             tracker: tuple[str, int] | None = None, device_key: Optional[str] = None):
+def _session(store: Optional[Path], target: str = "cpu", log_tasks: bool = False,
+             tracker: tuple[str, int] | None = None, device_key: Optional[str] = None, *,
+             kind: str, threads: Optional[int] = None):
+    """A console, the command's run (of ``kind``: the command's name) and its SimpleTVM."""
     from rich.logging import RichHandler
 
     from simpletvm import BenchmarkingContext, SimpleTVM
 
     console = _console()
-    ctx = BenchmarkingContext(target, store=store, device_key=device_key)
+    ctx = BenchmarkingContext(target, store=store, device_key=device_key, num_threads=threads)
+    ctx.kind = kind
     _active_contexts.append(ctx)
-    if verbose:
+    if log_tasks:
         handler = RichHandler(console=console, show_path=False, show_time=False)
         handler.setLevel(logging.INFO)
         ctx.logger.addHandler(handler)
@@ -415,29 +607,18 @@ def _refuse(console, error: Exception) -> typer.Exit:
 
 
 def _tuning_progress(console, model: str, minutes: Optional[float]):
-    """A live line per tuning job: trials, tasks measured, the model's estimate, time."""
-    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+    """The tuning job's progress on ``console`` (:mod:`simpletvm.progress`, as
+    ``autotune(progress=True)`` shows it): a live line on a terminal, plain whole lines
+    now and then in a pipe or a log."""
+    from simpletvm.progress import TuningProgress
 
-    columns = [TextColumn("tuning {task.description}", markup=False),
-               TextColumn("{task.fields[state]}", markup=False), TimeElapsedColumn()]
-    progress = Progress(*columns, console=console, transient=False)
-    handle = progress.add_task(model, total=None, state="starting")
-
-    def on_stage(job) -> None:
-        summary = job.summary()
-        measured = sum(1 for p in job.progress if p.history)
-        estimate = summary["estimated_latency_s"] * 1e3
-        budget = f" of {minutes:g} min" if minutes else ""
-        closing = ", timing the best again" if job.plan.remeasuring else ""
-        progress.update(handle, state=f"{job.trials} trials, {measured}/{len(job.tasks)} "
-                        f"tasks measured, estimate {estimate:.3f} ms{budget}{closing}")
-    return progress, on_stage
+    return TuningProgress(Path(model).name or model, minutes, console=console)
 
 
 @_command()
 def tune(
-    model: str = typer.Argument(..., help=MODEL_HELP),
-    minutes: Optional[float] = typer.Option(None, min=0.01, help="wall-clock budget"),
+    model: str = MODEL_ARGUMENT,
+    minutes: Optional[float] = typer.Option(None, min=MIN_MINUTES, help=MINUTES_HELP),
     trials: Optional[int] = typer.Option(None, min=1, help="at most this many candidates "
                                          "per task (default 64, no cap with --minutes or "
                                          "--total-trials)"),
@@ -445,12 +626,14 @@ def tune(
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
     image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
     target: str = typer.Option("cpu", help="cpu or cuda"),
-    store: Optional[Path] = typer.Option(None, help="run store root"),
+    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
     seed: Optional[int] = typer.Option(None, help="search seed"),
     tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": candidates are "
                                           "profiled there"),
     device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="log every finished task"),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    log_tasks: bool = typer.Option(False, "--log-tasks", help="print a line per finished "
+                                   "task"),
 ) -> None:
     """Autotune a model; its records go to the run store under a new run id (and to the
     global database), for `simpletvm compile MODEL --records RUN_ID`. With --tracker,
@@ -458,46 +641,83 @@ def tune(
     from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
-    console, ctx, stvm = _session(store, target, verbose, remote, device_key)
+    console, ctx, stvm = _session(store, target, log_tasks, remote, device_key, kind="tune",
+                                  threads=threads)
     try:
-        stvm.from_model(model, **_model_options(input_shape, image_size))
-        progress, on_stage = _tuning_progress(console, model, minutes)
-        with progress:
-            stvm.autotune(trials=trials, total_trials=total_trials, minutes=minutes,
-                          seed=seed, on_stage=on_stage)
+        stvm.from_model(model, **_model_options(model, input_shape, image_size))
+        ctx.status = "running"
+        ctx.save()  # listed as running while it tunes
+        stvm.autotune(trials=trials, total_trials=total_trials, minutes=minutes,
+                      seed=seed, progress=_tuning_progress(console, model, minutes))
     except (SimpleTVMError, ValueError) as error:
+        ctx.status = "failed"
         ctx.save()
         raise _refuse(console, error) from error
+    ctx.status = "ok"
     ctx.save()
     summary = stvm.tuning_summary
     console.print(f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
-                  f"{ctx.step_durations().get('autotune', 0):.0f} s; {_estimate_text(summary)}")
+                  f"{ctx.step_durations().get('autotune', 0):.0f} s; {_estimate_text(summary)}",
+                  soft_wrap=True)
     _print_skipped(console, summary)
-    console.print(f"run id   {ctx.run_id}")
-    console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR")
+    console.print(f"run id   {ctx.run_id}", soft_wrap=True)
+    # the command to copy, on one line whatever the width (a path wrapped can't be pasted)
+    console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR",
+                  highlight=False, soft_wrap=True)
 
 
 @_command(name="compile")
 def compile_model(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = MODEL_ARGUMENT,
     output: Path = typer.Option(..., "--output", "-o", help="directory for the module"),
     records: str = typer.Option("global", help="global, best, none, or a run id"),
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
     image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
     target: str = typer.Option("cpu", help="cpu or cuda"),
-    store: Optional[Path] = typer.Option(None, help="run store root"),
+    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Build a model with tuning records and save it (model.so + metadata.json)."""
     from simpletvm.errors import SimpleTVMError
 
-    console, ctx, stvm = _session(store, target)
+    console, ctx, stvm = _session(store, target, kind="compile", threads=threads)
+    untuned = records.lower() == "none"
     try:
-        stvm.from_model(model, **_model_options(input_shape, image_size))
-        stvm.build(records=None if records.lower() == "none" else records).save(output)
+        stvm.from_model(model, **_model_options(model, input_shape, image_size))
+        stvm.build(records=None if untuned else records).save(output)
     except (SimpleTVMError, ValueError) as error:
         raise _refuse(console, error) from error
-    applied = next(s for s in ctx.steps if s["step"] == "build").get("records_applied", 0)
-    console.print(f"compiled {model} with {records} records ({applied} applied) -> {output}")
+    ctx.status = "ok"
+    ctx.save()
+    if untuned:
+        console.print(f"compiled {model} untuned (no records) -> {output}")
+        return
+    build = next(s for s in ctx.steps if s["step"] == "build")
+    console.print(f"compiled {model} with {records} records: {build['tasks_with_records']} "
+                  f"of {build['tasks']} tasks tuned -> {output}")
+    _warn_unmatched_records(build, records)
+
+
+def _warn_unmatched_records(build: dict, records: str) -> None:
+    """When none of the built model's tasks found a record: say so, and why, as far as
+    the store tells."""
+    from rich.text import Text
+
+    if build["tasks_with_records"] or not build["tasks"]:
+        return
+    where = {"global": "the store", "best": "the store's best records"}.get(records, records)
+    why = {
+        "empty": "it holds no tuning records: tune the model first (simpletvm tune MODEL)",
+        "workloads": (f"its {build['records_loaded']} records for this target are of other "
+                      "tasks: another model, or this one with another input shape"),
+        "target": ("its records are for another target or CPU ("
+                   + ", ".join(build.get("records_targets", [])) + "), this build for "
+                   f"{build.get('target_key')}: tune on this machine, or compile where the "
+                   "records were measured"),
+    }[build.get("records_mismatch", "empty")]
+    _console(stderr=True).print(Text.assemble(
+        ("warning:", "yellow"), f" none of the model's {build['tasks']} tasks has a record "
+        f"in {where}, so the module is untuned: {why}"), highlight=False, soft_wrap=True)
 
 
 @_command(name="run")
@@ -510,10 +730,11 @@ def run_module(
     tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": the module runs "
                                           "there"),
     device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
-    store: Optional[Path] = typer.Option(None, help="run store root"),
+    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Run a compiled module on inputs saved with numpy.save, here or, with --tracker, on
-    a server of --device-key."""
+    a server of --device-key. Makes no run in the store (the module's is its run)."""
     import json
 
     import numpy as np
@@ -522,7 +743,8 @@ def run_module(
     from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
-    console, ctx, stvm = _session(store, tracker=remote, device_key=device_key)
+    console, ctx, stvm = _session(store, tracker=remote, device_key=device_key, kind="run",
+                                  threads=threads)
     metadata_path = module / METADATA_FILE
     if not metadata_path.exists():
         raise _refuse(console, FileNotFoundError(
@@ -530,12 +752,18 @@ def run_module(
             "simpletvm compile MODEL -o DIR"))
     try:
         metadata = json.loads(metadata_path.read_text())
-        stvm.load(metadata["run_id"], directory=module)
         named = dict(item.split("=", 1) if "=" in item else ("", item) for item in input)
-        arrays = {name: np.load(path) for name, path in named.items()}
+        expected = [spec["name"] for spec in metadata.get("inputs", [])]
+        unknown = [name for name in named if name and name not in expected]
+        if unknown:
+            raise SimpleTVMError(f"unknown input {', '.join(map(repr, unknown))}: the "
+                                 f"model's inputs are {expected} (-i NAME=x.npy)")
+        arrays = {name: _load_array(path) for name, path in named.items()}
+        stvm.load(metadata["run_id"], directory=module)
         result = stvm.run(arrays.get("") if list(arrays) == [""] else arrays)
     except (SimpleTVMError, ValueError, OSError) as error:
         raise _refuse(console, error) from error
+    ctx.discard()  # the module's run is the one to keep; running it adds none
     results = result if isinstance(result, list) else [result]
     if remote is not None:
         console.print(f"ran on {_where(ctx.steps[-1]['device'])}", highlight=False)
@@ -552,9 +780,30 @@ def run_module(
         console.print(f"wrote {output} ({len(results)} outputs)")
 
 
+def _load_array(path: str):
+    """An input saved with numpy.save, or a SimpleTVMError naming what the file is not."""
+    import numpy as np
+
+    from simpletvm.errors import SimpleTVMError
+
+    if not Path(path).is_file():
+        raise SimpleTVMError(f"input file {path} does not exist")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        array = None
+    if not isinstance(array, np.ndarray):
+        raise SimpleTVMError(
+            f"{path} is not a .npy array: save each input with numpy.save, e.g. "
+            "python -c \"import numpy as np; np.save('x.npy', np.zeros((1, 224, 224, 3), "
+            "'float32'))\"")
+    return array
+
+
 @_command()
 def benchmark(
-    model: str = typer.Argument(..., help=MODEL_HELP + ", or the run id of a `tune`"),
+    model: str = typer.Argument(..., metavar="MODEL", show_default=False,
+                                help=MODEL_HELP + ", or the run id of a `tune`"),
     records: str = typer.Option("global", help="records of the tuned build: global, best "
                                 "or a run id (a run id given as MODEL implies it)"),
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
@@ -564,7 +813,8 @@ def benchmark(
     tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": both builds are "
                                           "timed there"),
     device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
-    store: Optional[Path] = typer.Option(None, help="run store root"),
+    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Was tuning worth it here? The model untuned, tuned, and in ONNX Runtime or TFLite
     when installed (for .onnx and .tflite files), timed side by side on one input. With
@@ -576,31 +826,57 @@ def benchmark(
     from simpletvm.runtime.evaluation import random_inputs
     from simpletvm.store import RunStore
 
+    from simpletvm import SimpleTVM
+
     remote = _remote(tracker, device_key)
-    console, ctx, _ = _session(store)
-    options = _model_options(input_shape, image_size)
+    console, ctx, _ = _session(store, tracker=remote, device_key=device_key, kind="benchmark",
+                               threads=threads)
+    options = _model_options(model, input_shape, image_size)
     run_store = RunStore(store)
+    tuned_run = None
     if model in run_store.run_ids():  # a tuning run: its model, its options, its records
+        tuned_run = model
         model, options, records = _tuned_run(run_store, model)
+    tuned_name = f"tuned ({records})"
     try:
         builds = {}
-        for name, applied in (("untuned", None), (f"tuned ({records})", records)):
-            _, _, stvm = _session(store, tracker=remote, device_key=device_key)
+        for name, applied in (("untuned", None), (tuned_name, records)):
+            stvm = SimpleTVM(ctx, rpc_tracker=remote)  # both builds' steps in one run
             builds[name] = stvm.from_model(model, **options).build(records=applied)
     except (SimpleTVMError, ValueError) as error:
         raise _refuse(console, error) from error
     if remote is not None:
-        _benchmark_remotely(console, model, builds, f"tuned ({records})", rounds * calls)
+        medians = _benchmark_remotely(console, model, builds, tuned_name, rounds * calls)
+    else:
+        specs = builds["untuned"].model.inputs
+        example = random_inputs(specs)
+        runners = {name: simpletvm_runner(stvm, example[0]) for name, stvm in builds.items()}
+        peer_threads = threads or builds["untuned"].target.spec.get("num-cores", 1)
+        runners.update(_peer_runners(console, model, specs, example, peer_threads))
+        samples = time_side_by_side(runners, rounds, calls, warmup=3)
+        medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+        _print_medians(console, f"{model}: median per call from Python, {rounds} x {calls} "
+                       "calls in turns", medians, tuned_name)
+    _keep_benchmark(ctx, run_store, tuned_run, medians, tuned_name)
+
+
+def _keep_benchmark(ctx, run_store, tuned_run: Optional[str], medians: dict[str, float],
+                    tuned_name: str) -> None:
+    """The medians go with the run they are about: a tuning run given as MODEL keeps
+    them (the benchmark makes no run of its own), else the benchmark's run does."""
+    from simpletvm import BenchmarkingContext
+
+    result = {"medians_ms": medians, "tuned": tuned_name,
+              "tuned_median_ms": medians[tuned_name], "run_id": ctx.run_id}
+    if tuned_run is not None:
+        tuned = BenchmarkingContext.load(tuned_run, run_store)
+        tuned.results["benchmark"] = result
+        tuned.save()
+        ctx.discard()
         return
-    specs = builds["untuned"].model.inputs
-    example = random_inputs(specs)
-    runners = {name: simpletvm_runner(stvm, example[0]) for name, stvm in builds.items()}
-    threads = builds["untuned"].target.spec.get("num-cores", 1)
-    runners.update(_peer_runners(console, model, specs, example, threads))
-    samples = time_side_by_side(runners, rounds, calls, warmup=3)
-    medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
-    _print_medians(console, f"{model}: median per call from Python, {rounds} x {calls} calls "
-                   "in turns", medians, f"tuned ({records})")
+    ctx.results["benchmark"] = result
+    ctx.status = "ok"
+    ctx.save()
 
 
 def _print_medians(console, heading: str, medians: dict[str, float], tuned_name: str) -> None:
@@ -615,7 +891,7 @@ def _print_medians(console, heading: str, medians: dict[str, float], tuned_name:
 
 
 def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
-                        repeat: int) -> None:
+                        repeat: int) -> dict[str, float]:
     """Time each build on a server of the device key, one after the other, in TVM's time
     evaluator there (a call from here would time the network too)."""
     medians, where = {}, ""
@@ -623,6 +899,7 @@ def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
         evaluation = stvm.evaluate(repeat=repeat, warmup=3).last_evaluation
         medians[name], where = evaluation["median_ms"], _where(evaluation["device"])
     _print_medians(console, f"{model}: median of {repeat} runs on {where}", medians, tuned_name)
+    return medians
 
 
 def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
@@ -659,6 +936,26 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
         console.print(f"({error.name} is not installed, so no peer timing: pip install "
                       f"{error.name} or 'simpletvm[bench]')", highlight=False)
     return runners
+
+
+# ---- the tuning service: `simpletvm serve/submit/jobs/fetch` -----------------------
+# They live in the service package, which sits above simpletvm; each command hands its
+# arguments to the service's own CLI, imported only when the command runs.
+def _service_command(name: str, summary: str) -> None:
+    @app.command(name, help=summary, add_help_option=False,
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def command(ctx: typer.Context) -> None:
+        from service.cli import app as service_app
+
+        service_app([name, *ctx.args], prog_name="simpletvm")
+
+
+for _name, _summary in (
+        ("serve", "Start the tuning service: jobs from many users, one scheduler (see --help)."),
+        ("submit", "Submit a model to a tuning service (see --help)."),
+        ("jobs", "List your jobs on a tuning service."),
+        ("fetch", "Download a done job's module from a tuning service.")):
+    _service_command(_name, _summary)
 
 
 def main() -> None:

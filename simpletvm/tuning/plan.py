@@ -156,6 +156,7 @@ class TuningPlan:
             progress.trials = before
         self._clock = clock
         self._deadline: float | None = None  # set when the first stage starts
+        self._started_at: float | None = None  # ... and when that was
         self._stage_began = 0.0
         self._candidates = 0  # of the current iteration, building or profiling
         self._candidate_s = {"build": [0.0, 0], "profile": [0.0, 0]}  # seconds, candidates
@@ -179,9 +180,31 @@ class TuningPlan:
     def trials(self) -> int:
         return sum(p.trials for p in self.progress)
 
+    @property
+    def started_at(self) -> float | None:
+        """When the first stage began (the clock's seconds), None before."""
+        return self._started_at
+
+    @property
+    def deadline(self) -> float | None:
+        """When a ``minutes`` budget ends (the clock's seconds): None without one, or
+        before the first stage."""
+        return self._deadline
+
+    @property
+    def remeasure_left(self) -> int:
+        """Tasks the closing round has still to time again (the current one included)."""
+        return len(self._remeasure_queue)
+
+    def now(self) -> float:
+        """The plan's clock (progress displays read the time as the plan does)."""
+        return self._clock()
+
     def stage_started(self) -> None:
         """A stage begins: the wall-clock budget runs from the first one."""
         self._stage_began = self._clock()
+        if self._started_at is None:
+            self._started_at = self._stage_began
         if self._deadline is None and self.options.minutes is not None:
             self._deadline = self._stage_began + self.options.minutes * 60
 

@@ -4,6 +4,7 @@ unexpected error 3 naming the log of its traceback, Ctrl-C 130."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -77,13 +78,24 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     done = subprocess.run(
         [sys.executable, "-m", "simpletvm", "tune", str(tiny_onnx), "--minutes", "0.05",
          "--seed", "0", "--store", str(store)],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"})
     assert done.returncode == 0, done.stdout + done.stderr
     output = " ".join(done.stdout.split())
     run_id = re.search(r"run id (\w{32})", output).group(1)
     trials, tasks = map(int, re.search(r"(\d+) trials over (\d+) tasks", output).groups())
     assert trials >= tasks  # a 3-second budget still measures every task once, then stops
-    assert f"simpletvm compile {tiny_onnx} --records {run_id}" in output
+    lines = done.stdout.splitlines()
+    # piped: plain progress lines as it goes (not one line at the end), each whole
+    progress = [line for line in lines if line.startswith(f"tuning {tiny_onnx.name}: ")]
+    assert len(progress) >= 3, done.stdout
+    for line in progress[:-1]:
+        assert re.fullmatch(r"tuning \S+: \d+ trials, (\d+ of \d+ tasks measured(, those sum "
+                            r"to [\d.]+ ms)?|estimate [\d.]+ ms.*?), (starting|.*(left of|over "
+                            r"the) \d+:\d\d( budget: .+)?, ETA \d\d:\d\d:\d\d)", line), line
+    assert re.fullmatch(rf"tuning \S+: {trials} trials, estimate [\d.]+ ms.*, \d+:\d\d "
+                        r"elapsed(, \d+:\d\d over the 0:03 budget: .+)?", progress[-1]), lines
+    # the command to run next on one line, whatever the terminal's width
+    assert f"next     simpletvm compile {tiny_onnx} --records {run_id} -o DIR" in lines
     result = invoke("benchmark", run_id, "--rounds", "2", "--calls", "5", "--store", store)
     assert result.exit_code == 0, result.output
     text = flat(result)

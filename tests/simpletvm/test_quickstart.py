@@ -56,6 +56,10 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
     result = CliRunner().invoke(app, ["quickstart", "--image-size", "32", "--minutes", "0.1",
                                       "--store", str(tmp_path)])
     assert result.exit_code == 0, result.output
+    # the tuning shows as progress lines, not a log line per task (those are in the log)
+    assert not re.search(r"task \d+/\d+ \S+ tuned", result.output), result.output
+    assert re.search(r"^tuning mobilenetv2: \d+ trials, estimate [\d.]+ ms", result.output,
+                     re.MULTILINE), result.output
     output = " ".join(result.output.split())
     untuned, tuned = (float(re.search(rf"\b{build} \W ([\d.]+) \W [\d.]+ \W [\d.]+ \W",
                                       output).group(1)) for build in ("untuned", "tuned"))

@@ -92,7 +92,7 @@ def test_another_run_builds_with_the_records_through_the_database(tuned, source)
     other = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
         stvm.model.source).build(records=records)
     build = next(s for s in other.context.steps if s["step"] == "build")
-    assert build["records_applied"] >= 6
+    assert build["records_loaded"] >= 6
     np.testing.assert_allclose(other.run(tuned["x"]), tuned["expected"], atol=1e-4)
 
 
@@ -334,7 +334,18 @@ def test_a_buffered_job_builds_from_its_own_records_when_the_store_never_gets_th
     assert open_records(store).count(run_id=stvm.context.run_id) == 0
     stvm.build(records="run")
     build = stvm.context.steps[-1]
-    assert build["step"] == "build" and build["records_applied"] == job.trials > 0
+    assert build["step"] == "build" and build["records_loaded"] == job.trials > 0
     stvm.close()
     assert open_records(store).count(run_id=stvm.context.run_id) == 0
     assert stvm.run(np.zeros((1, 3, 32, 32), "float32")).shape == (1, 10)
+
+
+def test_autotune_shows_its_progress_when_asked(tiny_onnx, tmp_path, capsys):
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(tiny_onnx)
+    stvm.autotune(minutes=0.03, seed=0, progress=True, remeasure=0, **FAST_SEARCH)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("tuning ")]
+    assert len(lines) >= 2, err
+    assert re.search(r"\d+ of \d+ tasks measured", lines[0]), lines
+    assert re.search(rf"{stvm.tuning_summary['trials']} trials, estimate [\d.]+ ms.*elapsed",
+                     lines[-1]), lines
