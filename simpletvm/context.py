@@ -11,6 +11,8 @@ import contextlib
 from enum import Enum
 import json
 import logging
+import os
+import shutil
 import time
 import uuid
 from datetime import datetime, timezone
@@ -86,6 +88,12 @@ class BenchmarkingContext:
         self.tuning: dict[str, Any] = {}
         self.evaluation: dict[str, Any] = {}
         self.artifacts: dict[str, str] = {}
+        # what made the run (a CLI command's name: tune, compile, benchmark...; None from
+        # Python) and how it ended: "running", "ok", "failed" or "interrupted" (None: "ok",
+        # or "failed" when a step failed, as saved)
+        self.kind: str | None = None
+        self.status: str | None = None
+        self.results: dict[str, Any] = {}  # what a command measured besides evaluate()
         self._logger: logging.Logger | None = None
 
     def __repr__(self) -> str:
@@ -195,7 +203,22 @@ class BenchmarkingContext:
             "tuning": self.tuning,
             "evaluation": self.evaluation,
             "artifacts": self.artifacts,
+            "kind": self.kind,
+            "status": self.status or (
+                "failed" if any(s["status"] == StepStatus.ERROR for s in self.steps) else "ok"),
+            "pid": os.getpid(),
+            "results": self.results,
         }
+
+    def discard(self) -> None:
+        """Remove the run's directory (its log included): for a run that did nothing
+        worth keeping (a command refused its input, or ran a saved module)."""
+        if self._logger is not None:
+            for handler in list(self._logger.handlers):
+                handler.close()
+                self._logger.removeHandler(handler)
+            self._logger = None
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write the context as JSON (atomically); default ``runs/<run_id>/context.json``."""
@@ -215,7 +238,8 @@ class BenchmarkingContext:
             run_id=data["run_id"],
         )
         for key in ("created_at", "target_spec", "host", "versions", "model", "parameters",
-                    "steps", "stages", "tuning", "evaluation", "artifacts"):
+                    "steps", "stages", "tuning", "evaluation", "artifacts", "kind", "status",
+                    "results"):
             if key in data:
                 setattr(ctx, key, data[key])
         return ctx

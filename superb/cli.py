@@ -21,6 +21,7 @@ from typing import List, Optional
 
 import typer
 
+from simpletvm.cli_options import STORE_HELP
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
 
 from .grid import GridError
@@ -28,11 +29,11 @@ from .grid import GridError
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Sweep grids of SimpleTVM runs: every combination, recorded as CSV.")
 
-GRID = typer.Argument(..., help="the grid file (YAML)", show_default=False)
+GRID = typer.Argument(..., metavar="GRID", help="the grid file (YAML)", show_default=False)
 PARAM = typer.Option(None, "--param", "-p", metavar="NAME=V1,V2",
                      help="add or replace an axis (repeatable)")
-STORE = typer.Option(None, "--store", help="run store root (default: $SIMPLETVM_HOME or "
-                     "~/tvm-benchmark); experiments go to <store>/superb/<name>")
+STORE = typer.Option(None, "--store", help=STORE_HELP + "; experiments go to "
+                     "<store>/superb/<name>")
 
 
 def _console(stderr: bool = False):

@@ -93,6 +93,7 @@ def static_shapes(
     for spec in inputs:
         if given and (spec.name in given or ("" in given and len(given) == 1)):
             shapes[spec.name] = given.get(spec.name, given.get(""))
+            _refuse_changed_dimensions(spec, shapes[spec.name], source)
             continue
         if spec.dims is None:
             unknown.append((spec, None))
@@ -121,6 +122,28 @@ def static_shapes(
         f"{source} has inputs with unknown dimensions: {listed}. Pass their sizes, e.g. "
         f"input_shapes={{{shown}}} with each <...> replaced by a size (an unknown batch "
         f"axis takes batch_size={batch_size})")
+
+
+def _refuse_changed_dimensions(spec: InputDims, shape: tuple[int, ...], source: str) -> None:
+    """``input_shapes`` fills a model's unknown dimensions; a fixed one given another
+    size (or another rank) would import a different model, which TVM then rejects deep
+    inside (or, worse, accepts): refuse it here, naming the model's shape."""
+    from simpletvm.errors import ModelImportError
+
+    if spec.dims is None:
+        return
+    if len(shape) == len(spec.dims) and all(
+            _unknown(known) or known == size for known, size in zip(spec.dims, shape)):
+        return
+    declared = "[" + ", ".join("?" if _unknown(d) else str(d) for d in spec.dims) + "]"
+    open_axes = [axis for axis, d in enumerate(spec.dims) if _unknown(d)]
+    fill = (f"give only the unknown dimensions (axis {', '.join(map(str, open_axes))}, the "
+            "'?' above)" if open_axes else "give only the unknown dimensions (it has none)")
+    raise ModelImportError(
+        f"{source} declares input {spec.name!r} with the shape {declared}, and the input "
+        f"shape given, {list(shape)}, changes its fixed dimensions: an input shape only "
+        f"fills unknown dimensions. To import the model as it is, drop --input-shape "
+        f"(input_shapes=), or {fill}")
 
 
 def _unknown(size: int | None) -> bool:

@@ -73,8 +73,7 @@ def relax_from_onnx(
         raise ModelImportError(
             f"TVM's ONNX frontend cannot import {source} (opset {_opset(model)}): "
             f"{type(error).__name__}: {error}. Try another opset when exporting (13 to "
-            "20), input_shapes=... for unknown dimensions, or another format (.tflite "
-            "for TensorFlow models)") from error
+            "20), or another format (.tflite for TensorFlow models)") from error
     mod = binary_min_max(mod)
     outputs = [
         TensorSpec(vi.name, tuple(d or 0 for d in _value_info_shape(vi)), _dtype(vi))

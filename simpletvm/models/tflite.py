@@ -14,13 +14,13 @@ from typing import Any
 
 from simpletvm.errors import ModelImportError
 from simpletvm._process.native_output import redirected
-from simpletvm.models.base import (ImportedModel, TensorSpec, normalize_shapes, pick_shape,
-                   unsupported_operators_error)
+from simpletvm.models.base import (ImportedModel, InputDims, TensorSpec, normalize_shapes,
+                   static_shapes, unsupported_operators_error)
 
+# (no input_shapes advice: the shapes were checked and made static before the frontend)
 _ADVICE = ("Try converting the model with TFLite's builtin operators only (no Flex/"
-           "SELECT_TF_OPS or custom operators), exporting it to ONNX instead (tf2onnx, "
-           "opset 13 to 20) and importing the .onnx, or input_shapes=... for unknown "
-           "dimensions")
+           "SELECT_TF_OPS or custom operators), or exporting it to ONNX instead (tf2onnx, "
+           "opset 13 to 20) and importing the .onnx")
 _TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
                   9: "int8"}
 
@@ -73,8 +73,14 @@ def relax_from_tflite(
     found = _tensors(subgraph, subgraph.InputsAsNumpy())
     names = input_names if input_names and len(input_names) == len(found) else [
         name for name, _, _ in found]
-    shapes = {tensor: pick_shape(name, shape, given, batch_size)
-              for name, (tensor, shape, _) in zip(names, found)}
+    if given and set(given) - {""} - set(names):
+        raise ModelImportError(
+            f"input_shapes names {sorted(set(given) - {''} - set(names))}, which {source} "
+            f"does not have; its inputs are {names}")
+    # checked here, before TVM's frontend sees a shape the model cannot take
+    fixed = static_shapes([InputDims(name, shape) for name, (_, shape, _) in zip(names, found)],
+                          given, batch_size, source)
+    shapes = {tensor: fixed[name] for name, (tensor, _, _) in zip(names, found)}
     converter = functools.partial(Converter, flatbuffer=flatbuffer)
     refuse_unsupported_operators(converter, model, source)
     try:

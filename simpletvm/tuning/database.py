@@ -146,4 +146,4 @@ def records_database(records: str, store: RecordStore, target, run_id: str) -> R
     raise RunNotFoundError(
         f"build(records={records!r}): no run with that id has tuning records in "
         f"{store.path}, and no such path; use 'global', 'best', 'run', a run id, a "
-        "records file or store directory, or None")
+        "records file or store directory, or none (untuned)")

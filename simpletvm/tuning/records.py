@@ -206,6 +206,14 @@ class RecordStore:
     def __len__(self) -> int:
         return self.count()
 
+    def target_keys(self, run_id: str | None = None) -> list[str]:
+        """The target keys records are kept for (of one run, or of all)."""
+        sql = "SELECT DISTINCT target_key FROM records"
+        args: tuple = ()
+        if run_id is not None:
+            sql, args = sql + " WHERE run_id = ?", (run_id,)
+        return sorted(key for key, in self._connection().execute(sql, args))
+
     def run_counts(self, run_id: str) -> dict[str, int]:
         """Workload key -> records one run measured (what a resumed run has done)."""
         rows = self._connection().execute(

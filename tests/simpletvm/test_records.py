@@ -284,7 +284,7 @@ def test_a_tuning_run_commits_each_record_under_its_run_id_and_builds_from_them(
     assert records.count(run_id=run_id) == stvm.tuning_summary["trials"] > 0
     stvm.build(records="run")
     build = next(s for s in reversed(stvm.context.steps) if s["step"] == "build")
-    assert build["records_applied"] == records.count(run_id=run_id)
+    assert build["records_loaded"] == records.count(run_id=run_id)
     np.testing.assert_allclose(stvm.run(x), expected, rtol=1e-4, atol=1e-5)
 
 

@@ -8,7 +8,8 @@ import sys
 from superb_helpers import REPO, superb_command, superb_env
 
 HEAVY = ("tvm", "tensorflow", "pandas", "numpy", "simpletvm", "onnx", "keras")
-LIGHT = ("simpletvm", "simpletvm.exit_codes")  # the exit codes both CLIs share
+# the exit codes and the option vocabulary both CLIs share
+LIGHT = ("simpletvm", "simpletvm.exit_codes", "simpletvm.cli_options")
 
 
 def test_cli_import_is_light():
