@@ -215,14 +215,22 @@ def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
     return tasks
 
 
-def apply_records(fused_mod, target: ResolvedTarget, database):
+def apply_records(fused_mod, target: ResolvedTarget, database, *, defaults: bool = True):
     """The fused module with each tuned PrimFunc replaced by its best record in
-    ``database``, and the weights those schedules read in their own layout repacked
-    once, here, rather than on every call."""
+    ``database`` (None: no records), on CPUs every other PrimFunc by its default schedule
+    (``defaults``; :mod:`simpletvm.compiler.default_schedules`), and the weights those
+    schedules read in their own layout repacked once, here, rather than on every call."""
+    import contextlib
+
     from tvm import relax
 
-    with target.tvm_target(), database:
-        mod = relax.transform.MetaScheduleApplyDatabase()(fused_mod)
+    from simpletvm.compiler.default_schedules import apply_default_schedules
+
+    with target.tvm_target(), database if database is not None else contextlib.nullcontext():
+        mod = (fused_mod if database is None
+               else relax.transform.MetaScheduleApplyDatabase()(fused_mod))
+        if defaults:
+            mod, _ = apply_default_schedules(mod, target)
         mod = relax.transform.SplitLayoutRewritePreproc()(mod)
         mod = relax.transform.FoldConstant()(mod)
         # the repacked weights come out of folding as tuples of constants, which the
@@ -232,7 +240,7 @@ def apply_records(fused_mod, target: ResolvedTarget, database):
 
 
 def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
-                  bytecode: bool = False):
+                  bytecode: bool = False, default_schedules: bool = True):
     """Build an executable, replacing each tuned PrimFunc with its best record.
 
     GPU targets need every kernel scheduled, so untuned ones get DLight's defaults.
@@ -240,13 +248,17 @@ def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
     a model of many microsecond kernels (the quickstart's 55) spends a measurable share
     of its time interpreting the calls between them (BENCHMARKS.md). ``bytecode=True``
     keeps the bytecode, whose calls a VM instrument sees one by one (profiling kernels
-    in place).
+    in place). On CPUs a kernel that no record covers gets its default schedule
+    (parallel, vectorized; :mod:`simpletvm.compiler.default_schedules`), not TVM's naive
+    one; ``default_schedules=False`` keeps TVM's (for comparisons).
     """
     from tvm import relax
     from tvm.s_tir import dlight
 
     tvm_target = target.tvm_target()
-    mod = fused_mod if database is None else apply_records(fused_mod, target, database)
+    defaults = default_schedules and target.device_type == "cpu"
+    mod = (fused_mod if database is None and not defaults
+           else apply_records(fused_mod, target, database, defaults=defaults))
     if target.device_type == "cuda":
         with tvm_target:
             mod = dlight.ApplyDefaultSchedule(

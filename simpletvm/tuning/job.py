@@ -127,6 +127,7 @@ class TuningJob:
         self._runs_locally = runner is None
         self._tune_contexts: dict[int, Any] = {}  # per started task: its search state
         self._samplers: dict[int, Any] = {}  # per started task: its cold-start sampling
+        self._defaults: dict[int, Any] = {}  # per started task: its default, until selected
         self._sampled = False  # the current candidates came from the cold-start sampling
         self._workloads: dict[int, Any] = {}
         self._measured: dict[int, set[int]] = {}  # per started task: modules measured
@@ -230,6 +231,7 @@ class TuningJob:
                     return {"candidates": 0}
                 self._start_task(index)
             offered, fresh, self._sampled = self._offered(index)
+            fresh = self._with_default(index, fresh)  # the task's first batch only
         except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
             self.plan.task_failed(f"{type(error).__name__}: {_first_line(error)}")
             return {"candidates": 0, "errors": 1}
@@ -386,10 +388,37 @@ class TuningJob:
                            design_spaces=spaces, database=self._database,
                            cost_model=self._cost_model)
         self._tune_contexts[index] = context
+        self._defaults[index] = self._default_candidate(context)
         if options.transfer_learning:
             self._warm_cost_model(context, workload)
         if options.search_strategy == "evolutionary" and self._cost_model_is_cold():
             self._samplers[index] = self._cold_sampler(index, context, spaces)
+
+    def _default_candidate(self, context):
+        """The task's default schedule as a candidate (None: it has none; the task is
+        tuned from the search's candidates alone)."""
+        if self.target.device_type != "cpu":
+            return None
+        from simpletvm.compiler.default_schedules import default_candidate
+
+        try:
+            return default_candidate(context.mod, self._tvm_target, context=context)
+        except Exception as error:  # noqa: BLE001 - the search still has its own
+            if self.context is not None:
+                self.context.logger.warning("%s has no default schedule: %s",
+                                            context.task_name, _first_line(error))
+            return None
+
+    def _with_default(self, index: int, fresh: list) -> list:
+        """``fresh`` with the task's default schedule first, in its first batch, so
+        tuning never ends worse than the untuned build (unless measured before)."""
+        default = self._defaults.pop(index, None)
+        if default is None:
+            return fresh
+        digest = _module_hash(default.sch.mod)
+        if digest in self._measured[index] or any(d == digest for d, _ in fresh):
+            return fresh
+        return [(digest, default), *fresh]
 
     def _offered(self, index: int) -> tuple[int, list[tuple[int, Any]], bool]:
         """How many candidates the task's search offered, those not measured yet (with
@@ -490,13 +519,15 @@ class TuningJob:
             if progress.skipped:
                 self.context.logger.warning(
                     "task %d/%d %s skipped, it keeps TVM's default schedule: %s", index + 1,
-                    len(self.tasks), progress.name, progress.skipped)
+                    len(self.tasks), progress.name, progress.skipped,
+                    extra={"tuning_task": True})
             else:
                 best = (f"{progress.best_latency_s * 1e3:.4f} ms"
                         if math.isfinite(progress.best_latency_s) else "none")
                 self.context.logger.info(
                     "task %d/%d %s tuned: %d trials, %d errors, best %s", index + 1,
-                    len(self.tasks), progress.name, progress.trials, progress.errors, best)
+                    len(self.tasks), progress.name, progress.trials, progress.errors, best,
+                    extra={"tuning_task": True})  # a progress display may leave these out
 
     def _ensure_runner(self):
         if self._runner is None:

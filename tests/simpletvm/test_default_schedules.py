@@ -1,0 +1,273 @@
+"""Default schedules: every CPU kernel without a record is parallel and vectorized, and
+computes what TVM's naive schedule computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simpletvm.compiler.default_schedules import (
+    PARALLEL_MIN_WORK,
+    CpuShape,
+    apply_default_schedules,
+    default_schedule,
+    loop_kinds,
+)
+from simpletvm.compiler.lowering import compile_fused, fuse
+from simpletvm.targets import resolve_target
+
+# a kernel whose loops run this many iterations or more must run parallel (smaller ones
+# run on one thread: a fork-join costs them more than it saves)
+SIGNIFICANT_WORK = PARALLEL_MIN_WORK
+
+
+@pytest.fixture(scope="module")
+def target():
+    return resolve_target("cpu")
+
+
+def _module(build, inputs):
+    """A Relax module ``main(*inputs)`` whose body ``build(bb, *vars)`` emits."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(shape=shape, dtype="float32"))
+              for i, shape in enumerate(inputs)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(build(bb, *params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _const(rng, shape, scale=0.1):
+    from tvm import relax
+
+    return relax.const((rng.standard_normal(shape) * scale).astype("float32"))
+
+
+def _run(executable, arrays):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
+    return out.numpy()
+
+
+def _check(mod, inputs, target, *, winograd=False, vector_ops=()):
+    """Default-scheduled build == naive build; every default-scheduled kernel of
+    significant work is parallel, and those named in ``vector_ops`` (substrings of their
+    names) are vectorized. Returns the default-scheduled kernels' loop kinds."""
+    import tvm
+
+    fused = fuse(mod, target, winograd=winograd, layout=None)
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(shape).astype("float32") for shape in inputs]
+    naive = _run(compile_fused(fused, target, default_schedules=False), arrays)
+    scheduled = _run(compile_fused(fused, target), arrays)
+    np.testing.assert_allclose(scheduled, naive, rtol=1e-4, atol=1e-5)
+
+    with target.tvm_target():
+        mod_scheduled, failed = apply_default_schedules(fused, target)
+    assert not failed, failed
+    kinds = {}
+    for gvar, func in mod_scheduled.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            kinds[gvar.name_hint] = loop_kinds(fused[gvar.name_hint]), loop_kinds(func)
+    assert kinds
+    for name, (before, after) in kinds.items():
+        if before["work"] >= SIGNIFICANT_WORK:
+            assert after["parallel"], (name, after)
+        if any(op in name for op in vector_ops):
+            assert after["vectorized"] or after["vector_dtype"], (name, after)
+    return kinds
+
+
+def _conv(bb, x, weight, *, stride=1, padding=1, groups=1):
+    from tvm import relax
+
+    conv = bb.emit(relax.op.nn.conv2d(x, weight, strides=stride, padding=padding,
+                                      groups=groups, data_layout="NHWC",
+                                      kernel_layout="OHWI"))
+    return relax.op.nn.relu(conv)
+
+
+def test_direct_conv_3x3(target):
+    rng = np.random.default_rng(0)
+    w = _const(rng, (32, 3, 3, 16))
+    mod = _module(lambda bb, x: _conv(bb, x, w), [(1, 14, 14, 16)])
+    _check(mod, [(1, 14, 14, 16)], target, vector_ops=("conv2d",))
+
+
+def test_conv_1x1_and_strided(target):
+    rng = np.random.default_rng(0)
+    w1, w2 = _const(rng, (64, 1, 1, 32)), _const(rng, (32, 3, 3, 64))
+
+    def build(bb, x):
+        h = bb.emit(_conv(bb, x, w1, padding=0))
+        return _conv(bb, h, w2, stride=2)
+
+    kinds = _check(mod := _module(build, [(1, 16, 16, 32)]), [(1, 16, 16, 32)], target,
+                   vector_ops=("conv2d",))
+    assert sum("conv2d" in name for name in kinds) == 2, (mod, kinds)
+
+
+def test_depthwise_conv(target):
+    rng = np.random.default_rng(0)
+    w = _const(rng, (32, 3, 3, 1))
+    mod = _module(lambda bb, x: _conv(bb, x, w, groups=32), [(1, 32, 32, 32)])
+    _check(mod, [(1, 32, 32, 32)], target, vector_ops=("conv2d",))
+
+
+def test_winograd_transforms_and_bgemm(target):
+    rng = np.random.default_rng(0)
+    w = _const(rng, (32, 3, 3, 32))
+    mod = _module(lambda bb, x: _conv(bb, x, w), [(1, 28, 28, 32)])
+    kinds = _check(mod, [(1, 28, 28, 32)], target, winograd=True, vector_ops=("winograd",))
+    assert any("winograd" in name for name in kinds), kinds
+
+
+def test_dense_and_matmul(target):
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    w, b = _const(rng, (256, 64)), _const(rng, (64,))
+
+    def build(bb, x, y):
+        h = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
+        return relax.op.matmul(y, relax.op.reshape(h, (1, 64, 16)))
+
+    _check(_module(build, [(16, 256), (1, 8, 64)]), [(16, 256), (1, 8, 64)], target,
+           vector_ops=("matmul",))
+
+
+def test_pooling(target):
+    from tvm import relax
+
+    def build(bb, x):
+        m = bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1, layout="NHWC"))
+        a = bb.emit(relax.op.nn.avg_pool2d(m, 2, 2, layout="NHWC"))
+        return relax.op.mean(a, axis=[1, 2])
+
+    _check(_module(build, [(1, 64, 64, 32)]), [(1, 64, 64, 32)], target,
+           vector_ops=("max_pool", "avg_pool"))
+
+
+def test_reductions_and_softmax(target):
+    from tvm import relax
+
+    def build(bb, x):
+        s = bb.emit(relax.op.sum(x, axis=[1], keepdims=True))
+        return relax.op.nn.softmax(relax.op.add(x, s), axis=-1)
+
+    kinds = _check(_module(build, [(256, 512)]), [(256, 512)], target, vector_ops=("add",))
+    assert any(after["parallel"] for _, after in kinds.values()), kinds
+
+
+def test_elementwise_and_layout(target):
+    from tvm import relax
+
+    def build(bb, x, y):
+        z = bb.emit(relax.op.nn.relu(relax.op.add(x, y)))
+        t = bb.emit(relax.op.permute_dims(z, [0, 3, 1, 2]))
+        p = bb.emit(relax.op.nn.pad(t, [0, 0, 0, 0, 1, 1, 1, 1]))
+        c = bb.emit(relax.op.concat([p, p], axis=1))
+        return relax.op.reshape(c, (1, 64, 66 * 66))
+
+    kinds = _check(_module(build, [(1, 64, 64, 32), (1, 64, 64, 32)]),
+                   [(1, 64, 64, 32), (1, 64, 64, 32)], target, vector_ops=("add",))
+    assert all(after["parallel"] for _, after in kinds.values()), kinds
+
+
+def test_deterministic(target):
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((1, 64, 64, 64), name="a")
+    b = te.compute(a.shape, lambda *i: te.max(a(*i), 0.0), name="b")
+    task = tvm.IRModule({"main": te.create_prim_func([a, b]).with_attr("global_symbol", "main")})
+    first = default_schedule(task, target.tvm_target())
+    second = default_schedule(task, target.tvm_target())
+    assert str(first.trace) == str(second.trace)
+    tvm.ir.assert_structural_equal(first.mod, second.mod)
+
+
+def test_vector_lanes_of_targets():
+    import tvm
+
+    assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})).lanes == 16
+    assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "skylake"})).lanes == 8
+    assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver3",
+                                          "num-cores": 2})).cores == 2
+
+
+def test_gpu_targets_unchanged():
+    from simpletvm.targets import ResolvedTarget
+
+    gpu = ResolvedTarget({"kind": "cuda", "host": {"kind": "llvm"}}, "cuda")
+    marker = object()
+    assert apply_default_schedules(marker, gpu) == (marker, {})
+
+
+def test_tiny_model_untuned_build_has_no_naive_kernel(tiny_onnx, tmp_path):
+    """An untuned build of the tiny test model: every kernel of significant work runs
+    parallel, none keeps TVM's naive schedule."""
+    import tvm
+
+    from simpletvm.api import SimpleTVM
+    from simpletvm.compiler.lowering import apply_records
+    from simpletvm.context import BenchmarkingContext
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(
+        str(tiny_onnx))
+    fused = stvm.fused_module
+    scheduled = apply_records(fused, stvm.target, None)
+    heavy = 0
+    for gvar, func in scheduled.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        assert func.attrs.get("tirx.is_scheduled", False), gvar.name_hint
+        if gvar.name_hint in fused.get_global_vars() or True:
+            work = loop_kinds(fused[gvar.name_hint])["work"] if any(
+                g.name_hint == gvar.name_hint for g in fused.get_global_vars()) else 0
+            if work >= SIGNIFICANT_WORK:
+                heavy += 1
+                assert loop_kinds(func)["parallel"], gvar.name_hint
+    assert heavy >= 2
+    image = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    untuned = stvm.build(records=None).run(image)
+    naive = _run(compile_fused(fused, stvm.target, default_schedules=False), [image])
+    np.testing.assert_allclose(untuned, naive, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # a TuningJob runs MetaSchedule's search (fakes build and time)
+def test_every_tasks_first_batch_holds_its_default_schedule(tiny_onnx, tmp_path):
+    """Tuning never starts worse than the default: the first select of each task offers
+    the default schedule, which is then measured and recorded."""
+    import tvm
+
+    from simpletvm.api import SimpleTVM
+    from simpletvm.context import BenchmarkingContext
+    from simpletvm.testing import fake_builder, fake_runner
+    from simpletvm.tuning.job import TuningJob
+    from simpletvm.tuning.options import TuningOptions
+    from simpletvm.tuning.records import RecordStore
+
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(
+        str(tiny_onnx))
+    job = TuningJob(stvm.fused_module, stvm.target,
+                    TuningOptions(candidates_per_iteration=2, seed=0, trials=2, population=16,
+                                  genetic_iterations=1, transfer_learning=False),
+                    records=RecordStore(tmp_path / "records.sqlite"), builder=fake_builder(),
+                    runner=fake_runner(0), run_id="d" * 32)
+    firsts = {}
+    while not job.is_complete():
+        spec = job.run_stage()
+        if spec.kind == "select" and spec.task not in firsts and job._candidates:
+            firsts[spec.task] = job._candidates[0]
+    job.finalize()
+    assert len(firsts) == len(job.tasks)
+    for index, candidate in firsts.items():
+        default = default_schedule(job.tasks[index].dispatched[0], stvm.target.tvm_target())
+        tvm.ir.assert_structural_equal(candidate.sch.mod, default.mod)
