@@ -16,27 +16,43 @@ import time
 
 
 def candidates_of_a_conv_task(count: int):
+    from tvm.s_tir import meta_schedule as ms
+
     from simpletvm.compiler.lowering import extract_tasks, fuse
     from simpletvm.models import import_model
     from simpletvm.targets import load_tensor_intrinsics, resolve_target
-    from tvm.s_tir import meta_schedule as ms
 
     target = resolve_target("cpu")
     load_tensor_intrinsics(target.kind)
-    model = import_model("mobilenetv2", alpha=0.35, image_size=96,
-                         cache_dir=os.path.join(tempfile.gettempdir(), "simpletvm-bench-zoo"))
+    model = import_model(
+        "mobilenetv2",
+        alpha=0.35,
+        image_size=96,
+        cache_dir=os.path.join(tempfile.gettempdir(), "simpletvm-bench-zoo"),
+    )
     tasks = extract_tasks(fuse(model.mod, target), target)
     task = max((t for t in tasks if "conv2d" in t.task_name), key=lambda t: t.weight)
-    context = ms.TuneContext(mod=task.dispatched[0], target=target.tvm_target(),
-                             space_generator="post-order-apply",
-                             search_strategy=ms.search_strategy.ReplayTrace(),
-                             task_name=task.task_name, rand_state=0, num_threads=1)
-    context.pre_tuning(max_trials=count, num_trials_per_iter=count,
-                       database=ms.database.MemoryDatabase(),
-                       cost_model=ms.cost_model.RandomModel())
+    context = ms.TuneContext(
+        mod=task.dispatched[0],
+        target=target.tvm_target(),
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(),
+        task_name=task.task_name,
+        rand_state=0,
+        num_threads=1,
+    )
+    context.pre_tuning(
+        max_trials=count,
+        num_trials_per_iter=count,
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+    )
     candidates = context.search_strategy.generate_measure_candidates()
-    return task.task_name, target, [
-        ms.builder.BuilderInput(c.sch.mod, target.tvm_target()) for c in candidates]
+    return (
+        task.task_name,
+        target,
+        [ms.builder.BuilderInput(c.sch.mod, target.tvm_target()) for c in candidates],
+    )
 
 
 def timed_build(builder, inputs) -> tuple[float, int, set[str]]:
@@ -55,12 +71,15 @@ def main() -> None:
     parser.add_argument("--patient-timeout", type=float, default=600.0)
     args = parser.parse_args()
 
-    from simpletvm.tuning.builder import PersistentBuilder
     from tvm.s_tir.meta_schedule.builder import LocalBuilder
 
+    from simpletvm.tuning.builder import PersistentBuilder
+
     task_name, target, inputs = candidates_of_a_conv_task(args.candidates)
-    print(f"task {task_name}: {len(inputs)} candidates, {args.workers} workers, "
-          f"{args.batches} batches each, {os.cpu_count()} cores")
+    print(
+        f"task {task_name}: {len(inputs)} candidates, {args.workers} workers, "
+        f"{args.batches} batches each, {os.cpu_count()} cores"
+    )
     rows = []
     persistent = PersistentBuilder(target.kind, max_workers=args.workers)
     try:
@@ -73,14 +92,17 @@ def main() -> None:
         rows.append(("LocalBuilder", batch, *timed_build(stock, inputs)))
     # the same builder given time to finish its imports: its throughput without timeouts
     patient = LocalBuilder(max_workers=args.workers, timeout_sec=args.patient_timeout)
-    rows.append((f"LocalBuilder(timeout {args.patient_timeout:.0f} s)", 0,
-                 *timed_build(patient, inputs)))
+    rows.append(
+        (f"LocalBuilder(timeout {args.patient_timeout:.0f} s)", 0, *timed_build(patient, inputs))
+    )
 
     print("\n| builder | batch | seconds | candidates/s | errors | error kinds |")
     print("|---|---:|---:|---:|---:|---|")
     for name, batch, seconds, errors, kinds in rows:
-        print(f"| {name} | {batch} | {seconds:.2f} | {len(inputs) / seconds:.2f} | "
-              f"{errors}/{len(inputs)} | {'; '.join(sorted(kinds)) or '-'} |")
+        print(
+            f"| {name} | {batch} | {seconds:.2f} | {len(inputs) / seconds:.2f} | "
+            f"{errors}/{len(inputs)} | {'; '.join(sorted(kinds)) or '-'} |"
+        )
 
     def rate(name: str, successful: bool) -> float:
         """Candidates per second over all batches of ``name`` (built ones, or all)."""
@@ -92,9 +114,11 @@ def main() -> None:
     for name in ("LocalBuilder", f"LocalBuilder(timeout {args.patient_timeout:.0f} s)"):
         theirs, tried = rate(name, True), rate(name, False)
         ratio = f"{ours / theirs:.1f}x" if theirs else "infinite (it built none)"
-        print(f"PersistentBuilder against {name}: built candidates/s {ours:.2f} vs "
-              f"{theirs:.3f}, ratio {ratio}; attempted candidates/s ratio "
-              f"{rate('PersistentBuilder', False) / tried:.1f}x")
+        print(
+            f"PersistentBuilder against {name}: built candidates/s {ours:.2f} vs "
+            f"{theirs:.3f}, ratio {ratio}; attempted candidates/s ratio "
+            f"{rate('PersistentBuilder', False) / tried:.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -35,43 +35,57 @@ def main() -> None:
     args = parser.parse_args()
 
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side, tflite_runner
     from simpletvm.models.tflite import keras_to_tflite
     from simpletvm.models.zoo import build_keras_model
+    from simpletvm.runtime.comparison import simpletvm_runner, tflite_runner, time_side_by_side
 
     options = {"image_size": args.image_size, "seed": 0}
     if "mobilenet" in args.model:
         options["alpha"] = args.alpha
     scratch = Path(tempfile.mkdtemp(prefix="simpletvm-closing-"))
     # every core, as the search measured: both builds are timed on the same count
-    search = SimpleTVM(BenchmarkingContext("cpu", store=scratch / "search",
-                                           num_threads=os.cpu_count()))
+    search = SimpleTVM(
+        BenchmarkingContext("cpu", store=scratch / "search", num_threads=os.cpu_count())
+    )
     search.from_model(args.model, **options)
     search.autotune(minutes=args.minutes, seed=0, remeasure=0).build(records="run")
     run_id = search.context.run_id
-    shutil.copytree(scratch / "search", scratch / "closing",
-                    ignore=shutil.ignore_patterns("*.lock"))
+    shutil.copytree(
+        scratch / "search", scratch / "closing", ignore=shutil.ignore_patterns("*.lock")
+    )
 
-    closing = SimpleTVM(BenchmarkingContext("cpu", store=scratch / "closing", run_id=run_id,
-                                            num_threads=os.cpu_count()))
+    closing = SimpleTVM(
+        BenchmarkingContext(
+            "cpu", store=scratch / "closing", run_id=run_id, num_threads=os.cpu_count()
+        )
+    )
     closing.from_model(args.model, **options)
     trials = search.tuning_summary["trials"]
     closing.autotune(total_trials=trials, seed=0, remeasure=args.remeasure)
     closing.build(records="run")
     summary = closing.tuning_summary
 
-    example = np.random.default_rng(0).standard_normal(
-        (1, args.image_size, args.image_size, 3)).astype("float32")
+    example = (
+        np.random.default_rng(0)
+        .standard_normal((1, args.image_size, args.image_size, 3))
+        .astype("float32")
+    )
     flatbuffer = keras_to_tflite(build_keras_model(args.model, **options))
     threads = search.target.spec.get("num-cores", 1)
-    runners = {"search's records": simpletvm_runner(search, example),
-               "after the closing round": simpletvm_runner(closing, example),
-               "tflite": tflite_runner(flatbuffer, example, threads)}
+    runners = {
+        "search's records": simpletvm_runner(search, example),
+        "after the closing round": simpletvm_runner(closing, example),
+        "tflite": tflite_runner(flatbuffer, example, threads),
+    }
     samples = time_side_by_side(runners, rounds=args.rounds, calls=args.calls, warmup=5)
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
     result = {
-        "model": args.model, "options": options, "minutes": args.minutes,
-        "threads": threads, "trials": trials, "remeasured": summary["remeasured"],
+        "model": args.model,
+        "options": options,
+        "minutes": args.minutes,
+        "threads": threads,
+        "trials": trials,
+        "remeasured": summary["remeasured"],
         "search_estimate_ms": search.tuning_summary["estimated_latency_s"] * 1e3,
         "closing_estimate_ms": summary["estimated_latency_s"] * 1e3,
         "median_ms": medians,
@@ -79,9 +93,11 @@ def main() -> None:
         "to_tflite": {name: m / medians["tflite"] for name, m in medians.items()},
     }
     print(f"{args.model} {options}, {trials} trials in {args.minutes:g} min, {threads} threads")
-    print(f"  estimate: search {result['search_estimate_ms']:.3f} ms, after the round "
-          f"{result['closing_estimate_ms']:.3f} ms ({summary['remeasured']} records "
-          f"timed again)")
+    print(
+        f"  estimate: search {result['search_estimate_ms']:.3f} ms, after the round "
+        f"{result['closing_estimate_ms']:.3f} ms ({summary['remeasured']} records "
+        f"timed again)"
+    )
     for name, median in medians.items():
         print(f"  {name:<24} median {median:.3f} ms  x TFLite {result['to_tflite'][name]:.2f}")
     print(f"  after the round / search's records: {result['closing_to_search']:.3f}")

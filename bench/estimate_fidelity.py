@@ -54,9 +54,16 @@ def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
         library = os.path.join(scratch, f"{len(kernels)}.so")
         compile_candidate(scheduled, target).export_library(library)
         arguments = alloc_arguments(  # as the runner allocates a candidate's
-            tvm.cpu(), [info.as_json() for info in ArgInfo.from_entry_func(scheduled)], 1)[0]
-        kernels.append((int(task.weight), best_latency_s(database, task),
-                        tvm.runtime.load_module(library), arguments))
+            tvm.cpu(), [info.as_json() for info in ArgInfo.from_entry_func(scheduled)], 1
+        )[0]
+        kernels.append(
+            (
+                int(task.weight),
+                best_latency_s(database, task),
+                tvm.runtime.load_module(library),
+                arguments,
+            )
+        )
     return kernels
 
 
@@ -71,8 +78,10 @@ def estimate_ms(kernels: list[tuple], mode: str, model_bytes: int) -> float:
     evaluate = run_evaluator(mode, model_bytes)
     config = evaluator_config(TuningOptions(repeat=10, cache_flush=mode), mode)
     device = tvm.cpu()
-    return sum(weight * statistics.median(evaluate(module, device, config, [arguments])) * 1e3
-               for weight, _, module, arguments in kernels)
+    return sum(
+        weight * statistics.median(evaluate(module, device, config, [arguments])) * 1e3
+        for weight, _, module, arguments in kernels
+    )
 
 
 def main() -> None:
@@ -80,11 +89,14 @@ def main() -> None:
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", default=None,
-                        help="cache modes to time the kernels in (default: the run's)")
-    parser.add_argument("--model-bytes", default=None,
-                        help="amounts the model mode streams, comma-separated (default: "
-                             "the model's footprint)")
+    parser.add_argument(
+        "--modes", default=None, help="cache modes to time the kernels in (default: the run's)"
+    )
+    parser.add_argument(
+        "--model-bytes",
+        default=None,
+        help="amounts the model mode streams, comma-separated (default: the model's footprint)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/estimate_fidelity.json"))
     args = parser.parse_args()
     try:
@@ -98,7 +110,8 @@ def main() -> None:
     stvm, database, built = rebuilt(saved, args.store, args.run_id)
     # runs of earlier versions did not record their mode: this version's choice for them
     run_mode = (saved.context.tuning or {}).get("cache_mode") or resolve_cache_mode(
-        "auto", device_type="cpu", local=True)
+        "auto", device_type="cpu", local=True
+    )
     model_bytes = model_footprint_bytes(stvm.conv_forms.default)  # as the tuning job counts
     modes = args.modes.split(",") if args.modes else [run_mode]
     choices = [mode for mode in CACHE_MODES if mode != "auto"]
@@ -107,34 +120,57 @@ def main() -> None:
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
     amounts = requested or [model_bytes]
     # each timing: (label, mode, bytes the model mode streams)
-    timings = [(f"model@{n}" if len(amounts) > 1 else mode, mode, n)
-               for mode in modes for n in (amounts if mode == "model" else [model_bytes])]
+    timings = [
+        (f"model@{n}" if len(amounts) > 1 else mode, mode, n)
+        for mode in modes
+        for n in (amounts if mode == "model" else [model_bytes])
+    ]
     scratch = tempfile.TemporaryDirectory(prefix="estimate-fidelity-")
     kernels = best_kernels(stvm, database, built, scratch.name)
     recorded = sum(weight * best_s * 1e3 for weight, best_s, _, _ in kernels)
-    print(f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
-          f"recorded estimate {recorded:.4f} ms; one model run keeps "
-          f"{model_bytes / 2**20:.1f} MB")
+    print(
+        f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
+        f"recorded estimate {recorded:.4f} ms; one model run keeps "
+        f"{model_bytes / 2**20:.1f} MB"
+    )
     rounds = []
     for index in range(args.rounds):
         before = whole_model_ms(saved, 100)
         estimates = {label: estimate_ms(kernels, mode, n) for label, mode, n in timings}
         model = (before + whole_model_ms(saved, 100)) / 2
         rounds.append({"model_ms": model, "estimate_ms": estimates})
-        print(f"round {index + 1}: model {model:.4f} ms; " + ", ".join(
-            f"estimate in '{mode}' {ms:.4f} ms (model / estimate {model / ms:.2f})"
-            for mode, ms in estimates.items()), flush=True)
+        print(
+            f"round {index + 1}: model {model:.4f} ms; "
+            + ", ".join(
+                f"estimate in '{mode}' {ms:.4f} ms (model / estimate {model / ms:.2f})"
+                for mode, ms in estimates.items()
+            ),
+            flush=True,
+        )
     model = statistics.median(r["model_ms"] for r in rounds)
-    summary = {label: statistics.median(r["model_ms"] / r["estimate_ms"][label] for r in rounds)
-               for label, _, _ in timings}
-    print(f"median model {model:.4f} ms = {model / recorded:.2f}x the recorded estimate; "
-          "beside its kernels timed again: " + ", ".join(
-              f"'{mode}' {ratio:.2f}x" for mode, ratio in summary.items()))
+    summary = {
+        label: statistics.median(r["model_ms"] / r["estimate_ms"][label] for r in rounds)
+        for label, _, _ in timings
+    }
+    print(
+        f"median model {model:.4f} ms = {model / recorded:.2f}x the recorded estimate; "
+        "beside its kernels timed again: "
+        + ", ".join(f"'{mode}' {ratio:.2f}x" for mode, ratio in summary.items())
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "run_id": args.run_id, "run_mode": run_mode, "recorded_estimate_ms": recorded,
-        "rounds": rounds, "model_to_estimate": summary,
-        "model_to_recorded_estimate": model / recorded}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "run_id": args.run_id,
+                "run_mode": run_mode,
+                "recorded_estimate_ms": recorded,
+                "rounds": rounds,
+                "model_to_estimate": summary,
+                "model_to_recorded_estimate": model / recorded,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

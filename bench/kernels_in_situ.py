@@ -39,8 +39,9 @@ def load_saved(store: str, run_id: str):
 
     with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
         # every core, as the kernels were tuned and are timed here
-        return SimpleTVM(BenchmarkingContext("cpu", store=store,
-                                             num_threads=os.cpu_count())).load(run_id)
+        return SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())).load(
+            run_id
+        )
 
 
 def rebuilt(saved, store: str, run_id: str):
@@ -58,10 +59,12 @@ def rebuilt(saved, store: str, run_id: str):
     if recipe is None:
         raise SystemExit(f"run {run_id} is not of a built-in model: nothing to lower again")
     name, options = recipe
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())
-                     ).from_model(name, **options)
-    database = RecordDatabase(open_records(store), stvm.target.tvm_target(), scope="run",
-                              run_id=run_id)
+    stvm = SimpleTVM(
+        BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())
+    ).from_model(name, **options)
+    database = RecordDatabase(
+        open_records(store), stvm.target.tvm_target(), scope="run", run_id=run_id
+    )
     built, _ = stvm.conv_forms.choose(partial(best_latency_s, database))
     return stvm, database, built
 
@@ -74,8 +77,13 @@ def task_estimates(stvm, database, built) -> list[dict]:
     tasks = []
     for task in extract_tasks(built, stvm.target):
         best = best_latency_s(database, task)
-        tasks.append({"task": task.task_name, "weight": int(task.weight),
-                      "best_ms": best * 1e3 if best is not None else None})
+        tasks.append(
+            {
+                "task": task.task_name,
+                "weight": int(task.weight),
+                "best_ms": best * 1e3 if best is not None else None,
+            }
+        )
     return tasks
 
 
@@ -84,7 +92,8 @@ def model_input(stvm):
 
     spec = stvm.model.inputs[0]
     return tvm.runtime.tensor(
-        np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu())
+        np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu()
+    )
 
 
 def whole_model_ms(saved, runs: int) -> float:
@@ -116,8 +125,7 @@ def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
 
     from simpletvm.compiler.lowering import compile_fused
 
-    vm = relax.VirtualMachine(compile_fused(built, stvm.target, database, bytecode=True),
-                              tvm.cpu())
+    vm = relax.VirtualMachine(compile_fused(built, stvm.target, database, bytecode=True), tvm.cpu())
     data = model_input(stvm)
     started: dict[str, float] = {}
     per_run: dict[str, float] = {}
@@ -151,8 +159,7 @@ def emptied(mod, names: set[str]):
     return out
 
 
-def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
-                       ) -> dict[str, float]:
+def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400) -> dict[str, float]:
     """Per tuned kernel name (and ``"outside the kernels"``), the ms a model run loses
     when that kernel does nothing, medians over ``rounds`` alternating rounds."""
     import tempfile
@@ -160,12 +167,15 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
     import tvm
     from tvm import relax
 
-    from simpletvm.runtime.fork_join import use_for_loaded_kernels
     from simpletvm.compiler.lowering import apply_records, compile_fused
+    from simpletvm.runtime.fork_join import use_for_loaded_kernels
 
     applied = apply_records(built, stvm.target, database)
-    kernels = {var.name_hint for var, function in applied.functions.items()
-               if isinstance(function, tvm.tirx.PrimFunc)}
+    kernels = {
+        var.name_hint
+        for var, function in applied.functions.items()
+        if isinstance(function, tvm.tirx.PrimFunc)
+    }
     variants = {"whole": applied, "outside the kernels": emptied(applied, kernels)}
     variants.update({name: emptied(applied, {name}) for name in sorted(kernels)})
     data = model_input(stvm)
@@ -183,8 +193,11 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400
             medians[name].append(median_ms(call, calls, warmup_calls=20, warmup_s=0.05))
     whole = statistics.median(medians.pop("whole"))
     outside = statistics.median(medians.pop("outside the kernels"))
-    return {"whole": whole, "outside the kernels": outside,
-            **{name: whole - statistics.median(ms) for name, ms in medians.items()}}
+    return {
+        "whole": whole,
+        "outside the kernels": outside,
+        **{name: whole - statistics.median(ms) for name, ms in medians.items()},
+    }
 
 
 def main() -> None:
@@ -192,8 +205,11 @@ def main() -> None:
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--by-difference", action="store_true",
-                        help="time each task by emptying its kernels, not by an instrument")
+    parser.add_argument(
+        "--by-difference",
+        action="store_true",
+        help="time each task by emptying its kernels, not by an instrument",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
     args = parser.parse_args()
 
@@ -211,10 +227,15 @@ def main() -> None:
         estimate = task["best_ms"] * task["weight"] if task["best_ms"] is not None else None
         # a kernel whose weights a tuned schedule reads in its own layout is called
         # "<task>_prepacked" (the repacking runs once, at build time)
-        measured = in_situ.pop(task["task"], None) or in_situ.pop(f"{task['task']}_prepacked",
-                                                                  None)
-        rows.append({**task, "estimate_ms": estimate, "in_situ_ms": measured,
-                     "ratio": measured / estimate if measured and estimate else None})
+        measured = in_situ.pop(task["task"], None) or in_situ.pop(f"{task['task']}_prepacked", None)
+        rows.append(
+            {
+                **task,
+                "estimate_ms": estimate,
+                "in_situ_ms": measured,
+                "ratio": measured / estimate if measured and estimate else None,
+            }
+        )
     rows.sort(key=lambda row: -(row["in_situ_ms"] or 0))
     others = dict(sorted(in_situ.items(), key=lambda item: -item[1]))
     estimate = sum(row["estimate_ms"] or 0 for row in rows)
@@ -222,22 +243,37 @@ def main() -> None:
     print(f"{'task':<48} {'calls':>5} {'estimate ms':>11} {'in situ ms':>10} {'ratio':>6}")
     for row in rows:
         ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
-        print(f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.4f} "
-              f"{row['in_situ_ms'] or 0:>10.4f} {ratio:>6}")
-    print(f"\ntuned kernels: estimate {estimate:.3f} ms, in situ {kernels:.3f} ms "
-          f"({kernels / estimate:.2f}x)")
-    print(f"other calls in situ: {sum(others.values()):.4f} ms "
-          + ", ".join(f"{name} {ms:.4f}" for name, ms in list(others.items())[:6]))
-    print(f"whole model without the profiler: {whole_ms:.3f} ms "
-          f"({whole_ms / estimate:.2f}x the estimate)")
+        print(
+            f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.4f} "
+            f"{row['in_situ_ms'] or 0:>10.4f} {ratio:>6}"
+        )
+    print(
+        f"\ntuned kernels: estimate {estimate:.3f} ms, in situ {kernels:.3f} ms "
+        f"({kernels / estimate:.2f}x)"
+    )
+    print(
+        f"other calls in situ: {sum(others.values()):.4f} ms "
+        + ", ".join(f"{name} {ms:.4f}" for name, ms in list(others.items())[:6])
+    )
+    print(
+        f"whole model without the profiler: {whole_ms:.3f} ms "
+        f"({whole_ms / estimate:.2f}x the estimate)"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"run_id": args.run_id,
-                                    "method": "by difference" if args.by_difference
-                                    else "instrument",
-                                    "tasks": rows,
-                                    "other_calls_ms": others,
-                                    "estimate_ms": estimate, "kernels_in_situ_ms": kernels,
-                                    "whole_ms": whole_ms}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "run_id": args.run_id,
+                "method": "by difference" if args.by_difference else "instrument",
+                "tasks": rows,
+                "other_calls_ms": others,
+                "estimate_ms": estimate,
+                "kernels_in_situ_ms": kernels,
+                "whole_ms": whole_ms,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

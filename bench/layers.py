@@ -117,10 +117,17 @@ def conv_module(layer: Layer, layout: str, weight: np.ndarray):
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(
-                x, relax.const(np.ascontiguousarray(kernel)), strides=layer.stride,
-                padding=layer.padding, groups=layer.groups, data_layout=layout,
-                kernel_layout=kernel_layout))
+            y = bb.emit(
+                relax.op.nn.conv2d(
+                    x,
+                    relax.const(np.ascontiguousarray(kernel)),
+                    strides=layer.stride,
+                    padding=layer.padding,
+                    groups=layer.groups,
+                    data_layout=layout,
+                    kernel_layout=kernel_layout,
+                )
+            )
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
@@ -142,24 +149,31 @@ def im2col_module(layer: Layer, weight: np.ndarray):
         padded = topi.nn.pad(data, [0, p, p, 0], [0, p, p, 0])
         return te.compute(
             (o * o, k * k * c),
-            lambda m, r: padded[0, m // o * stride + r // (k * c),
-                                m % o * stride + r // c % k, r % c],
-            name="im2col")
+            lambda m, r: padded[
+                0, m // o * stride + r // (k * c), m % o * stride + r // c % k, r % c
+            ],
+            name="im2col",
+        )
 
     def product(columns, matrix):
         r = te.reduce_axis((0, k * k * c), name="r")
-        return te.compute((1, o, o, layer.out_channels),
-                          lambda n, h, w, f: te.sum(columns[h * o + w, r] * matrix[r, f], axis=r),
-                          name="conv2d_im2col")
+        return te.compute(
+            (1, o, o, layer.out_channels),
+            lambda n, h, w, f: te.sum(columns[h * o + w, r] * matrix[r, f], axis=r),
+            name="conv2d_im2col",
+        )
 
     x = relax.Var("x", relax.TensorType((1, s, s, c), "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
             columns = bb.emit_te(patches, x, primfunc_name_hint="im2col")
-            y = bb.emit_te(product, columns,
-                           relax.const(np.ascontiguousarray(weight.reshape(k * k * c, -1))),
-                           primfunc_name_hint="conv2d_im2col")
+            y = bb.emit_te(
+                product,
+                columns,
+                relax.const(np.ascontiguousarray(weight.reshape(k * k * c, -1))),
+                primfunc_name_hint="conv2d_im2col",
+            )
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     mod = bb.get()
@@ -185,9 +199,11 @@ def tune_and_build(fused, target, options, records_dir: str) -> tuple:
     database = RecordDatabase(records, target.tvm_target(), scope="run", run_id=job.run_id)
     with target.tvm_target(), database:  # check, so an untuned kernel is never timed unnoticed
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
-    scheduled = [bool(func.attrs.get("tirx.is_scheduled", False))
-                 for _, func in applied.functions_items()
-                 if not isinstance(func, relax.Function)]
+    scheduled = [
+        bool(func.attrs.get("tirx.is_scheduled", False))
+        for _, func in applied.functions_items()
+        if not isinstance(func, relax.Function)
+    ]
     executable = compile_fused(fused, target, database)
     return relax.VirtualMachine(executable, target.device()), job.summary(), all(scheduled)
 
@@ -207,37 +223,40 @@ def cold_samples(vm, repeat: int, evict: np.ndarray) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=64, help="per task (a variant has one, im2col two)")
+    parser.add_argument(
+        "--trials", type=int, default=64, help="per task (a variant has one, im2col two)"
+    )
     parser.add_argument("--candidates-per-iteration", type=int, help="default: TuningOptions'")
     parser.add_argument("--population", type=int, help="default: TuningOptions'")
     parser.add_argument("--genetic-iterations", type=int, help="default: TuningOptions'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", default="a,b,c,d", help="comma-separated keys a-i")
-    parser.add_argument("--variants",
-                        help="comma-separated: nchw,nhwc,f4,f2,im2col (default: all)")
+    parser.add_argument("--variants", help="comma-separated: nchw,nhwc,f4,f2,im2col (default: all)")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, alternating")
     parser.add_argument("--repeat", type=int, default=20, help="samples per round")
     parser.add_argument("--min-repeat-ms", type=int, default=20, help="per sample")
-    parser.add_argument("--cold", action="store_true",
-                        help="time single calls with the caches evicted before each")
+    parser.add_argument(
+        "--cold", action="store_true", help="time single calls with the caches evicted before each"
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
 
     import tvm
 
-    from simpletvm.hostinfo import host_facts
     from simpletvm.compiler.lowering import fuse
+    from simpletvm.compiler.winograd import apply_winograd
+    from simpletvm.hostinfo import host_facts
     from simpletvm.targets import resolve_target
     from simpletvm.tuning.options import TuningOptions
-    from simpletvm.compiler.winograd import apply_winograd
 
     target = resolve_target("cpu")
     device = target.device()
-    search = {name: getattr(args, name) for name in ("candidates_per_iteration", "population",
-                                                     "genetic_iterations")
-              if getattr(args, name) is not None}
-    options = TuningOptions(trials=args.trials, seed=args.seed, transfer_learning=False,
-                            **search)
+    search = {
+        name: getattr(args, name)
+        for name in ("candidates_per_iteration", "population", "genetic_iterations")
+        if getattr(args, name) is not None
+    }
+    options = TuningOptions(trials=args.trials, seed=args.seed, transfer_learning=False, **search)
     work = tempfile.mkdtemp(prefix="simpletvm-layers-")
     layers = [layer for layer in LAYERS if layer.key in args.layers.split(",")]
 
@@ -245,31 +264,45 @@ def main() -> None:
     built: dict[tuple[str, str], dict] = {}
     for layer in layers:
         weight = weight_hwio(layer)
-        x_nhwc = np.random.default_rng(1).standard_normal(
-            (1, layer.size, layer.size, layer.in_channels)).astype("float32")
+        x_nhwc = (
+            np.random.default_rng(1)
+            .standard_normal((1, layer.size, layer.size, layer.in_channels))
+            .astype("float32")
+        )
         for variant in variants_of(layer, args.variants):
             layout = variant.split()[0]
-            module = (im2col_module(layer, weight) if variant == IM2COL
-                      else conv_module(layer, layout, weight))
+            module = (
+                im2col_module(layer, weight)
+                if variant == IM2COL
+                else conv_module(layer, layout, weight)
+            )
             if variant in WINOGRAD_TILES:
                 module, _ = apply_winograd(module, tile_size=WINOGRAD_TILES[variant])
             fused = fuse(module, target, winograd=False)
             start = time.perf_counter()
             vm, summary, applied = tune_and_build(
-                fused, target, options, os.path.join(work, f"{layer.key}-{variant}"))
+                fused, target, options, os.path.join(work, f"{layer.key}-{variant}")
+            )
             tuning_s = time.perf_counter() - start
             x = x_nhwc if layout == "NHWC" else x_nhwc.transpose(0, 3, 1, 2)
             inputs = [tvm.runtime.tensor(np.ascontiguousarray(x), device)]
             output = vm["main"](*inputs).numpy()
             built[(layer.key, variant)] = {
-                "vm": vm, "inputs": inputs, "samples": [], "tuning_s": tuning_s,
-                "summary": summary, "records_applied": applied,
+                "vm": vm,
+                "inputs": inputs,
+                "samples": [],
+                "tuning_s": tuning_s,
+                "summary": summary,
+                "records_applied": applied,
                 "output_nhwc": output if layout == "NHWC" else output.transpose(0, 2, 3, 1),
             }
             best = summary["estimated_latency_s"]
-            print(f"tuned {layer.name} {variant}: {summary['trials']} trials, "
-                  f"{summary['errors']} errors, tuner's best "
-                  f"{best * 1e3:.3f} ms, {tuning_s:.0f} s", flush=True)
+            print(
+                f"tuned {layer.name} {variant}: {summary['trials']} trials, "
+                f"{summary['errors']} errors, tuner's best "
+                f"{best * 1e3:.3f} ms, {tuning_s:.0f} s",
+                flush=True,
+            )
 
     for _ in range(args.rounds):
         for entry in built.values():
@@ -279,8 +312,13 @@ def main() -> None:
             if args.cold:
                 entry["samples"].extend(cold_samples(vm, args.repeat, evict))
                 continue
-            timer = vm.time_evaluator("invoke_stateful", device, number=1, repeat=args.repeat,
-                                      min_repeat_ms=args.min_repeat_ms)
+            timer = vm.time_evaluator(
+                "invoke_stateful",
+                device,
+                number=1,
+                repeat=args.repeat,
+                min_repeat_ms=args.min_repeat_ms,
+            )
             entry["samples"].extend(float(s) for s in timer("main").results)
 
     rows = []
@@ -290,37 +328,56 @@ def main() -> None:
         for variant in variants_of(layer, args.variants):
             entry = built[(layer.key, variant)]
             median_ms = float(np.median(entry["samples"])) * 1e3
-            error = float(np.abs(entry["output_nhwc"] - reference["output_nhwc"]).max()
-                          / np.abs(reference["output_nhwc"]).max())
-            rows.append({
-                "layer": layer.name, "layer_key": layer.key, "variant": variant,
-                "trials": entry["summary"]["trials"], "errors": entry["summary"]["errors"],
-                "records_applied": entry["records_applied"],
-                "tuned_ms": median_ms,
-                "tuner_best_ms": entry["summary"]["estimated_latency_s"] * 1e3,
-                "gflops": layer.flops / (median_ms * 1e-3) / 1e9,
-                "speedup_vs_nhwc": reference_ms / median_ms,
-                "relative_error_vs_nhwc": error,
-                "tuning_s": entry["tuning_s"],
-                "samples_ms": [s * 1e3 for s in entry["samples"]],
-            })
+            error = float(
+                np.abs(entry["output_nhwc"] - reference["output_nhwc"]).max()
+                / np.abs(reference["output_nhwc"]).max()
+            )
+            rows.append(
+                {
+                    "layer": layer.name,
+                    "layer_key": layer.key,
+                    "variant": variant,
+                    "trials": entry["summary"]["trials"],
+                    "errors": entry["summary"]["errors"],
+                    "records_applied": entry["records_applied"],
+                    "tuned_ms": median_ms,
+                    "tuner_best_ms": entry["summary"]["estimated_latency_s"] * 1e3,
+                    "gflops": layer.flops / (median_ms * 1e-3) / 1e9,
+                    "speedup_vs_nhwc": reference_ms / median_ms,
+                    "relative_error_vs_nhwc": error,
+                    "tuning_s": entry["tuning_s"],
+                    "samples_ms": [s * 1e3 for s in entry["samples"]],
+                }
+            )
 
-    print(f"\n{args.trials} trials per task, batch {options.candidates_per_iteration}, population "
-          f"{options.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
-          f"; median of {args.rounds}x{args.repeat} samples")
+    print(
+        f"\n{args.trials} trials per task, batch {options.candidates_per_iteration}, population "
+        f"{options.population}, target {target.spec.get('mcpu')} x{target.spec.get('num-cores')}"
+        f"; median of {args.rounds}x{args.repeat} samples"
+    )
     print("\n| layer | variant | trials | tuned ms | GFLOP/s | vs NHWC | rel. error |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for row in rows:
         flag = "" if row["records_applied"] else " (no record applied!)"
-        print(f"| {row['layer']} | {row['variant']}{flag} | {row['trials']} | "
-              f"{row['tuned_ms']:.3f} | {row['gflops']:.1f} | {row['speedup_vs_nhwc']:.2f}x | "
-              f"{row['relative_error_vs_nhwc']:.1e} |")
+        print(
+            f"| {row['layer']} | {row['variant']}{flag} | {row['trials']} | "
+            f"{row['tuned_ms']:.3f} | {row['gflops']:.1f} | {row['speedup_vs_nhwc']:.2f}x | "
+            f"{row['relative_error_vs_nhwc']:.1e} |"
+        )
     if args.out:
         with open(args.out, "w") as handle:
-            json.dump({"options": vars(args), "tuning_options": options.to_dict(),
-                       "target": target.spec, "host": host_facts(),
-                       "layers": [asdict(layer) | {"flops": layer.flops} for layer in layers],
-                       "rows": rows}, handle, indent=1)
+            json.dump(
+                {
+                    "options": vars(args),
+                    "tuning_options": options.to_dict(),
+                    "target": target.spec,
+                    "host": host_facts(),
+                    "layers": [asdict(layer) | {"flops": layer.flops} for layer in layers],
+                    "rows": rows,
+                },
+                handle,
+                indent=1,
+            )
         print(f"\nwrote {args.out}")
 
 

@@ -20,7 +20,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-
 from peers import keras_to_onnx
 
 
@@ -30,12 +29,17 @@ def node_medians(profile_path: str, runs: int) -> list[tuple[float, str, str, li
     about: dict[str, tuple[str, list]] = {}
     for event in json.loads(Path(profile_path).read_text()):
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-            name = event["name"][:-len("_kernel_time")]
+            name = event["name"][: -len("_kernel_time")]
             durations[name].append(event["dur"])
             shapes = [next(iter(s.values())) for s in event["args"].get("input_type_shape", [])]
             about[name] = (event["args"].get("op_name", "?"), shapes)
-    return sorted(((statistics.median(times[-runs:]), name, *about[name])
-                   for name, times in durations.items()), reverse=True)
+    return sorted(
+        (
+            (statistics.median(times[-runs:]), name, *about[name])
+            for name, times in durations.items()
+        ),
+        reverse=True,
+    )
 
 
 def main() -> None:
@@ -54,8 +58,11 @@ def main() -> None:
 
     options = {"alpha": args.alpha} if args.alpha is not None else {}
     keras_model = build_keras_model(args.model, args.image_size, **options)
-    example = np.random.default_rng(0).standard_normal(
-        (1, args.image_size, args.image_size, 3)).astype("float32")
+    example = (
+        np.random.default_rng(0)
+        .standard_normal((1, args.image_size, args.image_size, 3))
+        .astype("float32")
+    )
     scratch = tempfile.TemporaryDirectory(prefix="onnxruntime-layers-")
     onnx_path = keras_to_onnx(keras_model, example.shape, Path(scratch.name) / "model.onnx")
 
@@ -65,8 +72,9 @@ def main() -> None:
     session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session_options.enable_profiling = True
     session_options.profile_file_prefix = str(Path(scratch.name) / "profile")
-    session = ort.InferenceSession(str(onnx_path), session_options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(onnx_path), session_options, providers=["CPUExecutionProvider"]
+    )
     feed = {session.get_inputs()[0].name: example}
     for _ in range(args.warmup):
         session.run(None, feed)
@@ -76,9 +84,11 @@ def main() -> None:
     per_call_ms = (time.perf_counter() - start) / args.runs * 1e3
     rows = node_medians(session.end_profiling(), args.runs)
 
-    print(f"{args.model} {args.image_size}x{args.image_size}, {args.threads} threads: "
-          f"{per_call_ms:.3f} ms a call profiled; node medians sum to "
-          f"{sum(r[0] for r in rows) / 1e3:.3f} ms")
+    print(
+        f"{args.model} {args.image_size}x{args.image_size}, {args.threads} threads: "
+        f"{per_call_ms:.3f} ms a call profiled; node medians sum to "
+        f"{sum(r[0] for r in rows) / 1e3:.3f} ms"
+    )
     for microseconds, name, op, shapes in rows:
         print(f"{microseconds / 1e3:8.3f} ms  {op:18s} {shapes}  {name}")
 

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side, tflite_runner
+from simpletvm.runtime.comparison import simpletvm_runner, tflite_runner, time_side_by_side
 
 PEERS = ("tensorflow", "tflite", "onnxruntime", "openvino")
 ONNX_OPSET = 17
@@ -63,7 +63,8 @@ def tensorflow_runner(keras_model, example: np.ndarray) -> Callable[[], np.ndarr
     import tensorflow as tf
 
     concrete = tf.function(keras_model).get_concrete_function(
-        tf.TensorSpec(example.shape, tf.float32))
+        tf.TensorSpec(example.shape, tf.float32)
+    )
     tensor = tf.constant(example)
     return lambda: concrete(tensor).numpy()
 
@@ -74,7 +75,9 @@ def tflite_keras_runner(keras_model, example: np.ndarray, threads: int) -> Calla
     return tflite_runner(keras_to_tflite(keras_model), example, threads)
 
 
-def onnxruntime_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
+def onnxruntime_runner(
+    onnx_path: Path, example: np.ndarray, threads: int
+) -> Callable[[], np.ndarray]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -96,12 +99,16 @@ def openvino_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Calla
     import openvino
 
     core = openvino.Core()
-    compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", {
-        "INFERENCE_NUM_THREADS": threads,
-        "PERFORMANCE_HINT": "LATENCY",
-        "NUM_STREAMS": 1,
-        "INFERENCE_PRECISION_HINT": "f32",
-    })
+    compiled = core.compile_model(
+        core.read_model(str(onnx_path)),
+        "CPU",
+        {
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+            "NUM_STREAMS": 1,
+            "INFERENCE_PRECISION_HINT": "f32",
+        },
+    )
     request = compiled.create_infer_request()
     # the input is read in place; the output is copied out, as the other runners do
     return lambda: request.infer({0: example}, share_inputs=True, share_outputs=False)[0]
@@ -114,8 +121,9 @@ def keras_to_onnx(keras_model, shape: tuple[int, ...], path: Path) -> Path:
 
     signature = [tf.TensorSpec(shape, tf.float32, name="input")]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tf2onnx.convert.from_keras(keras_model, input_signature=signature, opset=ONNX_OPSET,
-                               output_path=str(path))
+    tf2onnx.convert.from_keras(
+        keras_model, input_signature=signature, opset=ONNX_OPSET, output_path=str(path)
+    )
     return path
 
 
@@ -129,8 +137,9 @@ def model_flops(keras_model) -> int:
         if isinstance(layer, keras.Model):
             macs += model_flops(layer) // 2
             continue
-        if not isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D,
-                                  keras.layers.Dense)):
+        if not isinstance(
+            layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)
+        ):
             continue
         out = [d or 1 for d in layer.output.shape]  # batch None -> 1
         in_channels = layer.input.shape[-1]
@@ -177,17 +186,27 @@ def sgemm_rate(threads: int, n: int = 2048, repeats: int = 10) -> dict:
     in this process at the top of the script, so the multiply runs in a fresh
     interpreter whose environment carries the thread count."""
     env = dict(os.environ)
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                 "BLIS_NUM_THREADS"):
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
         env[name] = str(threads)
-    done = subprocess.run([sys.executable, "-c", _SGEMM, str(n), str(repeats)], env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _SGEMM, str(n), str(repeats)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     best = min(measured["seconds"])
-    return {"n": n, "threads": threads, "repeats": repeats, "best_s": best,
-            "gflops": 2 * n ** 3 / best / 1e9,
-            "median_gflops": 2 * n ** 3 / float(np.median(measured["seconds"])) / 1e9,
-            "blas": measured["blas"], "numpy": measured["numpy"]}
+    return {
+        "n": n,
+        "threads": threads,
+        "repeats": repeats,
+        "best_s": best,
+        "gflops": 2 * n**3 / best / 1e9,
+        "median_gflops": 2 * n**3 / float(np.median(measured["seconds"])) / 1e9,
+        "blas": measured["blas"],
+        "numpy": measured["numpy"],
+    }
 
 
 def host_description() -> dict:
@@ -195,17 +214,27 @@ def host_description() -> dict:
     cpu = None
     try:
         listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        cpu = next((line.split(":", 1)[1].strip() for line in listing.splitlines()
-                    if line.startswith("Model name:")), None)
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in listing.splitlines()
+                if line.startswith("Model name:")
+            ),
+            None,
+        )
     except (OSError, subprocess.CalledProcessError):
         pass
     if cpu is None:
         from simpletvm.hostinfo import host_facts
+
         cpu = host_facts()["cpu_model"]
     from tvm.target import codegen
 
-    return {"cpu": cpu, "llvm_cpu": str(codegen.llvm_get_system_cpu()),
-            "logical_cores": os.cpu_count()}
+    return {
+        "cpu": cpu,
+        "llvm_cpu": str(codegen.llvm_get_system_cpu()),
+        "logical_cores": os.cpu_count(),
+    }
 
 
 def tune_model(model: str, args, store: str, out: Path) -> tuple:
@@ -217,31 +246,45 @@ def tune_model(model: str, args, store: str, out: Path) -> tuple:
     context = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
     tuned = SimpleTVM(context).from_model(model, image_size=args.image_size)
     start = time.perf_counter()
-    budget = {"trials": args.trials, "total_trials": args.total_trials,
-              "minutes": args.minutes, "candidates_per_iteration": args.candidates_per_iteration,
-              "population": args.population}
+    budget = {
+        "trials": args.trials,
+        "total_trials": args.total_trials,
+        "minutes": args.minutes,
+        "candidates_per_iteration": args.candidates_per_iteration,
+        "population": args.population,
+    }
     # what is not given keeps SimpleTVM's defaults: the bench measures what users get
-    tuned.autotune(**{k: v for k, v in budget.items() if v is not None},
-                   transfer_learning=False, seed=0)
+    tuned.autotune(
+        **{k: v for k, v in budget.items() if v is not None}, transfer_learning=False, seed=0
+    )
     tuning_s = time.perf_counter() - start
     tuned.build(records="run").save()  # kept for --retime and bench/runtime_threads.py
     build_step = next(step for step in reversed(tuned.context.steps) if step["step"] == "build")
     curve = tuning_curve(tuned.context)
     curve.to_csv(out / f"{model}-curve.csv", index=False)
     summary = tuned.context.tuning
-    tuning = {"seconds": tuning_s, "trials": summary["trials"],
-              "run_id": tuned.context.run_id, "store": store,
-              "tasks": summary["num_tasks"],
-              "estimated_ms": summary["estimated_latency_s"] * 1e3,
-              "search_estimated_ms": summary["search_estimated_latency_s"] * 1e3,
-              "remeasured": summary["remeasured"],
-              # where the budget went: seconds per stage kind, and each task's share
-              "stage_seconds": tuned.context.stage_durations(),
-              "task_summary": summary["tasks"],
-              "options": tuned.context.parameters.get("autotune", {}),
-              "conv_forms": build_step.get("conv_forms", [])}
-    points = curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)] \
-        .to_dict("records") if len(curve) else []
+    tuning = {
+        "seconds": tuning_s,
+        "trials": summary["trials"],
+        "run_id": tuned.context.run_id,
+        "store": store,
+        "tasks": summary["num_tasks"],
+        "estimated_ms": summary["estimated_latency_s"] * 1e3,
+        "search_estimated_ms": summary["search_estimated_latency_s"] * 1e3,
+        "remeasured": summary["remeasured"],
+        # where the budget went: seconds per stage kind, and each task's share
+        "stage_seconds": tuned.context.stage_durations(),
+        "task_summary": summary["tasks"],
+        "options": tuned.context.parameters.get("autotune", {}),
+        "conv_forms": build_step.get("conv_forms", []),
+    }
+    points = (
+        curve.iloc[np.linspace(0, len(curve) - 1, min(len(curve), 9)).astype(int)].to_dict(
+            "records"
+        )
+        if len(curve)
+        else []
+    )
     return tuned, tuning, points
 
 
@@ -256,17 +299,24 @@ def load_tuned(earlier: dict, threads: int) -> tuple:
     return SimpleTVM(context).load(tuning["run_id"]), dict(tuning), earlier["curve"]
 
 
-def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: dict,
-                earlier: dict | None = None) -> dict:
+def bench_model(
+    model: str, args, store: str, out: Path, scratch: Path, host: dict, earlier: dict | None = None
+) -> dict:
     """Tune ``model`` (or load what ``earlier`` tuned) and time it side by side with the
     peers and the untuned build."""
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.models.zoo import build_keras_model
 
-    example = np.random.default_rng(0).standard_normal(
-        (1, args.image_size, args.image_size, 3)).astype("float32")
-    untuned = SimpleTVM(BenchmarkingContext("cpu", num_threads=args.threads, store=store)) \
-        .from_model(model, image_size=args.image_size).build(records=None)
+    example = (
+        np.random.default_rng(0)
+        .standard_normal((1, args.image_size, args.image_size, 3))
+        .astype("float32")
+    )
+    untuned = (
+        SimpleTVM(BenchmarkingContext("cpu", num_threads=args.threads, store=store))
+        .from_model(model, image_size=args.image_size)
+        .build(records=None)
+    )
     if earlier is None:
         tuned, tuning, curve = tune_model(model, args, store, out)
     else:
@@ -278,8 +328,9 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
 
     @cache
     def onnx_model() -> Path:
-        return keras_to_onnx(keras_model, example.shape,
-                             scratch / f"{model}-{args.image_size}.onnx")
+        return keras_to_onnx(
+            keras_model, example.shape, scratch / f"{model}-{args.image_size}.onnx"
+        )
 
     makers = {
         "tensorflow": lambda: tensorflow_runner(keras_model, example),
@@ -301,8 +352,10 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
         output = infer()
         agreement[name] = float(np.abs(output - reference).max())
         if not np.allclose(output, reference, rtol=1e-3, atol=1e-5):
-            raise SystemExit(f"{model}: {name} disagrees with TensorFlow "
-                             f"(max abs difference {agreement[name]:.3g})")
+            raise SystemExit(
+                f"{model}: {name} disagrees with TensorFlow "
+                f"(max abs difference {agreement[name]:.3g})"
+            )
     # the untuned build (a hundred times slower) is timed after the rounds, alone: inside
     # them its 15 s per turn put the tuned module and the peers that far apart in time
     untuned_runner = {"tvm untuned": runners.pop("tvm untuned")}
@@ -314,8 +367,12 @@ def bench_model(model: str, args, store: str, out: Path, scratch: Path, host: di
     gflops = {name: flops / (m * 1e-3) / 1e9 for name, m in medians.items()}
     tuning["measured_to_estimate"] = medians["tvm tuned"] / tuning["estimated_ms"]
     return {
-        "model": model, "image_size": args.image_size, "threads": args.threads,
-        "host": host, "model_gflop": flops / 1e9, "missing_peers": missing,
+        "model": model,
+        "image_size": args.image_size,
+        "threads": args.threads,
+        "host": host,
+        "model_gflop": flops / 1e9,
+        "missing_peers": missing,
         "median_ms": medians,
         "p90_ms": {name: float(np.percentile(s, 90)) * 1e3 for name, s in samples.items()},
         "ratio_to_fastest_peer": {name: m / medians[fastest_peer] for name, m in medians.items()},
@@ -333,77 +390,124 @@ def print_report(result: dict) -> None:
     medians, ratios = result["median_ms"], result["ratio_to_fastest_peer"]
     tuning = result["tuning"]
     sgemm = result["sgemm"]
-    print(f"\n{result['model']} {result['image_size']}x{result['image_size']}, batch 1, "
-          f"{result['threads']} threads, {result['model_gflop']:.3f} GFLOP per call "
-          f"(fastest peer: {result['fastest_peer']})")
+    print(
+        f"\n{result['model']} {result['image_size']}x{result['image_size']}, batch 1, "
+        f"{result['threads']} threads, {result['model_gflop']:.3f} GFLOP per call "
+        f"(fastest peer: {result['fastest_peer']})"
+    )
     host = result["host"]
-    print(f"  host: {host['cpu']} (LLVM cpu {host['llvm_cpu']}), {host['logical_cores']} "
-          f"logical cores")
-    print(f"  {'framework':<13} {'median ms':>10} {'p90 ms':>9} {'x fastest peer':>15} "
-          f"{'GFLOP/s':>8} {'of sgemm':>9} {'max |diff| to TF':>17}")
+    print(
+        f"  host: {host['cpu']} (LLVM cpu {host['llvm_cpu']}), {host['logical_cores']} "
+        f"logical cores"
+    )
+    print(
+        f"  {'framework':<13} {'median ms':>10} {'p90 ms':>9} {'x fastest peer':>15} "
+        f"{'GFLOP/s':>8} {'of sgemm':>9} {'max |diff| to TF':>17}"
+    )
     for name in medians:
-        print(f"  {name:<13} {medians[name]:>10.3f} {result['p90_ms'][name]:>9.3f} "
-              f"{ratios[name]:>15.2f} {result['gflops'][name]:>8.1f} "
-              f"{result['fraction_of_sgemm'][name]:>9.1%} "
-              f"{result['max_abs_difference_to_tensorflow'][name]:>17.2e}")
+        print(
+            f"  {name:<13} {medians[name]:>10.3f} {result['p90_ms'][name]:>9.3f} "
+            f"{ratios[name]:>15.2f} {result['gflops'][name]:>8.1f} "
+            f"{result['fraction_of_sgemm'][name]:>9.1%} "
+            f"{result['max_abs_difference_to_tensorflow'][name]:>17.2e}"
+        )
     for name, reason in result["missing_peers"].items():
         print(f"  {name:<13} not run: {reason}")
-    print(f"  sgemm (numpy.matmul, float32 {sgemm['n']}x{sgemm['n']}, {sgemm['blas']}, "
-          f"{sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s, best of "
-          f"{sgemm['repeats']} (median {sgemm['median_gflops']:.1f})")
+    print(
+        f"  sgemm (numpy.matmul, float32 {sgemm['n']}x{sgemm['n']}, {sgemm['blas']}, "
+        f"{sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s, best of "
+        f"{sgemm['repeats']} (median {sgemm['median_gflops']:.1f})"
+    )
     options = tuning["options"]
-    print(f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
-          f"(at most {options.get('trials')} per task, {options.get('total_trials') or 'no'} "
-          f"in all, {options.get('minutes') or 'no'} minutes budget, batch "
-          f"{options.get('candidates_per_iteration', options.get('batch_size'))}, population {options.get('population')}) "
-          f"in {tuning['seconds']:.0f} s")
+    print(
+        f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
+        f"(at most {options.get('trials')} per task, {options.get('total_trials') or 'no'} "
+        f"in all, {options.get('minutes') or 'no'} minutes budget, batch "
+        f"{options.get('candidates_per_iteration', options.get('batch_size'))}, population {options.get('population')}) "
+        f"in {tuning['seconds']:.0f} s"
+    )
     if "stage_seconds" in tuning:  # (peers.json files of earlier versions lack it)
-        print("  tuning time by stage: " + ", ".join(
-            f"{stage} {seconds:.0f} s" for stage, seconds in tuning["stage_seconds"].items()))
-    print(f"  estimate {tuning['estimated_ms']:.3f} ms (the search's "
-          f"{tuning['search_estimated_ms']:.3f} ms before {tuning['remeasured']} of its best "
-          f"records were timed again); measured / estimate "
-          f"{tuning['measured_to_estimate']:.2f}")
-    print(f"  tuned module: run {tuning['run_id']} in store {tuning['store']}"
-          + (" (tuned by an earlier run of this bench, timed again here)"
-             if tuning.get("retimed") else ""))
+        print(
+            "  tuning time by stage: "
+            + ", ".join(
+                f"{stage} {seconds:.0f} s" for stage, seconds in tuning["stage_seconds"].items()
+            )
+        )
+    print(
+        f"  estimate {tuning['estimated_ms']:.3f} ms (the search's "
+        f"{tuning['search_estimated_ms']:.3f} ms before {tuning['remeasured']} of its best "
+        f"records were timed again); measured / estimate "
+        f"{tuning['measured_to_estimate']:.2f}"
+    )
+    print(
+        f"  tuned module: run {tuning['run_id']} in store {tuning['store']}"
+        + (
+            " (tuned by an earlier run of this bench, timed again here)"
+            if tuning.get("retimed")
+            else ""
+        )
+    )
     for choice in tuning["conv_forms"]:
-        estimates = ", ".join(f"{form} {'-' if ms is None else f'{ms:.3f} ms'}"
-                              for form, ms in choice["estimate_ms"].items())
+        estimates = ", ".join(
+            f"{form} {'-' if ms is None else f'{ms:.3f} ms'}"
+            for form, ms in choice["estimate_ms"].items()
+        )
         print(f"  {choice['layer']}: built as {choice['form']} ({estimates})")
     if result["curve"]:
         print("  tuning curve (MetaSchedule's whole-model estimate):")
         for point in result["curve"]:
-            print(f"    {point['trials']:>6} trials {point['elapsed_s']:>7.0f} s "
-                  f"{point['estimated_latency_ms']:>9.3f} ms")
+            print(
+                f"    {point['trials']:>6} trials {point['elapsed_s']:>7.0f} s "
+                f"{point['estimated_latency_ms']:>9.3f} ms"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=None,
-                        help="comma-separated (default: mobilenetv2,resnet18, or those "
-                             "--retime names)")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="comma-separated (default: mobilenetv2,resnet18, or those --retime names)",
+    )
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock tuning budget per model")
-    parser.add_argument("--trials", type=int, default=None,
-                        help="measured candidates per task (default: SimpleTVM's)")
-    parser.add_argument("--total-trials", type=int, default=None,
-                        help="cap over all tasks; the gradient task order spends it where "
-                             "the latency is")
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="wall-clock tuning budget per model"
+    )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="measured candidates per task (default: SimpleTVM's)",
+    )
+    parser.add_argument(
+        "--total-trials",
+        type=int,
+        default=None,
+        help="cap over all tasks; the gradient task order spends it where the latency is",
+    )
     parser.add_argument("--candidates-per-iteration", type=int, default=None)
     parser.add_argument("--population", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
-    parser.add_argument("--warmup", type=int, default=5,
-                        help="untimed calls at the start of each turn")
-    parser.add_argument("--sgemm-size", type=int, default=2048,
-                        help="n of the n x n float32 matmul that gives the machine's rate")
+    parser.add_argument(
+        "--warmup", type=int, default=5, help="untimed calls at the start of each turn"
+    )
+    parser.add_argument(
+        "--sgemm-size",
+        type=int,
+        default=2048,
+        help="n of the n x n float32 matmul that gives the machine's rate",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/peers"))
-    parser.add_argument("--retime", type=Path, default=None, metavar="PEERS_JSON",
-                        help="time again the models an earlier run tuned (its peers.json; "
-                             "their stores must still exist) instead of tuning")
+    parser.add_argument(
+        "--retime",
+        type=Path,
+        default=None,
+        metavar="PEERS_JSON",
+        help="time again the models an earlier run tuned (its peers.json; "
+        "their stores must still exist) instead of tuning",
+    )
     args = parser.parse_args()
     earlier = {}
     if args.retime is not None:
@@ -415,22 +519,38 @@ def main() -> None:
             earlier = {entry["model"]: entry for entry in json.loads(text)}
         except (ValueError, KeyError, TypeError) as error:
             parser.error(f"--retime {args.retime}: not a peers.json of this bench ({error})")
-        given = [f"--{name.replace('_', '-')}" for name in
-                 ("minutes", "trials", "total_trials", "candidates_per_iteration", "population")
-                 if getattr(args, name) is not None]
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in (
+                "minutes",
+                "trials",
+                "total_trials",
+                "candidates_per_iteration",
+                "population",
+            )
+            if getattr(args, name) is not None
+        ]
         if given:
-            parser.error(f"--retime times modules tuned before: {', '.join(given)} would "
-                         "not be used")
+            parser.error(
+                f"--retime times modules tuned before: {', '.join(given)} would not be used"
+            )
         args.models = args.models or ",".join(earlier)
         unknown = [m for m in args.models.split(",") if m not in earlier]
         if unknown:
-            parser.error(f"--retime {args.retime} holds no tuned {', '.join(unknown)} "
-                         f"(it has {', '.join(earlier) or 'none'})")
-        gone = [earlier[m]["tuning"]["store"] for m in args.models.split(",")
-                if not Path(earlier[m]["tuning"]["store"]).is_dir()]
+            parser.error(
+                f"--retime {args.retime} holds no tuned {', '.join(unknown)} "
+                f"(it has {', '.join(earlier) or 'none'})"
+            )
+        gone = [
+            earlier[m]["tuning"]["store"]
+            for m in args.models.split(",")
+            if not Path(earlier[m]["tuning"]["store"]).is_dir()
+        ]
         if gone:
-            parser.error(f"--retime {args.retime}: the store of its tuned modules is gone "
-                         f"({', '.join(gone)}); tune again")
+            parser.error(
+                f"--retime {args.retime}: the store of its tuned modules is gone "
+                f"({', '.join(gone)}); tune again"
+            )
         args.image_size = next(iter(earlier.values()))["image_size"]
     args.models = args.models or "mobilenetv2,resnet18"
 

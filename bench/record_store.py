@@ -39,18 +39,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simpletvm.store import append_lines  # noqa: E402
-from simpletvm.tuning.records import RecordStore, canonical_json, insert, target_key  # noqa: E402
+from simpletvm.store import append_lines
+from simpletvm.tuning.records import RecordStore, canonical_json, insert, target_key
 
 RESULTS = Path(__file__).resolve().parent / "results" / "record_store.json"
 JOB_WORKLOADS = 20  # a ResNet-18 job has 19-21 tasks
 RECORDS_PER_WORKLOAD = 500  # how the synthetic store spreads its records
 # (N, H=W, C_in, C_out, kernel, stride): ResNet-18's convolutions at 224x224, NHWC
 RESNET18_CONVS = [
-    (1, 224, 3, 64, 7, 2), (1, 56, 64, 64, 3, 1), (1, 56, 64, 128, 3, 2),
-    (1, 56, 64, 128, 1, 2), (1, 28, 128, 128, 3, 1), (1, 28, 128, 256, 3, 2),
-    (1, 28, 128, 256, 1, 2), (1, 14, 256, 256, 3, 1), (1, 14, 256, 512, 3, 2),
-    (1, 14, 256, 512, 1, 2), (1, 7, 512, 512, 3, 1),
+    (1, 224, 3, 64, 7, 2),
+    (1, 56, 64, 64, 3, 1),
+    (1, 56, 64, 128, 3, 2),
+    (1, 56, 64, 128, 1, 2),
+    (1, 28, 128, 128, 3, 1),
+    (1, 28, 128, 256, 3, 2),
+    (1, 28, 128, 256, 1, 2),
+    (1, 14, 256, 256, 3, 1),
+    (1, 14, 256, 512, 3, 2),
+    (1, 14, 256, 512, 1, 2),
+    (1, 7, 512, 512, 3, 1),
 ]
 
 
@@ -104,9 +111,17 @@ def make_templates(path: Path) -> list[dict]:
     """Real records of ResNet-18-like workloads (made once, in a process of their own,
     so that this one never loads TVM before it forks)."""
     if not path.exists():
-        subprocess.run([sys.executable, "-c", TEMPLATES_SCRIPT, str(path),
-                        str(Path(__file__).resolve().parent.parent),
-                        json.dumps(RESNET18_CONVS)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                TEMPLATES_SCRIPT,
+                str(path),
+                str(Path(__file__).resolve().parent.parent),
+                json.dumps(RESNET18_CONVS),
+            ],
+            check=True,
+        )
     return json.loads(path.read_text())[:JOB_WORKLOADS]
 
 
@@ -134,12 +149,14 @@ def _writer(path: str, templates: list[dict], writer: int, count: int, out: str)
         template = templates[index % len(templates)]
         record = synthetic(template, rng)
         start = time.perf_counter()
-        records.add(template["workload"], template["workload_json"], [record],
-                    run_id=f"writer{writer}")
+        records.add(
+            template["workload"], template["workload_json"], [record], run_id=f"writer{writer}"
+        )
         waits.append(time.perf_counter() - start)
         if index % 10 == 0:  # a retried commit of the same record
-            records.add(template["workload"], template["workload_json"], [record],
-                        run_id=f"writer{writer}")
+            records.add(
+                template["workload"], template["workload_json"], [record], run_id=f"writer{writer}"
+            )
         committed.append(canonical_json(record))
     Path(out).write_text(json.dumps({"committed": committed, "waits": waits}))
 
@@ -159,16 +176,25 @@ def _reader(path: str, keys: list[str], target: str, stop, out: str) -> None:
                 unreadable += 1
             latencies.append(time.perf_counter() - start)
             queries += 1
-    Path(out).write_text(json.dumps({"queries": queries, "unreadable": unreadable,
-                                     "rows_read": rows_read, "latencies": latencies}))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "queries": queries,
+                "unreadable": unreadable,
+                "rows_read": rows_read,
+                "latencies": latencies,
+            }
+        )
+    )
 
 
 def _readable(row) -> bool:
     return isinstance(row, list) and len(row) == 4 and len(row[1]) == 5 and bool(row[0])
 
 
-def concurrency(work: Path, templates: list[dict], writers: int, per_writer: int,
-                readers: int) -> dict:
+def concurrency(
+    work: Path, templates: list[dict], writers: int, per_writer: int, readers: int
+) -> dict:
     path = work / "concurrency.sqlite"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -180,12 +206,16 @@ def concurrency(work: Path, templates: list[dict], writers: int, per_writer: int
     shutil.rmtree(outs, ignore_errors=True)
     outs.mkdir()
     keys = [t["workload"] for t in templates]
-    reading = [fork.Process(target=_reader, args=(str(path), keys, target, stop,
-                                                 str(outs / f"r{i}.json")))
-               for i in range(readers)]
-    writing = [fork.Process(target=_writer, args=(str(path), templates, w, per_writer,
-                                                 str(outs / f"w{w}.json")))
-               for w in range(writers)]
+    reading = [
+        fork.Process(target=_reader, args=(str(path), keys, target, stop, str(outs / f"r{i}.json")))
+        for i in range(readers)
+    ]
+    writing = [
+        fork.Process(
+            target=_writer, args=(str(path), templates, w, per_writer, str(outs / f"w{w}.json"))
+        )
+        for w in range(writers)
+    ]
     start = time.perf_counter()
     for process in reading + writing:
         process.start()
@@ -196,10 +226,16 @@ def concurrency(work: Path, templates: list[dict], writers: int, per_writer: int
     for process in reading:
         process.join()
     failed = sum(1 for p in reading + writing if p.exitcode != 0)
-    written = [json.loads((outs / f"w{w}.json").read_text()) for w in range(writers)
-               if (outs / f"w{w}.json").exists()]
-    read = [json.loads((outs / f"r{i}.json").read_text()) for i in range(readers)
-            if (outs / f"r{i}.json").exists()]
+    written = [
+        json.loads((outs / f"w{w}.json").read_text())
+        for w in range(writers)
+        if (outs / f"w{w}.json").exists()
+    ]
+    read = [
+        json.loads((outs / f"r{i}.json").read_text())
+        for i in range(readers)
+        if (outs / f"r{i}.json").exists()
+    ]
 
     records = RecordStore(path)
     connection = sqlite3.connect(path)
@@ -213,18 +249,26 @@ def concurrency(work: Path, templates: list[dict], writers: int, per_writer: int
         unreadable_rows += not ok
         stored[text] = stored.get(text, 0) + 1
     committed = [text for result in written for text in result["committed"]]
-    best_wrong = sum(1 for (key, tkey), latency in records.best().items()
-                     if latency != connection.execute(
-                         "SELECT MIN(r.latency_s) FROM records r JOIN workloads w ON "
-                         "w.id = r.workload_id WHERE w.key = ? AND r.target_key = ?",
-                         (key, tkey)).fetchone()[0])
+    best_wrong = sum(
+        1
+        for (key, tkey), latency in records.best().items()
+        if latency
+        != connection.execute(
+            "SELECT MIN(r.latency_s) FROM records r JOIN workloads w ON "
+            "w.id = r.workload_id WHERE w.key = ? AND r.target_key = ?",
+            (key, tkey),
+        ).fetchone()[0]
+    )
     waits = sorted(w for result in written for w in result["waits"])
     query_times = sorted(t for result in read for t in result["latencies"])
     return {
-        "writers": writers, "records_per_writer": per_writer, "readers": readers,
+        "writers": writers,
+        "records_per_writer": per_writer,
+        "readers": readers,
         "record_bytes_mean": round(sum(map(len, committed)) / max(1, len(committed))),
         "processes_failed": failed,
-        "committed": len(committed), "stored": sum(stored.values()),
+        "committed": len(committed),
+        "stored": sum(stored.values()),
         "lost": sum(1 for text in set(committed) if text not in stored),
         "duplicated": sum(n - 1 for n in stored.values() if n > 1),
         "unreadable": unreadable_rows + sum(r["unreadable"] for r in read),
@@ -264,19 +308,26 @@ def fill_sqlite(path: Path, templates: list[dict], count: int, batch: int = 2000
         done += len(rows)
         if done % 100_000 < batch:
             print(f"  {done:,} records, {time.perf_counter() - start:.0f} s", flush=True)
-    return {"records": records.count(), "workloads": len(keys),
-            "fill_s": round(time.perf_counter() - start, 1),
-            "bytes": sum(os.path.getsize(f"{path}{s}") for s in ("", "-wal")
-                         if os.path.exists(f"{path}{s}"))}
+    return {
+        "records": records.count(),
+        "workloads": len(keys),
+        "fill_s": round(time.perf_counter() - start, 1),
+        "bytes": sum(
+            os.path.getsize(f"{path}{s}") for s in ("", "-wal") if os.path.exists(f"{path}{s}")
+        ),
+    }
 
 
 def fill_jsonl(directory: Path, templates: list[dict], count: int) -> dict:
     """The same kind of store as JSON lines, as the earlier versions wrote it."""
     directory.mkdir(parents=True, exist_ok=True)
     keys = workload_keys(templates, max(JOB_WORKLOADS, count // RECORDS_PER_WORKLOAD))
-    (directory / "workloads.jsonl").write_text("".join(
-        json.dumps({"workload": key, "json": template["workload_json"]}) + "\n"
-        for key, template in keys))
+    (directory / "workloads.jsonl").write_text(
+        "".join(
+            json.dumps({"workload": key, "json": template["workload_json"]}) + "\n"
+            for key, template in keys
+        )
+    )
     rng = random.Random(0)
     path = directory / "records.jsonl"
     path.unlink(missing_ok=True)
@@ -285,10 +336,18 @@ def fill_jsonl(directory: Path, templates: list[dict], count: int) -> dict:
         for index in range(start, min(count, start + 2000)):
             key, template = keys[index % len(keys)]
             record = synthetic(template, rng)
-            lines.append(json.dumps({"workload": key, "record": record,
-                                     "target_key": target_key(record[2]),
-                                     "latency_s": sum(record[1]) / 5,
-                                     "run_id": f"run{index // 5000}", "time": time.time()}))
+            lines.append(
+                json.dumps(
+                    {
+                        "workload": key,
+                        "record": record,
+                        "target_key": target_key(record[2]),
+                        "latency_s": sum(record[1]) / 5,
+                        "run_id": f"run{index // 5000}",
+                        "time": time.time(),
+                    }
+                )
+            )
         append_lines(path, lines)
     return {"records": count, "workloads": len(keys), "bytes": path.stat().st_size}
 
@@ -340,24 +399,42 @@ def startup(design: str, store: Path, templates_path: Path, repeat: int) -> dict
     runs = []
     for _ in range(1 + repeat):
         output = subprocess.run(
-            [sys.executable, "-c", STARTUP_SCRIPT, str(Path(__file__).resolve().parent.parent),
-             design, str(store), str(templates_path), str(JOB_WORKLOADS)],
-            check=True, capture_output=True, text=True).stdout
+            [
+                sys.executable,
+                "-c",
+                STARTUP_SCRIPT,
+                str(Path(__file__).resolve().parent.parent),
+                design,
+                str(store),
+                str(templates_path),
+                str(JOB_WORKLOADS),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         runs.append(json.loads(output.strip().splitlines()[-1]))
     best = min(runs[1:] or runs, key=lambda r: r["read_s"])
-    return {"first_read_s": round(runs[0]["read_s"], 2), "read_s": round(best["read_s"], 2),
-            "read_and_decode_s": round(best["total_s"], 2),
-            "decode_ms_per_record": round(best["decode_ms_per_record"], 1),
-            "records_read": best["records_read"],
-            "rss_after_import_mb": round(best["rss_before_mb"]),
-            "read_peak_rss_mb": round(max(r["read_peak_rss_mb"] for r in runs)),
-            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs))}
+    return {
+        "first_read_s": round(runs[0]["read_s"], 2),
+        "read_s": round(best["read_s"], 2),
+        "read_and_decode_s": round(best["total_s"], 2),
+        "decode_ms_per_record": round(best["decode_ms_per_record"], 1),
+        "records_read": best["records_read"],
+        "rss_after_import_mb": round(best["rss_before_mb"]),
+        "read_peak_rss_mb": round(max(r["read_peak_rss_mb"] for r in runs)),
+        "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs)),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, required=True,
-                        help="where the stores go (the 1M store needs about 10 GB)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        required=True,
+        help="where the stores go (the 1M store needs about 10 GB)",
+    )
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--jsonl-records", type=int, default=20_000)
     parser.add_argument("--writers", type=int, default=100)
@@ -373,17 +450,21 @@ def main() -> None:
     size = sum(len(canonical_json(t["record"])) for t in templates) / len(templates)
     print(f"{len(templates)} workloads, records of {size / 1024:.1f} KB")
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["host"] = {"hostname": platform.node(), "cpus": os.cpu_count(),
-                       "python": platform.python_version(),
-                       "sqlite": sqlite3.sqlite_version,
-                       "note": "2 cores shared with another engineer's work: taken under load"}
+    results["host"] = {
+        "hostname": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "note": "2 cores shared with another engineer's work: taken under load",
+    }
     results["record_bytes"] = round(size)
     command = " ".join(["python", "bench/record_store.py", *sys.argv[1:]])
     if "concurrency" not in args.skip:
-        print(f"(a) {args.writers} writers x {args.writer_records} records, "
-              f"{args.readers} readers")
-        results["concurrency"] = {"command": command, **concurrency(
-            args.dir, templates, args.writers, args.writer_records, args.readers)}
+        print(f"(a) {args.writers} writers x {args.writer_records} records, {args.readers} readers")
+        results["concurrency"] = {
+            "command": command,
+            **concurrency(args.dir, templates, args.writers, args.writer_records, args.readers),
+        }
         print(json.dumps(results["concurrency"], indent=1))
     if "startup" not in args.skip:
         sqlite_path = args.dir / "records.sqlite"
@@ -393,18 +474,29 @@ def main() -> None:
         print(f"    and {jsonl_dir} with {args.jsonl_records:,} JSON lines")
         jsonl_store = fill_jsonl(jsonl_dir, templates, args.jsonl_records)
         results["startup"] = {
-            "command": command, "workloads_asked": JOB_WORKLOADS,
-            "sqlite": {**sqlite_store, **startup("sqlite", sqlite_path, templates_path,
-                                                 args.repeat)},
-            "json_lines": {**jsonl_store, **startup("jsonl", jsonl_dir, templates_path,
-                                                    args.repeat)},
+            "command": command,
+            "workloads_asked": JOB_WORKLOADS,
+            "sqlite": {
+                **sqlite_store,
+                **startup("sqlite", sqlite_path, templates_path, args.repeat),
+            },
+            "json_lines": {
+                **jsonl_store,
+                **startup("jsonl", jsonl_dir, templates_path, args.repeat),
+            },
         }
         print(json.dumps(results["startup"], indent=1))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     if not args.keep:
-        for name in ("records.sqlite", "records.sqlite-wal", "records.sqlite-shm",
-                     "concurrency.sqlite", "concurrency.sqlite-wal", "concurrency.sqlite-shm"):
+        for name in (
+            "records.sqlite",
+            "records.sqlite-wal",
+            "records.sqlite-shm",
+            "concurrency.sqlite",
+            "concurrency.sqlite-wal",
+            "concurrency.sqlite-shm",
+        ):
             (args.dir / name).unlink(missing_ok=True)
         shutil.rmtree(args.dir / "jsonl", ignore_errors=True)
         shutil.rmtree(args.dir / "concurrency-out", ignore_errors=True)

@@ -41,8 +41,10 @@ SETTINGS = {
     "TVM's pool: bind, spin": (CORES, TVM_POOL),
     "TVM's pool: no bind, spin": (CORES, {**TVM_POOL, "TVM_BIND_THREADS": "0"}),
     "TVM's pool: bind, no spin": (CORES, {"TVM_THREAD_POOL_SPIN_COUNT": "0"}),
-    "TVM's pool: no bind, no spin": (CORES, {"TVM_BIND_THREADS": "0",
-                                             "TVM_THREAD_POOL_SPIN_COUNT": "0"}),
+    "TVM's pool: no bind, no spin": (
+        CORES,
+        {"TVM_BIND_THREADS": "0", "TVM_THREAD_POOL_SPIN_COUNT": "0"},
+    ),
     "1 thread": (1, {}),
     "threads chosen at load": ("measured", {}),
 }
@@ -104,19 +106,31 @@ def fork_join_us(repeat: int = 20, number: int = 2000) -> dict[str, dict[str, fl
             use_for_loaded_kernels(CORES)
         for threads in sorted({CORES, 1}, reverse=True):
             set_runtime_threads(threads)
-            costs.setdefault(pool, {})[str(threads)] = float(
-                np.median(timer(*buffers).results)) * 1e6
+            costs.setdefault(pool, {})[str(threads)] = (
+                float(np.median(timer(*buffers).results)) * 1e6
+            )
     return costs
 
 
 def measure(args, threads: int | str, environment: dict[str, str]) -> list[float]:
-    command = [sys.executable, __file__, "--child", "--run-id", args.run_id,
-               "--calls", str(args.calls), "--warmup", str(args.warmup),
-               "--threads", str(threads)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--run-id",
+        args.run_id,
+        "--calls",
+        str(args.calls),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        str(threads),
+    ]
     if args.store:
         command += ["--store", args.store]
-    done = subprocess.run(command, env={**os.environ, **environment}, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        command, env={**os.environ, **environment}, check=True, capture_output=True, text=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -137,8 +151,10 @@ def main() -> None:
     os.environ["TVM_NUM_THREADS"] = str(CORES)
     results = {"fork_join_us": fork_join_us()}
     for pool, costs in results["fork_join_us"].items():
-        print(f"a parallel kernel that does nothing, {pool}'s pool, us per call: " + ", ".join(
-            f"{us:.2f} on {threads} thread(s)" for threads, us in costs.items()))
+        print(
+            f"a parallel kernel that does nothing, {pool}'s pool, us per call: "
+            + ", ".join(f"{us:.2f} on {threads} thread(s)" for threads, us in costs.items())
+        )
     for load in ("quiet", "one busy process beside"):
         spinner = None
         if load != "quiet":
@@ -152,9 +168,13 @@ def main() -> None:
         finally:
             if spinner is not None:
                 spinner.terminate()
-        results[load] = {name: {"median_ms": float(np.median(s)) * 1e3,
-                                "p90_ms": float(np.percentile(s, 90)) * 1e3}
-                         for name, s in samples.items()}
+        results[load] = {
+            name: {
+                "median_ms": float(np.median(s)) * 1e3,
+                "p90_ms": float(np.percentile(s, 90)) * 1e3,
+            }
+            for name, s in samples.items()
+        }
         print(f"\n{load}: run {args.run_id}, {args.rounds} rounds of {args.calls} calls")
         print(f"  {'setting':<30} {'median ms':>10} {'p90 ms':>9}")
         for name, stats in results[load].items():

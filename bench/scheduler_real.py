@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler import Scheduler, StageRecord, Trace, client, device  # noqa: E402
-from scheduler.tuning import TuningJobSpec  # noqa: E402
+from scheduler import Scheduler, StageRecord, Trace, client, device
+from scheduler.tuning import TuningJobSpec
 
 CLIENT_CORE, DEVICE_CORE = 0, 1
 MODELS = [
@@ -53,11 +53,16 @@ def pin(core: int) -> None:
 def job_specs(count: int, setup: str, tracker, store: str, tuning: dict) -> list[TuningJobSpec]:
     return [
         TuningJobSpec(
-            f"{setup}-{i}-{model}", model, tracker,
+            f"{setup}-{i}-{model}",
+            model,
+            tracker,
             "bench-device" if setup != "unscheduled" else f"bench-device-{i}",
-            store=store, run_id=f"{setup[:4]}{i:02d}".ljust(32, "0"),
-            context_options={"num_threads": 1}, model_options=options,
-            tuning={**tuning, "seed": i})
+            store=store,
+            run_id=f"{setup[:4]}{i:02d}".ljust(32, "0"),
+            context_options={"num_threads": 1},
+            model_options=options,
+            tuning={**tuning, "seed": i},
+        )
         for i, (model, options) in enumerate(MODELS[:count])
     ]
 
@@ -100,16 +105,34 @@ def unscheduled(specs: list[TuningJobSpec], store: str) -> Trace:
     for spec, process in zip(specs, processes):
         if process.exitcode != 0:
             raise SystemExit(f"unscheduled job {spec.job_id} failed (exit {process.exitcode})")
-        stages = json.loads((Path(store) / "runs" / spec.run_id / "context.json").read_text())["stages"]
+        stages = json.loads((Path(store) / "runs" / spec.run_id / "context.json").read_text())[
+            "stages"
+        ]
         for s in stages:
             on_device = s["stage"] == "profile"
-            records.append((spec.job_id, s, "device" if on_device else "client",
-                            "device:bench-device" if on_device else "client"))
+            records.append(
+                (
+                    spec.job_id,
+                    s,
+                    "device" if on_device else "client",
+                    "device:bench-device" if on_device else "client",
+                )
+            )
     origin = min(s["start"] for _, s, _, _ in records)
     trace = Trace(resources=RESOURCES, policy="unscheduled")
-    trace.records = [StageRecord(job, s["task"], s["iteration"], s["stage"], resource, role,
-                                 s["start"] - origin, s["end"] - origin)
-                     for job, s, resource, role in records]
+    trace.records = [
+        StageRecord(
+            job,
+            s["task"],
+            s["iteration"],
+            s["stage"],
+            resource,
+            role,
+            s["start"] - origin,
+            s["end"] - origin,
+        )
+        for job, s, resource, role in records
+    ]
     return trace
 
 
@@ -125,20 +148,31 @@ def measure(specs: list[TuningJobSpec], store: str, repeat: int) -> list[dict]:
         stvm.from_model(spec.model, **spec.model_options).build(records=spec.run_id)
         measured = stvm.evaluate(repeat=repeat, warmup=5).last_evaluation["median_ms"]
         estimate = context["tuning"]["estimated_latency_s"] * 1e3
-        rows.append({"job": spec.job_id, "trials": context["tuning"]["trials"],
-                     "measured_ms": measured, "estimated_ms": estimate,
-                     "estimate_over_measured": estimate / measured})
+        rows.append(
+            {
+                "job": spec.job_id,
+                "trials": context["tuning"]["trials"],
+                "measured_ms": measured,
+                "estimated_ms": estimate,
+                "estimate_over_measured": estimate / measured,
+            }
+        )
     pin(CLIENT_CORE)
     return rows
 
 
 def summarize(setup: str, trace: Trace, elapsed: float, jobs: list[dict]) -> dict:
     utilization = trace.utilization()
-    return {"setup": setup, "makespan_s": trace.makespan, "wall_s": elapsed,
-            "client_utilization": utilization["client"],
-            "device_utilization": utilization["device"],
-            "overlapping_profiles": len(trace.overlaps()),
-            "failed": trace.failed, "jobs": jobs}
+    return {
+        "setup": setup,
+        "makespan_s": trace.makespan,
+        "wall_s": elapsed,
+        "client_utilization": utilization["client"],
+        "device_utilization": utilization["device"],
+        "overlapping_profiles": len(trace.overlaps()),
+        "failed": trace.failed,
+        "jobs": jobs,
+    }
 
 
 def main() -> None:
@@ -154,9 +188,13 @@ def main() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("this benchmark needs two cores: one client, one device")
 
-    tuning = {"trials": args.trials, "candidates_per_iteration": args.candidates_per_iteration,
-              "population": args.population, "genetic_iterations": 1,
-              "transfer_learning": False}
+    tuning = {
+        "trials": args.trials,
+        "candidates_per_iteration": args.candidates_per_iteration,
+        "population": args.population,
+        "genetic_iterations": 1,
+        "transfer_learning": False,
+    }
     store = tempfile.mkdtemp(prefix="simpletvm-scheduler-real-")
     args.out.mkdir(parents=True, exist_ok=True)
     keys = ["bench-device"] + [f"bench-device-{i}" for i in range(args.jobs)]
@@ -183,13 +221,17 @@ def main() -> None:
 
 
 def print_setup(result: dict) -> None:
-    print(f"\n{result['setup']}: makespan {result['makespan_s']:.0f} s, client busy "
-          f"{result['client_utilization']:.0%}, device busy {result['device_utilization']:.0%}, "
-          f"{result['overlapping_profiles']} overlapping profiles"
-          + (f", FAILED {result['failed']}" if result["failed"] else ""))
+    print(
+        f"\n{result['setup']}: makespan {result['makespan_s']:.0f} s, client busy "
+        f"{result['client_utilization']:.0%}, device busy {result['device_utilization']:.0%}, "
+        f"{result['overlapping_profiles']} overlapping profiles"
+        + (f", FAILED {result['failed']}" if result["failed"] else "")
+    )
     for job in result["jobs"]:
-        print(f"  {job['job']:<28} {job['trials']:>5} trials  measured {job['measured_ms']:8.3f} ms"
-              f"  estimated {job['estimated_ms']:8.3f} ms  ({job['estimate_over_measured']:.2f}x)")
+        print(
+            f"  {job['job']:<28} {job['trials']:>5} trials  measured {job['measured_ms']:8.3f} ms"
+            f"  estimated {job['estimated_ms']:8.3f} ms  ({job['estimate_over_measured']:.2f}x)"
+        )
 
 
 def print_comparison(results: list[dict]) -> None:
@@ -197,15 +239,21 @@ def print_comparison(results: list[dict]) -> None:
     base = by_setup.get("sequential")
     if base is None:
         return
-    print(f"\n{'setup':<12} {'makespan s':>10} {'vs sequential':>14} {'client':>7} {'device':>7} "
-          f"{'overlaps':>8} {'tuned latency vs sequential (per job)':>40}")
+    print(
+        f"\n{'setup':<12} {'makespan s':>10} {'vs sequential':>14} {'client':>7} {'device':>7} "
+        f"{'overlaps':>8} {'tuned latency vs sequential (per job)':>40}"
+    )
     for result in results:
-        latency = "  ".join(f"{job['measured_ms'] / ref['measured_ms']:.2f}"
-                            for job, ref in zip(result["jobs"], base["jobs"]))
-        print(f"{result['setup']:<12} {result['makespan_s']:>10.0f} "
-              f"{base['makespan_s'] / result['makespan_s']:>13.2f}x "
-              f"{result['client_utilization']:>7.0%} {result['device_utilization']:>7.0%} "
-              f"{result['overlapping_profiles']:>8} {latency:>40}")
+        latency = "  ".join(
+            f"{job['measured_ms'] / ref['measured_ms']:.2f}"
+            for job, ref in zip(result["jobs"], base["jobs"])
+        )
+        print(
+            f"{result['setup']:<12} {result['makespan_s']:>10.0f} "
+            f"{base['makespan_s'] / result['makespan_s']:>13.2f}x "
+            f"{result['client_utilization']:>7.0%} {result['device_utilization']:>7.0%} "
+            f"{result['overlapping_profiles']:>8} {latency:>40}"
+        )
 
 
 if __name__ == "__main__":

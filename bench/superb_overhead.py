@@ -39,21 +39,36 @@ def tiny_model(path: Path) -> Path:
     return module.make_tiny_cnn_onnx(path)
 
 
-def sweep(directory: Path, model: Path, runs: int) -> tuple[float, "object"]:
+def sweep(directory: Path, model: Path, runs: int) -> tuple[float, object]:
     import pandas as pd
 
     name = f"overhead-{runs}"
     grid = directory / f"{name}.yaml"
     seeds = ", ".join(str(i) for i in range(runs))
-    grid.write_text(f"name: {name}\n"
-                    f"fixed: {{model: {model}, autotune: false, evaluate_repeat: 1, "
-                    f"evaluate_warmup: 0}}\n"
-                    f"grid: {{evaluate_seed: [{seeds}]}}\n")
+    grid.write_text(
+        f"name: {name}\n"
+        f"fixed: {{model: {model}, autotune: false, evaluate_repeat: 1, "
+        f"evaluate_warmup: 0}}\n"
+        f"grid: {{evaluate_seed: [{seeds}]}}\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "superb", "run", str(grid), "--store",
-                             str(directory / "store"), "--plain"], cwd=REPO, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "superb",
+            "run",
+            str(grid),
+            "--store",
+            str(directory / "store"),
+            "--plain",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - started
     if result.returncode != 0:
         sys.exit(f"superb failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -75,13 +90,16 @@ def main() -> None:
     per_run = many["overhead_s"]
     marginal = (wall_n - wall_1) / (args.runs - 1) - simpletvm.mean()
     fixed = wall_1 - one["wall_s"].iloc[0]
-    print(f"superb overhead, {args.runs} untuned runs of a tiny ONNX model "
-          f"({os.cpu_count()} CPUs)")
+    print(f"superb overhead, {args.runs} untuned runs of a tiny ONNX model ({os.cpu_count()} CPUs)")
     print(f"  SimpleTVM's work per run   mean {simpletvm.mean():.3f} s")
-    print(f"  overhead per run (csv)     mean {per_run.mean() * 1e3:.1f} ms, median "
-          f"{statistics.median(per_run) * 1e3:.1f} ms, max {per_run.max() * 1e3:.1f} ms")
-    print(f"  marginal cost of a run     {marginal * 1e3:.1f} ms "
-          f"(sweep of {args.runs}: {wall_n:.2f} s, of 1: {wall_1:.2f} s)")
+    print(
+        f"  overhead per run (csv)     mean {per_run.mean() * 1e3:.1f} ms, median "
+        f"{statistics.median(per_run) * 1e3:.1f} ms, max {per_run.max() * 1e3:.1f} ms"
+    )
+    print(
+        f"  marginal cost of a run     {marginal * 1e3:.1f} ms "
+        f"(sweep of {args.runs}: {wall_n:.2f} s, of 1: {wall_1:.2f} s)"
+    )
     print(f"  fixed start and end        {fixed:.2f} s per sweep")
     worst = max(per_run.max(), marginal)
     print(f"  goal < {GOAL_S:.0f} s per run: {'met' if worst < GOAL_S else 'MISSED'}")

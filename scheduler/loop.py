@@ -56,6 +56,7 @@ class Scheduler:
         self._cancelled: dict[str, str] = {}
         self._on_stage: StageListener | None = None
         self._on_job_end: JobListener | None = None
+        self._stopping = False
 
     def __enter__(self) -> Scheduler:
         return self
@@ -92,9 +93,20 @@ class Scheduler:
             if not self._wakeup.done():
                 self._wakeup.set_result(None)
 
+    def stop(self) -> None:
+        """End a :meth:`run` started with ``serve=True`` at its next round; safe to call
+        from another thread. Jobs in flight are left to :meth:`close`."""
+        with self._lock:
+            self._stopping = True
+            if not self._wakeup.done():
+                self._wakeup.set_result(None)
+
     def run(self, on_stage: StageListener | None = None,
-            on_job_end: JobListener | None = None) -> Trace:
+            on_job_end: JobListener | None = None, serve: bool = False) -> Trace:
         """Run until every submitted job is done or failed; return what ran where.
+
+        With ``serve``, run until :meth:`stop` instead: idle, the loop waits for the next
+        :meth:`submit` (a service whose jobs arrive whenever their users send them).
 
         ``on_stage(job_id, record, details)`` hears of every stage that ended, with the
         details its job reported; ``on_job_end(job_id, outcome)`` of every job that
@@ -109,6 +121,8 @@ class Scheduler:
         running: dict[Future, str] = {}
         sequence = itertools.count()
         while True:
+            if self._stopping:
+                return trace
             for job_id, job in self._take_submitted():
                 arriving[self._add_job(job_id, job)] = (next(sequence), job_id)
             self._carry_out_cancellations(set(running.values()), trace)
@@ -121,7 +135,10 @@ class Scheduler:
                 if more:  # a listener submitted a job
                     continue
                 if state.unfinished == 0:
-                    return trace
+                    if not serve:
+                        return trace
+                    self.backend.wait([self._wakeup])  # idle until a submit or stop
+                    continue
                 waiting = ", ".join(r.job_id for r in state.jobs.values() if not r.finished)
                 raise PolicyStalled(f"policy {self.policy.name!r} started nothing while jobs wait: {waiting}")
             done = self.backend.wait([*arriving, *running, self._wakeup])

@@ -52,7 +52,9 @@ class SimulatedBackend(Backend):
 
     name = "simulated"
 
-    def __init__(self, resources: Iterable[Resource], arrivals: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self, resources: Iterable[Resource], arrivals: Mapping[str, float] | None = None
+    ) -> None:
         self.clock = FakeClock()
         self._capacity = {r.name: r.capacity for r in resources}
         self._arrivals = dict(arrivals or {})
@@ -78,7 +80,9 @@ class SimulatedBackend(Backend):
         job = self._jobs[job_id]
         future: Future[StageOutcome] = Future()
         duration = cast(SimulatedJob, job).duration(stage)
-        self._running.setdefault(resource.name, []).append(_Running(future, job, stage, resource.name, duration))
+        self._running.setdefault(resource.name, []).append(
+            _Running(future, job, stage, resource.name, duration)
+        )
         return future
 
     def release(self, job_id: str) -> None:
@@ -94,8 +98,16 @@ class SimulatedBackend(Backend):
         if done:
             return done
         now = self.clock.now()
-        rates = {name: min(1.0, self._capacity[name] / len(items)) for name, items in self._running.items() if items}
-        candidates = [now + item.remaining / rates[name] for name, items in self._running.items() for item in items]
+        rates = {
+            name: min(1.0, self._capacity[name] / len(items))
+            for name, items in self._running.items()
+            if items
+        }
+        candidates = [
+            now + item.remaining / rates[name]
+            for name, items in self._running.items()
+            for item in items
+        ]
         candidates += [at for at, _, _ in self._pending_arrivals]
         if not candidates:
             raise RuntimeError("simulation has nothing left to wait for")
@@ -124,7 +136,7 @@ class SimulatedBackend(Backend):
         try:
             result = cast(SimulatedJob, item.job).complete_stage(item.stage, item.resource)
             item.future.set_result(StageOutcome(result, first_stage(item.job)))
-        except Exception as exc:  # a job's error is the job's result, never the simulator's
+        except Exception as exc:  # noqa: BLE001 - a job's error is the job's result, never the simulator's
             item.future.set_exception(exc)
 
 

@@ -18,7 +18,12 @@ from scheduler.base import Job, Stage, StageResult
 STAGE_NAMES = ("select", "build", "profile", "update")
 """The stages of one autotuning iteration, in order (thesis section 3)."""
 
-STAGE_RESOURCES = {"select": "client", "build": "client", "profile": "device:default", "update": "client"}
+STAGE_RESOURCES = {
+    "select": "client",
+    "build": "client",
+    "profile": "device:default",
+    "update": "client",
+}
 """Where each stage runs: everything on the client except profiling."""
 
 Durations = float | Mapping[str, float] | Callable[[Stage], float]
@@ -78,7 +83,9 @@ class MockJob(Job):
         if missing:
             raise ValueError(f"no resource given for stage names {missing}")
         if isinstance(durations, Mapping) and any(n not in durations for n in stage_names):
-            raise ValueError(f"durations lack stage names {[n for n in stage_names if n not in durations]}")
+            raise ValueError(
+                f"durations lack stage names {[n for n in stage_names if n not in durations]}"
+            )
         self._job_id = job_id
         self._durations = durations
         self.time_scale = time_scale
@@ -136,7 +143,9 @@ class MockJob(Job):
         if resource_name in self.fail_on:
             raise RuntimeError(f"{resource_name} is down")
         if (stage.task, stage.iteration, stage.name) in self.fail_at:
-            raise RuntimeError(f"injected failure in {stage.name} of task {stage.task} iteration {stage.iteration}")
+            raise RuntimeError(
+                f"injected failure in {stage.name} of task {stage.task} iteration {stage.iteration}"
+            )
         self.history.append((stage, resource_name))
         self._position += 1
         return StageResult()

@@ -36,7 +36,7 @@ class StageRecord:
 
     @property
     def resource_kind(self) -> str:
-        """"client" or "device": the kind of resource the stage ran on."""
+        """ "client" or "device": the kind of resource the stage ran on."""
         return kind_of(self.role)
 
 
@@ -65,7 +65,10 @@ def _atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     binary = isinstance(data, bytes)
     with tempfile.NamedTemporaryFile(
-        "wb" if binary else "w", dir=target.parent, prefix=f".{target.name}.", delete=False,
+        "wb" if binary else "w",
+        dir=target.parent,
+        prefix=f".{target.name}.",
+        delete=False,
         **({} if binary else {"encoding": "utf-8", "newline": ""}),
     ) as handle:
         handle.write(data)
@@ -127,7 +130,9 @@ class Trace:
         span = self.makespan
         return {name: (self.busy_time(name) / span if span else 0.0) for name in names}
 
-    def overlaps(self, resource_kind: str | None = "device") -> list[tuple[StageRecord, StageRecord]]:
+    def overlaps(
+        self, resource_kind: str | None = "device"
+    ) -> list[tuple[StageRecord, StageRecord]]:
         """Pairs of stages that overlapped in time on one exclusive resource.
 
         Exclusive means capacity 1; ``resource_kind`` restricts the check to resources of
@@ -136,8 +141,9 @@ class Trace:
         """
         by_resource: dict[str, list[StageRecord]] = {}
         for record in self.records:
-            if ((resource_kind is None or record.resource_kind == resource_kind)
-                    and self._capacity(record.resource) == 1):
+            if (resource_kind is None or record.resource_kind == resource_kind) and self._capacity(
+                record.resource
+            ) == 1:
                 by_resource.setdefault(record.resource, []).append(record)
         pairs: list[tuple[StageRecord, StageRecord]] = []
         for records in by_resource.values():
@@ -157,7 +163,9 @@ class Trace:
         _atomic_write(path, buffer.getvalue())
 
     @classmethod
-    def from_csv(cls, path: str | os.PathLike[str], resources: Iterable[Resource] | None = None) -> Trace:
+    def from_csv(
+        cls, path: str | os.PathLike[str], resources: Iterable[Resource] | None = None
+    ) -> Trace:
         """Load records; without ``resources``, every resource is taken as capacity 1."""
         with open(path, newline="", encoding="utf-8") as handle:
             records = [_parse_record(row) for row in csv.DictReader(handle)]
@@ -230,20 +238,35 @@ class Trace:
             for record in (r for r in self.records if r.resource == name):
                 width = record.end - record.start
                 axes.barh(
-                    row, width, left=record.start, height=0.6, color=colour[record.job],
-                    edgecolor="red" if record.status != StageStatus.OK else "black", linewidth=0.5,
+                    row,
+                    width,
+                    left=record.start,
+                    height=0.6,
+                    color=colour[record.job],
+                    edgecolor="red" if record.status != StageStatus.OK else "black",
+                    linewidth=0.5,
                     hatch="//" if record.status != StageStatus.OK else None,
                 )
                 if width > 0.03 * span:
-                    axes.text(record.start + width / 2, row, record.stage[:1].upper(),
-                              ha="center", va="center", fontsize=7)
+                    axes.text(
+                        record.start + width / 2,
+                        row,
+                        record.stage[:1].upper(),
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                    )
         axes.set_yticks(range(len(names)), names)
         axes.invert_yaxis()
         axes.set_xlabel("time (s)")
         axes.set_title(title or f"{self.policy or 'trace'}: makespan {self.makespan:.1f} s")
         if len(jobs) <= 20:
-            axes.legend(handles=[Patch(color=colour[j], label=j) for j in jobs],
-                        loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+            axes.legend(
+                handles=[Patch(color=colour[j], label=j) for j in jobs],
+                loc="upper left",
+                bbox_to_anchor=(1.0, 1.0),
+                fontsize=7,
+            )
 
 
 def _parse_record(row: dict[str, str]) -> StageRecord:
@@ -258,10 +281,24 @@ def _parse_outcome(data: dict[str, Any]) -> JobOutcome:
     status, arrived, finished = JobStatus(data["status"]), data["arrived"], data["finished"]
     if "failure" in data:
         failure = data["failure"]
-        return JobOutcome(status, arrived, finished, failure and Failure(
-            failure["stage"], failure["resource"], FailureCause(failure["cause"]),
-            failure["message"]))
+        return JobOutcome(
+            status,
+            arrived,
+            finished,
+            failure
+            and Failure(
+                failure["stage"],
+                failure["resource"],
+                FailureCause(failure["cause"]),
+                failure["message"],
+            ),
+        )
     failed = status == JobStatus.FAILED
-    return JobOutcome(status, arrived, finished, Failure(
-        None, None, FailureCause(data.get("cause") or FailureCause.STAGE), data["error"])
-        if failed else None)
+    return JobOutcome(
+        status,
+        arrived,
+        finished,
+        Failure(None, None, FailureCause(data.get("cause") or FailureCause.STAGE), data["error"])
+        if failed
+        else None,
+    )

@@ -82,8 +82,9 @@ class SimpleTVMJob(Job):
 
     device_steps: frozenset[str] = frozenset()
 
-    def __init__(self, simpletvm, steps: list[str], tracker: tuple[str, int] | None,
-                 device_key: str) -> None:
+    def __init__(
+        self, simpletvm, steps: list[str], tracker: tuple[str, int] | None, device_key: str
+    ) -> None:
         from simpletvm.remote.rpc import DeviceGrant
 
         self.simpletvm = simpletvm
@@ -98,8 +99,9 @@ class SimpleTVMJob(Job):
         """Make the run's TuningJob (:meth:`SimpleTVM.tuning_job`); each of its profile
         stages reaches the device the scheduler granted it. A run resumed after its
         last tuning stage finishes its tuning here."""
-        self.tuning = self.simpletvm.tuning_job(options, self.tracker, self.device,
-                                                buffer_records=buffer_records)
+        self.tuning = self.simpletvm.tuning_job(
+            options, self.tracker, self.device, buffer_records=buffer_records
+        )
         if self.tuning.is_complete():
             self._finish_tuning()
 
@@ -175,11 +177,16 @@ class TuningJobAdapter(SimpleTVMJob):
         from simpletvm.tuning import TuningOptions
 
         self.spec = spec
-        context = BenchmarkingContext(spec.target, device_key=spec.device_key,
-                                      store=spec.store, run_id=spec.run_id,
-                                      **spec.context_options)
+        context = BenchmarkingContext(
+            spec.target,
+            device_key=spec.device_key,
+            store=spec.store,
+            run_id=spec.run_id,
+            **spec.context_options,
+        )
         simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(
-            spec.model, **spec.model_options)
+            spec.model, **spec.model_options
+        )
         super().__init__(simpletvm, [TUNE], spec.tracker, spec.device_key)
         self.start_tuning(TuningOptions.from_mapping(spec.tuning), spec.records_to_driver)
 
@@ -207,6 +214,7 @@ def record_writer(store: str):
     def write(job_id: str, record, details: dict[str, Any]) -> None:
         for workload_key, workload_json, rows, run_id, remeasured in details.get("records", ()):
             records.add(workload_key, workload_json, rows, run_id, remeasured)
+
     return write
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from enum import Enum
+from collections.abc import Callable
+from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,8 +21,8 @@ from simpletvm.context import BenchmarkingContext, StepStatus
 from simpletvm.errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
 from simpletvm.hostinfo import host_fingerprint
 from simpletvm.models import ImportedModel, TensorSpec, import_model
-from simpletvm.store import atomic_write_json
 from simpletvm.runtime.loaded import as_numpy
+from simpletvm.store import atomic_write_json
 from simpletvm.targets import ResolvedTarget, resolve_target, use_runtime_threads
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.record_files import open_records
@@ -33,7 +34,7 @@ MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
 
 
-class FlowState(str, Enum):
+class FlowState(StrEnum):
     """Where a SimpleTVM is in its flow: a closed set; each step checks it may run in
     the current state (:meth:`SimpleTVM._require`) and moves only along ``NEXT``."""
 
@@ -41,9 +42,6 @@ class FlowState(str, Enum):
     IMPORTED = "imported"  # from_model(): a Relax module to tune or build
     BUILT = "built"  # build(): a module compiled here, to save, run or evaluate
     LOADED = "loaded"  # load(): a saved module, compiled already
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # the states each state may move to: importing and loading start over from anywhere
@@ -68,16 +66,19 @@ class SimpleTVM:
             process (no RPC session per candidate: a third of the profiling cost).
     """
 
-    def __init__(self, context: BenchmarkingContext | None = None,
-                 rpc_tracker: tuple[str, int] | None = None):
+    def __init__(
+        self, context: BenchmarkingContext | None = None, rpc_tracker: tuple[str, int] | None = None
+    ):
         self.context = context or BenchmarkingContext()
         self.rpc_tracker = rpc_tracker
         if rpc_tracker is not None and not self.context.device_key:
             raise SimpleTVMError(
                 "an RPC tracker needs the device key its servers register under: "
-                "BenchmarkingContext(target, device_key='...')")
+                "BenchmarkingContext(target, device_key='...')"
+            )
         self.target: ResolvedTarget = resolve_target(
-            self.context.target, self.context.cpu_arch, self.context.num_threads)
+            self.context.target, self.context.cpu_arch, self.context.num_threads
+        )
         use_runtime_threads(self.target.host_cores())
         self.context.target_spec = self.target.spec
         self.model: ImportedModel | None = None
@@ -122,11 +123,19 @@ class SimpleTVM:
         return self._forms
 
     # ---- steps ----------------------------------------------------------------------
-    def from_model(self, source: Any, *, output_name: str | list[str] | None = None,
-                   output_size: int | None = None, input_shapes: Any = None,
-                   batch_size: int = 1, format: str | None = None,  # noqa: A002
-                   signature: str = "serving_default", lowering: dict[str, Any] | None = None,
-                   **options: Any) -> "SimpleTVM":
+    def from_model(
+        self,
+        source: Any,
+        *,
+        output_name: str | list[str] | None = None,
+        output_size: int | None = None,
+        input_shapes: Any = None,
+        batch_size: int = 1,
+        format: str | None = None,  # noqa: A002
+        signature: str = "serving_default",
+        lowering: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> SimpleTVM:
         """Import a model: a built-in name (``"mobilenetv2"``, ``"resnet18"``...), a
         SavedModel directory, a frozen ``.pb`` (with ``output_name``), a ``.keras``/``.h5``
         file, a TF Hub handle, a ``.tflite`` or ``.onnx`` file, or a Keras/ONNX object.
@@ -140,13 +149,28 @@ class SimpleTVM:
 
         with self.context.step("from_model", source=str(source)) as step:
             self.context.record_parameters(
-                "from_model", source=str(source), output_name=output_name,
-                output_size=output_size, input_shapes=input_shapes, batch_size=batch_size,
-                format=format, signature=signature, lowering=lowering, **options)
+                "from_model",
+                source=str(source),
+                output_name=output_name,
+                output_size=output_size,
+                input_shapes=input_shapes,
+                batch_size=batch_size,
+                format=format,
+                signature=signature,
+                lowering=lowering,
+                **options,
+            )
             model = import_model(
-                source, format=format, output_name=output_name, output_size=output_size,
-                input_shapes=input_shapes, batch_size=batch_size, signature=signature,
-                cache_dir=self.store.zoo_dir, **options)
+                source,
+                format=format,
+                output_name=output_name,
+                output_size=output_size,
+                input_shapes=input_shapes,
+                batch_size=batch_size,
+                signature=signature,
+                cache_dir=self.store.zoo_dir,
+                **options,
+            )
             self.model = model
             self._forms = ConvForms(model.mod, self.target, **(lowering or {}))
             self._executable = self._vm = None
@@ -156,13 +180,23 @@ class SimpleTVM:
             step["format"] = model.format
         return self
 
-    def autotune(self, trials: int | None = None, *, total_trials: int | None = None,
-                 minutes: float | None = None,
-                 timeout: float | None = None, candidates_per_iteration: int | None = None,
-                 transfer_learning: bool = True, early_stopping: int | None = None,
-                 search_strategy: str = "evolutionary", cost_model: str = "xgb",
-                 seed: int | None = None, on_stage: Callable | None = None,
-                 progress: Any = False, **search: Any) -> "SimpleTVM":
+    def autotune(
+        self,
+        trials: int | None = None,
+        *,
+        total_trials: int | None = None,
+        minutes: float | None = None,
+        timeout: float | None = None,
+        candidates_per_iteration: int | None = None,
+        transfer_learning: bool = True,
+        early_stopping: int | None = None,
+        search_strategy: str = "evolutionary",
+        cost_model: str = "xgb",
+        seed: int | None = None,
+        on_stage: Callable | None = None,
+        progress: Any = False,
+        **search: Any,
+    ) -> SimpleTVM:
         """Tune every task of the model with MetaSchedule (optional before build()).
 
         ``trials`` caps each task (default 64, or no cap when ``total_trials`` or
@@ -175,11 +209,21 @@ class SimpleTVM:
         a :class:`~simpletvm.progress.TuningProgress` given instead is used as it is.
         """
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
-        options = TuningOptions.from_mapping(dict(
-            trials=trials, total_trials=total_trials, minutes=minutes, timeout=timeout,
-            candidates_per_iteration=candidates_per_iteration,
-            transfer_learning=transfer_learning, early_stopping=early_stopping,
-            search_strategy=search_strategy, cost_model=cost_model, seed=seed, **search))
+        options = TuningOptions.from_mapping(
+            dict(
+                trials=trials,
+                total_trials=total_trials,
+                minutes=minutes,
+                timeout=timeout,
+                candidates_per_iteration=candidates_per_iteration,
+                transfer_learning=transfer_learning,
+                early_stopping=early_stopping,
+                search_strategy=search_strategy,
+                cost_model=cost_model,
+                seed=seed,
+                **search,
+            )
+        )
         with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
             self.context.record_parameters("autotune", **options.to_dict())
             address = tracker.address if tracker is not None else None
@@ -190,8 +234,11 @@ class SimpleTVM:
             else:
                 from simpletvm.progress import TuningProgress, combine
 
-                display = (progress if isinstance(progress, TuningProgress)
-                           else TuningProgress(self._display_name(), minutes))
+                display = (
+                    progress
+                    if isinstance(progress, TuningProgress)
+                    else TuningProgress(self._display_name(), minutes)
+                )
                 with display:
                     display.on_stage(job)  # the tasks found, before the first stage's wait
                     job.run(combine(on_stage, display.on_stage))
@@ -204,8 +251,13 @@ class SimpleTVM:
         source = str(self.model.source) if self.model is not None else "model"
         return Path(source).name or source
 
-    def tuning_job(self, options: TuningOptions, tracker: tuple[str, int] | None = None,
-                   device_key: str | DeviceGrant = "local", buffer_records: bool = False):
+    def tuning_job(
+        self,
+        options: TuningOptions,
+        tracker: tuple[str, int] | None = None,
+        device_key: str | DeviceGrant = "local",
+        buffer_records: bool = False,
+    ):
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
         ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
         same job stage by stage instead, passing a :class:`~.rpc.DeviceGrant` as
@@ -215,18 +267,25 @@ class SimpleTVM:
         store's single writer."""
         self._require("tuning_job()", FlowState.IMPORTED, FlowState.BUILT)
         from simpletvm.remote.rpc import DeviceGrant
+        from simpletvm.remote.runner import DeviceRunner, rpc_runner
         from simpletvm.tuning.job import TuningJob
         from simpletvm.tuning.records import RecordBuffer
-        from simpletvm.remote.runner import DeviceRunner, rpc_runner
 
         device = device_key if isinstance(device_key, DeviceGrant) else DeviceGrant(device_key)
-        runner = (DeviceRunner(tracker, device, partial(rpc_runner, options, self.target.device_type, tracker))
-                  if tracker is not None else None)
+        runner = (
+            DeviceRunner(
+                tracker, device, partial(rpc_runner, options, self.target.device_type, tracker)
+            )
+            if tracker is not None
+            else None
+        )
         records = open_records(self.store.root)
         if buffer_records:  # build(records="run") reads the run's records through it too
             self._record_buffer = records = RecordBuffer(records.path)
         job = TuningJob(
-            self._forms, self.target, options,
+            self._forms,
+            self.target,
+            options,
             records=records,
             runner=runner,
             device_resource=device,
@@ -238,30 +297,41 @@ class SimpleTVM:
         self.context.model["num_tasks"] = len(job.tasks)
         return job
 
-    def finish_scheduled_tuning(self, job, tracker: tuple[str, int] | None,
-                                device_key: str) -> None:
+    def finish_scheduled_tuning(
+        self, job, tracker: tuple[str, int] | None, device_key: str
+    ) -> None:
         """Finalize a job that a scheduler drove stage by stage (:meth:`tuning_job`) and
         record it as this run's autotune step, spanning its stages."""
         job.finalize()
         stages = self.context.stages
         start = stages[0]["start"] if stages else time.time()
         end = stages[-1]["end"] if stages else start
-        self.context.steps.append({"step": "autotune", "status": StepStatus.OK, "scheduled": True,
-                                   "start": start, "end": end, "duration_s": end - start,
-                                   "trials": job.trials})
+        self.context.steps.append(
+            {
+                "step": "autotune",
+                "status": StepStatus.OK,
+                "scheduled": True,
+                "start": start,
+                "end": end,
+                "duration_s": end - start,
+                "trials": job.trials,
+            }
+        )
         self.record_tuning(job, tracker, device_key)
 
     def record_tuning(self, job, tracker: tuple[str, int] | None, device_key: str) -> None:
         """Keep a finished job's summary here and in the context."""
         self.tuning_summary = job.summary()
-        self.context.tuning = {**self.tuning_summary,
-                               "rpc_tracker": list(tracker) if tracker else None,
-                               "device_key": device_key,
-                               "runner": "rpc" if tracker else "local",
-                               "cache_mode": job.cache_mode,
-                               "model_bytes": job.model_bytes}
+        self.context.tuning = {
+            **self.tuning_summary,
+            "rpc_tracker": list(tracker) if tracker else None,
+            "device_key": device_key,
+            "runner": "rpc" if tracker else "local",
+            "cache_mode": job.cache_mode,
+            "model_bytes": job.model_bytes,
+        }
 
-    def build(self, records: str | None = "global") -> "SimpleTVM":
+    def build(self, records: str | None = "global") -> SimpleTVM:
         """Compile the model, applying tuning records.
 
         ``records``: ``"global"`` (every run's records in the store, default), ``"best"``
@@ -278,9 +348,16 @@ class SimpleTVM:
 
         with self.context.step("build", records=records) as step:
             self.context.record_parameters("build", records=records)
-            database = None if records is None else records_database(
-                records, self._records_for_build(), self.target.tvm_target(),
-                self.context.run_id)
+            database = (
+                None
+                if records is None
+                else records_database(
+                    records,
+                    self._records_for_build(),
+                    self.target.tvm_target(),
+                    self.context.run_id,
+                )
+            )
             fused = self._forms.default
             if database is not None:
                 fused, choices = self._forms.choose(partial(best_latency_s, database))
@@ -297,7 +374,7 @@ class SimpleTVM:
             self._choose_threads(step)
         return self
 
-    def save(self, directory: str | Path | None = None) -> "SimpleTVM":
+    def save(self, directory: str | Path | None = None) -> SimpleTVM:
         """Store the built module (weights included) and its metadata under the run id."""
         self._require("save()", FlowState.BUILT)
         target_dir = Path(directory) if directory else self.store.module_dir(self.context.run_id)
@@ -314,7 +391,7 @@ class SimpleTVM:
             self.context.artifacts["module"] = str(target_dir)
         return self
 
-    def load(self, run_id: str, directory: str | Path | None = None) -> "SimpleTVM":
+    def load(self, run_id: str, directory: str | Path | None = None) -> SimpleTVM:
         """Bring back a module saved by ``save()`` (by run id, or from ``directory``)."""
         import tvm
 
@@ -324,7 +401,8 @@ class SimpleTVM:
             if not metadata_path.exists():
                 raise RunNotFoundError(
                     f"no saved module for run {run_id!r} under {source_dir}: check the run id "
-                    f"and the store root ({self.store.root})")
+                    f"and the store root ({self.store.root})"
+                )
             metadata = json.loads(metadata_path.read_text())
             self._check_compatible(metadata, source_dir)
             self._library_file = source_dir / MODULE_FILE
@@ -334,9 +412,13 @@ class SimpleTVM:
             else:  # code for another CPU: run() and evaluate() upload the file
                 self._vm = self._executable = None
             self.model = ImportedModel(
-                None, [TensorSpec.from_dict(d) for d in metadata["inputs"]],
+                None,
+                [TensorSpec.from_dict(d) for d in metadata["inputs"]],
                 [TensorSpec.from_dict(d) for d in metadata["outputs"]],
-                metadata["model"].get("source", run_id), "saved", {"loaded_from": run_id})
+                metadata["model"].get("source", run_id),
+                "saved",
+                {"loaded_from": run_id},
+            )
             self.context.model = {**metadata["model"], "loaded_from": run_id}
             self._forms = None
             self._built_from = metadata.get("records")  # what the saved build applied
@@ -362,8 +444,9 @@ class SimpleTVM:
             result = vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
             return as_numpy(result)
 
-    def evaluate(self, repeat: int = 50, warmup: int = 5, number: int = 1,
-                 seed: int = 0) -> "SimpleTVM":
+    def evaluate(
+        self, repeat: int = 50, warmup: int = 5, number: int = 1, seed: int = 0
+    ) -> SimpleTVM:
         """Time whole-model inference on random inputs; statistics go to the context.
 
         ``repeat`` samples of ``number`` runs each, after ``warmup`` runs and at least
@@ -381,20 +464,24 @@ class SimpleTVM:
 
         from simpletvm.runtime.evaluation import random_inputs, summarize, time_vm
 
-        with self.context.step("evaluate", repeat=repeat, number=number,
-                               warmup=warmup) as step:
-            self.context.record_parameters("evaluate", repeat=repeat, warmup=warmup,
-                                           number=number, seed=seed)
+        with self.context.step("evaluate", repeat=repeat, number=number, warmup=warmup) as step:
+            self.context.record_parameters(
+                "evaluate", repeat=repeat, warmup=warmup, number=number, seed=seed
+            )
             vm, device, where = self._execution()
             step["device"] = where
-            inputs = [tvm.runtime.tensor(a, device)
-                      for a in random_inputs(self.model.inputs, seed)]
+            inputs = [tvm.runtime.tensor(a, device) for a in random_inputs(self.model.inputs, seed)]
             self._choose_threads(step, inputs)  # the host may have moved since build or load
             samples = time_vm(vm, device, inputs, warmup, repeat, number)
             stats = summarize(samples)
-            stats.update(repeat=repeat, warmup=warmup, number=number,
-                         tuned=self._built_from is not None, records=self._built_from,
-                         device=where)
+            stats.update(
+                repeat=repeat,
+                warmup=warmup,
+                number=number,
+                tuned=self._built_from is not None,
+                records=self._built_from,
+                device=where,
+            )
             if self.rpc_tracker is None and self.target.device_type == "cpu":
                 from simpletvm.runtime.threads import runtime_threads
 
@@ -414,7 +501,8 @@ class SimpleTVM:
         if self._export_dir is None:
             return
         if self._library_file is not None and self._library_file.parent == Path(
-                self._export_dir.name):
+            self._export_dir.name
+        ):
             self._library_file = None
         self._export_dir.cleanup()
         self._export_dir = None
@@ -434,12 +522,15 @@ class SimpleTVM:
                 raise FlowError(
                     f"{step} needs an imported model, but this SimpleTVM holds a module "
                     "loaded with load(), which is already compiled: call from_model() to "
-                    "import the model again")
+                    "import the model again"
+                )
             raise FlowError(f"{step} needs a model: call from_model() first")
         if states == (FlowState.BUILT,):
             if self.state is FlowState.LOADED:
-                raise FlowError(f"{step} needs a module built here; a loaded module is "
-                                "saved already (under the run id it was loaded from)")
+                raise FlowError(
+                    f"{step} needs a module built here; a loaded module is "
+                    "saved already (under the run id it was loaded from)"
+                )
             raise FlowError(f"{step} needs a built module: call build() first")
         raise FlowError(f"{step} needs a module: call build() or load() first")
 
@@ -449,8 +540,9 @@ class SimpleTVM:
         if self._runs_on_this_cpu():
             from simpletvm.runtime.loaded import use_fork_join_pool
 
-            step["fork_join_pool"] = use_fork_join_pool(self._library_file,
-                                                        self.target.host_cores())
+            step["fork_join_pool"] = use_fork_join_pool(
+                self._library_file, self.target.host_cores()
+            )
 
     def _choose_threads(self, step: dict, inputs: list | None = None) -> None:
         """Leave the runtime on the thread count this module runs fastest on here, unless
@@ -459,12 +551,14 @@ class SimpleTVM:
         if self._runs_on_this_cpu() and self.context.num_threads is None:
             from simpletvm.runtime.loaded import choose_threads
 
-            step["runtime_threads"] = choose_threads(self._vm, self.model.inputs,
-                                                     self.target, inputs)
+            step["runtime_threads"] = choose_threads(
+                self._vm, self.model.inputs, self.target, inputs
+            )
 
     def _runs_on_this_cpu(self) -> bool:
-        return (self._vm is not None and self.rpc_tracker is None
-                and self.target.device_type == "cpu")
+        return (
+            self._vm is not None and self.rpc_tracker is None and self.target.device_type == "cpu"
+        )
 
     def _library_here(self):
         """The built module for this machine, as a loaded shared library.
@@ -507,7 +601,8 @@ class SimpleTVM:
                     f"the module is for another CPU ({self.target.cross_triple}) and cannot "
                     "run here: run it on such a device through an RPC tracker, "
                     "SimpleTVM(BenchmarkingContext(target, device_key=KEY), "
-                    "rpc_tracker=(host, port)), with a server of KEY on the device")
+                    "rpc_tracker=(host, port)), with a server of KEY on the device"
+                )
             return self._vm, self.target.device(), {"runner": "local"}
         from tvm import relax
 
@@ -517,8 +612,12 @@ class SimpleTVM:
             self._library_file = self._temporary_export()
         remote = remote_module(self.rpc_tracker, self.context.device_key, self._library_file)
         device = remote.device(self.target.device_type)
-        where = {"runner": "rpc", "rpc_tracker": list(self.rpc_tracker),
-                 "device_key": self.context.device_key, "server": list(remote.server)}
+        where = {
+            "runner": "rpc",
+            "rpc_tracker": list(self.rpc_tracker),
+            "device_key": self.context.device_key,
+            "server": list(remote.server),
+        }
         return relax.VirtualMachine(remote.library, device), device, where
 
     def _profiling_tracker(self):
@@ -558,35 +657,44 @@ class SimpleTVM:
             raise IncompatibleModuleError(
                 f"the module in {source_dir} was built for target {saved_kind!r}, but this "
                 f"context targets {self.target.kind!r}: load it with "
-                f"BenchmarkingContext({saved_kind!r}) or rebuild it for this target")
-        if (self.target.device_type == "cpu" and self.target.runs_here
-                and metadata["host_fingerprint"] != host_fingerprint()):
+                f"BenchmarkingContext({saved_kind!r}) or rebuild it for this target"
+            )
+        if (
+            self.target.device_type == "cpu"
+            and self.target.runs_here
+            and metadata["host_fingerprint"] != host_fingerprint()
+        ):
             raise IncompatibleModuleError(
                 f"the module in {source_dir} was built on another CPU "
                 f"({metadata['host'].get('cpu_model')}, {metadata['host'].get('hostname')}); "
-                "its machine code may not run here: rebuild it on this host")
+                "its machine code may not run here: rebuild it on this host"
+            )
 
     def _match_inputs(self, data: Any) -> list[np.ndarray]:
         specs = self.model.inputs
         if isinstance(data, dict):
             missing = [s.name for s in specs if s.name not in data]
             if missing:
-                raise ValueError(f"run() is missing inputs {missing}; the model takes "
-                                 f"{[s.name for s in specs]}")
+                raise ValueError(
+                    f"run() is missing inputs {missing}; the model takes {[s.name for s in specs]}"
+                )
             values = [data[s.name] for s in specs]
         elif isinstance(data, (list, tuple)):
             values = list(data)
         else:
             values = [data]
         if len(values) != len(specs):
-            raise ValueError(f"run() got {len(values)} inputs; the model takes {len(specs)}: "
-                             f"{[(s.name, s.shape) for s in specs]}")
+            raise ValueError(
+                f"run() got {len(values)} inputs; the model takes {len(specs)}: "
+                f"{[(s.name, s.shape) for s in specs]}"
+            )
         arrays = []
         for spec, value in zip(specs, values):
             array = np.ascontiguousarray(value, dtype=spec.dtype)
             if tuple(array.shape) != tuple(spec.shape):
-                raise ValueError(f"input {spec.name!r} must have shape {spec.shape}, "
-                                 f"got {array.shape}")
+                raise ValueError(
+                    f"input {spec.name!r} must have shape {spec.shape}, got {array.shape}"
+                )
             arrays.append(array)
         return arrays
 
@@ -603,17 +711,20 @@ def _records_match(fused, target: ResolvedTarget, database) -> dict[str, Any]:
 
     tasks = extract_tasks(fused, target)
     loaded = len(database)
-    found = {"records_loaded": loaded, "tasks": len(tasks),
-             "tasks_with_records": sum(best_latency_s(database, task) is not None
-                                       for task in tasks)}
+    found = {
+        "records_loaded": loaded,
+        "tasks": len(tasks),
+        "tasks_with_records": sum(best_latency_s(database, task) is not None for task in tasks),
+    }
     if found["tasks_with_records"] or not tasks:
         return found
     if loaded:
         found["records_mismatch"] = "workloads"
         return found
     run_id = database.run_id if database.scope == "run" else None
-    targets = (database.records.target_keys(run_id)
-               if hasattr(database.records, "target_keys") else [])
+    targets = (
+        database.records.target_keys(run_id) if hasattr(database.records, "target_keys") else []
+    )
     found["records_mismatch"] = "target" if targets else "empty"
     if targets:
         found["records_targets"] = targets

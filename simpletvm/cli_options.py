@@ -8,11 +8,15 @@ from __future__ import annotations
 
 MIN_MINUTES = 0.01  # simpletvm.tuning.options.MIN_MINUTES (not imported: it loads numpy)
 STORE_HELP = "run store root (default: $SIMPLETVM_HOME or ~/tvm-benchmark)"
-THREADS_HELP = ("run (and tune) on this many threads (default: tune on the physical cores, "
-                "run on the faster of every core and one)")
+THREADS_HELP = (
+    "run (and tune) on this many threads (default: tune on the physical cores, "
+    "run on the faster of every core and one)"
+)
 MINUTES_HELP = "wall-clock tuning budget"
-VERBOSE_HELP = ("show native libraries' log lines (TVM, TensorFlow, TFLite) on the terminal; "
-                "without it they go to the run's log")
+VERBOSE_HELP = (
+    "show native libraries' log lines (TVM, TensorFlow, TFLite) on the terminal; "
+    "without it they go to the run's log"
+)
 
 
 def flags_without_type() -> None:

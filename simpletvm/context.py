@@ -8,21 +8,22 @@ and saves it as JSON in the run store so a notebook or superb can read it back l
 from __future__ import annotations
 
 import contextlib
-from enum import Enum
 import json
 import logging
 import os
 import shutil
 import time
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from simpletvm.errors import RunNotFoundError
-from simpletvm.hostinfo import host_facts, library_versions
 from simpletvm._process.interrupts import keep_interrupts
 from simpletvm._process.native_output import redirected, verbose
+from simpletvm.errors import RunNotFoundError
+from simpletvm.hostinfo import host_facts, library_versions
 from simpletvm.store import HOME_ENV, RunStore, atomic_write_json
 
 SCHEMA_VERSION = 1
@@ -37,14 +38,11 @@ def _now() -> float:
     return time.time()
 
 
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     """How a step ended, as its record in context.json says."""
 
     OK = "ok"
     ERROR = "error"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class BenchmarkingContext:
@@ -77,7 +75,7 @@ class BenchmarkingContext:
         self.device_key = device_key
         self.cpu_arch = cpu_arch
         self.num_threads = num_threads
-        self.created_at = datetime.now(timezone.utc).isoformat()
+        self.created_at = datetime.now(UTC).isoformat()
         self.target_spec: dict | None = None
         self.host = host_facts()
         self.versions = library_versions()
@@ -120,11 +118,13 @@ class BenchmarkingContext:
     @contextlib.contextmanager
     def step(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
         """Time one SimpleTVM step; the yielded dict takes details found while it runs."""
-        record: dict[str, Any] = {"step": name, "start": _now(), "status": StepStatus.OK,
-                                  **details}
+        record: dict[str, Any] = {"step": name, "start": _now(), "status": StepStatus.OK, **details}
         self.logger.info("step %s started", name)
-        native = (contextlib.nullcontext() if verbose()
-                  else redirected(self.store.log_path(self.run_id), keep_python=True))
+        native = (
+            contextlib.nullcontext()
+            if verbose()
+            else redirected(self.store.log_path(self.run_id), keep_python=True)
+        )
         try:
             with native, keep_interrupts():  # Ctrl-C inside TVM stays an interrupt
                 yield record
@@ -136,9 +136,7 @@ class BenchmarkingContext:
             record["end"] = _now()
             record["duration_s"] = record["end"] - record["start"]
             self.steps.append(record)
-            self.logger.info(
-                "step %s %s in %.3f s", name, record["status"], record["duration_s"]
-            )
+            self.logger.info("step %s %s in %.3f s", name, record["status"], record["duration_s"])
 
     def record_parameters(self, step: str, **values: Any) -> None:
         self.parameters[step] = {k: v for k, v in values.items()}
@@ -204,8 +202,8 @@ class BenchmarkingContext:
             "evaluation": self.evaluation,
             "artifacts": self.artifacts,
             "kind": self.kind,
-            "status": self.status or (
-                "failed" if any(s["status"] == StepStatus.ERROR for s in self.steps) else "ok"),
+            "status": self.status
+            or ("failed" if any(s["status"] == StepStatus.ERROR for s in self.steps) else "ok"),
             "pid": os.getpid(),
             "results": self.results,
         }
@@ -237,9 +235,22 @@ class BenchmarkingContext:
             store=store,
             run_id=data["run_id"],
         )
-        for key in ("created_at", "target_spec", "host", "versions", "model", "parameters",
-                    "steps", "stages", "tuning", "evaluation", "artifacts", "kind", "status",
-                    "results"):
+        for key in (
+            "created_at",
+            "target_spec",
+            "host",
+            "versions",
+            "model",
+            "parameters",
+            "steps",
+            "stages",
+            "tuning",
+            "evaluation",
+            "artifacts",
+            "kind",
+            "status",
+            "results",
+        ):
             if key in data:
                 setattr(ctx, key, data[key])
         return ctx

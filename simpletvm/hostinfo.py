@@ -10,8 +10,15 @@ from functools import lru_cache
 from importlib import metadata
 
 TRACKED_PACKAGES = (
-    "simpletvm", "apache-tvm", "apache-tvm-ffi", "tensorflow", "tf2onnx", "onnx",
-    "tflite", "xgboost", "numpy",
+    "simpletvm",
+    "apache-tvm",
+    "apache-tvm-ffi",
+    "tensorflow",
+    "tf2onnx",
+    "onnx",
+    "tflite",
+    "xgboost",
+    "numpy",
 )
 
 

@@ -93,11 +93,16 @@ class ProgressSnapshot:
         if self.unmeasured:
             if past:
                 return "every task needed one measurement"
-            return (f"every task needs one measurement: {self.unmeasured} "
-                    f"task{'s' if self.unmeasured != 1 else ''} left")
+            return (
+                f"every task needs one measurement: {self.unmeasured} "
+                f"task{'s' if self.unmeasured != 1 else ''} left"
+            )
         if self.remeasuring:
-            return "the closing round's last task" if past else \
-                "finishing the closing round's current task"
+            return (
+                "the closing round's last task"
+                if past
+                else "finishing the closing round's current task"
+            )
         return "the iteration under way" if past else "finishing the current iteration"
 
     def eta(self) -> float | None:
@@ -107,8 +112,7 @@ class ProgressSnapshot:
         if self.done:
             return self.now
         if self.started_at is None or self.iterations == 0:  # no pace yet: the budget's end
-            return self.deadline if self.deadline is not None and self.deadline > self.now \
-                else None
+            return self.deadline if self.deadline is not None and self.deadline > self.now else None
         per_iteration = self.elapsed_s / self.iterations
         if self.deadline is not None:
             # past the budget, the work left is the first iterations of unmeasured tasks
@@ -127,9 +131,11 @@ class ProgressSnapshot:
         snap = self if now is None else _moved(self, now)
         parts = [f"{snap.trials} trials", snap.estimate_text()]
         if snap.remeasuring and not snap.done:
-            parts.append(f"closing round: timing the best records again, "
-                         f"{snap.remeasure_left} task{'s' if snap.remeasure_left != 1 else ''} "
-                         "left")
+            parts.append(
+                f"closing round: timing the best records again, "
+                f"{snap.remeasure_left} task{'s' if snap.remeasure_left != 1 else ''} "
+                "left"
+            )
         parts.append(snap.time_text(overran))
         return ", ".join(part for part in parts if part)
 
@@ -139,8 +145,11 @@ class ProgressSnapshot:
             if not self.measured:
                 return f"0 of {self.tasks} tasks measured"
             return f"{self.measured} of {self.tasks} tasks measured, those sum to {ms} ms"
-        skipped = f" ({self.skipped} skipped task{'s' if self.skipped != 1 else ''} " \
-                  "not counted)" if self.skipped else ""
+        skipped = (
+            f" ({self.skipped} skipped task{'s' if self.skipped != 1 else ''} not counted)"
+            if self.skipped
+            else ""
+        )
         return f"estimate {ms} ms{skipped}"
 
     def time_text(self, overran: str | None = None) -> str:
@@ -153,8 +162,10 @@ class ProgressSnapshot:
             if self.deadline is None or self.now <= self.deadline:
                 return f"{elapsed} elapsed"
             why = f": {overran}" if overran else ""
-            return (f"{elapsed} elapsed, {clock_text(self.now - self.deadline)} over the "
-                    f"{clock_text(self.budget_s or 0.0)} budget{why}")
+            return (
+                f"{elapsed} elapsed, {clock_text(self.now - self.deadline)} over the "
+                f"{clock_text(self.budget_s or 0.0)} budget{why}"
+            )
         eta = self.eta()
         eta_text = "" if eta is None else f", ETA {time.strftime('%H:%M:%S', time.localtime(eta))}"
         if self.deadline is None:
@@ -163,8 +174,7 @@ class ProgressSnapshot:
         left = self.time_left_s
         if left > 0:
             return f"{clock_text(left)} left of {budget}{eta_text}"
-        return (f"{clock_text(-left)} over the {budget} budget: {self.overrun_reason()}"
-                f"{eta_text}")
+        return f"{clock_text(-left)} over the {budget} budget: {self.overrun_reason()}{eta_text}"
 
 
 def _moved(snapshot: ProgressSnapshot, now: float) -> ProgressSnapshot:
@@ -195,19 +205,31 @@ def snapshot(job_or_plan: Any) -> ProgressSnapshot:
     summary = plan.summary()
     tasks = summary["tasks"]
     skipped = sum(1 for task in tasks if task["skipped"])
-    measured = sum(1 for task in tasks if not task["skipped"]
-                   and task["best_latency_s"] is not None)
+    measured = sum(
+        1 for task in tasks if not task["skipped"] and task["best_latency_s"] is not None
+    )
     options = plan.options
-    budget_trials = (options.total_trials if options.total_trials is not None
-                     else options.per_task_trials() * len(tasks))
+    budget_trials = (
+        options.total_trials
+        if options.total_trials is not None
+        else options.per_task_trials() * len(tasks)
+    )
     return ProgressSnapshot(
-        now=plan.now(), trials=summary["trials"], tasks=len(tasks), measured=measured,
+        now=plan.now(),
+        trials=summary["trials"],
+        tasks=len(tasks),
+        measured=measured,
         first_left=sum(1 for p in plan.progress if not p.history and not p.done),
-        skipped=skipped, estimate_s=summary["search_estimated_latency_s"],
+        skipped=skipped,
+        estimate_s=summary["search_estimated_latency_s"],
         iterations=sum(p.iterations + p.remeasure_rounds for p in plan.progress),
-        remeasuring=plan.remeasuring, remeasure_left=plan.remeasure_left,
-        done=plan.is_complete(), started_at=plan.started_at, deadline=plan.deadline,
-        budget_trials=float(budget_trials))
+        remeasuring=plan.remeasuring,
+        remeasure_left=plan.remeasure_left,
+        done=plan.is_complete(),
+        started_at=plan.started_at,
+        deadline=plan.deadline,
+        budget_trials=float(budget_trials),
+    )
 
 
 def plain_interval(minutes: float | None) -> float:
@@ -234,8 +256,14 @@ class TuningProgress:
         interval: seconds between plain lines (default: :func:`plain_interval`).
     """
 
-    def __init__(self, name: str, minutes: float | None = None, console=None,
-                 terminal: bool | None = None, interval: float | None = None):
+    def __init__(
+        self,
+        name: str,
+        minutes: float | None = None,
+        console=None,
+        terminal: bool | None = None,
+        interval: float | None = None,
+    ):
         if console is None:
             from rich.console import Console
 
@@ -257,12 +285,17 @@ class TuningProgress:
         if self.last is None:
             return f"tuning {self.name}: starting"
         text = self.last.text(now, self.overran)
-        if (self.last.complete and self.first_complete_s is not None
-                and ms_text(self.last.estimate_s) != ms_text(self.first_complete_s)):
+        if (
+            self.last.complete
+            and self.first_complete_s is not None
+            and ms_text(self.last.estimate_s) != ms_text(self.first_complete_s)
+        ):
             text = text.replace(
                 self.last.estimate_text(),
                 f"{self.last.estimate_text()} (from {ms_text(self.first_complete_s)} ms "
-                "when every task had one)", 1)
+                "when every task had one)",
+                1,
+            )
         return f"tuning {self.name}: {text}"
 
     def __rich__(self):
@@ -303,8 +336,7 @@ class TuningProgress:
         if self.terminal:
             from rich.live import Live
 
-            self._live = Live(self, console=self.console, refresh_per_second=2,
-                              transient=True)
+            self._live = Live(self, console=self.console, refresh_per_second=2, transient=True)
             self._live.__enter__()
         return self
 
@@ -335,4 +367,5 @@ def combine(*callbacks: Callable | None) -> Callable | None:
     def on_stage(job) -> None:
         for callback in given:
             callback(job)
+
     return on_stage

@@ -57,8 +57,11 @@ def calls_of(mod, op_name: str) -> list:
     found = []
 
     def visit(expr):
-        if (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
-                and expr.op.name == op_name):
+        if (
+            isinstance(expr, relax.Call)
+            and isinstance(expr.op, tvm.ir.Op)
+            and expr.op.name == op_name
+        ):
             found.append(expr)
 
     for _, func in mod.functions_items():
@@ -100,8 +103,11 @@ def _make_canceller():
                 self.changed = True
                 return relax.const(np.ascontiguousarray(np.transpose(value, axes)))
             inner = self.lookup_binding(data) if isinstance(data, relax.Var) else data
-            if not (isinstance(inner, relax.Call) and isinstance(inner.op, tvm.ir.Op)
-                    and inner.op.name == "relax.permute_dims"):
+            if not (
+                isinstance(inner, relax.Call)
+                and isinstance(inner.op, tvm.ir.Op)
+                and inner.op.name == "relax.permute_dims"
+            ):
                 return call
             inner_axes = _axes(inner, ndim)
             composed = [inner_axes[a] for a in axes]
@@ -115,8 +121,11 @@ def _make_canceller():
             moves axes of extent 1: it leaves the element order, all a reshape reads."""
             data = call.args[0]
             inner = self.lookup_binding(data) if isinstance(data, relax.Var) else data
-            if not (isinstance(inner, relax.Call) and isinstance(inner.op, tvm.ir.Op)
-                    and inner.op.name == "relax.permute_dims"):
+            if not (
+                isinstance(inner, relax.Call)
+                and isinstance(inner.op, tvm.ir.Op)
+                and inner.op.name == "relax.permute_dims"
+            ):
                 return call
             shape = static_shape(inner.args[0])
             if shape is None:
@@ -134,8 +143,7 @@ def _make_canceller():
                 expr = self.lookup_binding(expr)
             if isinstance(expr, tvm.ir.expr.GenericConst):
                 return expr.value.numpy()
-            if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
-                    and depth < 8):
+            if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and depth < 8):
                 return None
             if expr.op.name == "relax.reshape":
                 value = self._constant_array(expr.args[0], depth + 1)

@@ -110,7 +110,8 @@ def cross_compiler(triple: str):
             raise SimpleTVMError(
                 f"${CROSS_COMPILER_VARIABLE} names {command[0]!r}, which is not installed or "
                 f"not on PATH: install it or point ${CROSS_COMPILER_VARIABLE} to a compiler "
-                f"for {triple}")
+                f"for {triple}"
+            )
     else:
         command = _installed_cross_compiler(triple)
 
@@ -134,7 +135,8 @@ def _installed_cross_compiler(triple: str) -> list[str]:
         f"compiler, and none is installed ({triple}-g++, {triple}-gcc, or clang with lld, "
         f"on PATH). Install one, e.g. `apt-get install g++-{triple}` (Debian, Ubuntu), or "
         f"set ${CROSS_COMPILER_VARIABLE} to its command (e.g. 'clang --target={triple} "
-        "-fuse-ld=lld')")
+        "-fuse-ld=lld')"
+    )
 
 
 def parse_target_string(text: str) -> dict[str, Any]:
@@ -147,7 +149,8 @@ def parse_target_string(text: str) -> dict[str, Any]:
         if not option.startswith("-") or not sep:
             raise SimpleTVMError(
                 f"cannot read {option!r} in target {text!r}: options look like -key=value, "
-                "e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon'")
+                "e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon'"
+            )
         spec[key] = value.split(",") if key in ("mattr", "libs", "keys") else value
     return spec
 

@@ -22,7 +22,9 @@ def tiny_cnn_onnx(path: str | Path, image_size: int = 32, seed: int = 0) -> Path
     rng = np.random.default_rng(seed)
     weights = [
         numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) * 0.2).astype("float32"), "W1"),
-        numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype("float32"), "W2"),
+        numpy_helper.from_array(
+            (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype("float32"), "W2"
+        ),
         numpy_helper.from_array((rng.standard_normal((10, 32)) * 0.1).astype("float32"), "W3"),
     ]
     nodes = [
@@ -35,7 +37,8 @@ def tiny_cnn_onnx(path: str | Path, image_size: int = 32, seed: int = 0) -> Path
         helper.make_node("Gemm", ["f", "W3"], ["y"], transB=1),
     ]
     graph = helper.make_graph(
-        nodes, "tiny_cnn",
+        nodes,
+        "tiny_cnn",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, image_size, image_size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
         weights,
@@ -47,8 +50,8 @@ def tiny_cnn_onnx(path: str | Path, image_size: int = 32, seed: int = 0) -> Path
 
 def fake_builder():
     """A MetaSchedule builder that builds nothing and reports every candidate built."""
-    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
     @derived_object
     class FakeBuilder(PyBuilder):
@@ -89,8 +92,8 @@ def finished_future(result):
 def fake_runner(seed: int = 0, failing: float = 0.0):
     """A MetaSchedule runner that times nothing: each candidate gets a latency drawn from
     ``seed`` (1-10 ms), or fails with probability ``failing``."""
-    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
     from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
 
     draw = random.Random(seed)
 

@@ -17,7 +17,6 @@ import importlib.util
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -26,14 +25,18 @@ from simpletvm.exit_codes import ExitCode, honour_ctrl_c
 
 from .grid import GridError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Sweep grids of SimpleTVM runs: every combination, recorded as CSV.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Sweep grids of SimpleTVM runs: every combination, recorded as CSV.",
+)
 
 GRID = typer.Argument(..., metavar="GRID", help="the grid file (YAML)", show_default=False)
-PARAM = typer.Option(None, "--param", "-p", metavar="NAME=V1,V2",
-                     help="add or replace an axis (repeatable)")
-STORE = typer.Option(None, "--store", help=STORE_HELP + "; experiments go to "
-                     "<store>/superb/<name>")
+PARAM = typer.Option(
+    None, "--param", "-p", metavar="NAME=V1,V2", help="add or replace an axis (repeatable)"
+)
+STORE = typer.Option(None, "--store", help=STORE_HELP + "; experiments go to <store>/superb/<name>")
 
 
 def _console(stderr: bool = False):
@@ -46,14 +49,14 @@ def _console(stderr: bool = False):
     return console if console.is_terminal else Console(**options, width=200)
 
 
-def _bad_input(problems) -> "typer.Exit":
+def _bad_input(problems) -> typer.Exit:
     console = _console(stderr=True)
     for problem in problems:
         console.print(f"error: {problem}")
     return typer.Exit(ExitCode.BAD_INPUT)
 
 
-def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> "typer.Exit":
+def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> typer.Exit:
     """An error that is no bad input (a bug): the full traceback goes to a log file in
     ``log_dir`` (else the store's superb directory, else the temporary directory), the
     terminal gets one line naming the error and one saying where the traceback is."""
@@ -61,8 +64,11 @@ def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> "
     import time
     import traceback
 
-    text = (f"{time.strftime('%Y-%m-%d %H:%M:%S')} superb {' '.join(sys.argv[1:])}\n"
-            + "".join(traceback.format_exception(error)) + "\n")
+    text = (
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} superb {' '.join(sys.argv[1:])}\n"
+        + "".join(traceback.format_exception(error))
+        + "\n"
+    )
     candidates = [log_dir] if log_dir is not None else []
     with contextlib.suppress(Exception):
         from simpletvm.store import RunStore
@@ -82,15 +88,20 @@ def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> "
             continue
     message = str(error).strip().splitlines()
     console = _console(stderr=True)
-    console.print(f"error: superb stopped on an unexpected error (a bug, not your input): "
-                  f"{type(error).__name__}" + (f": {message[0]}" if message else ""))
-    console.print((f"full traceback in {logged}" if logged else "traceback:\n" + text)
-                  + (f"; {note}" if note else ""))
+    console.print(
+        f"error: superb stopped on an unexpected error (a bug, not your input): "
+        f"{type(error).__name__}" + (f": {message[0]}" if message else "")
+    )
+    console.print(
+        (f"full traceback in {logged}" if logged else "traceback:\n" + text)
+        + (f"; {note}" if note else "")
+    )
     return typer.Exit(ExitCode.UNEXPECTED)
 
 
-def _load_plan(grid_path: Path, params: list[str] | None, check: bool,
-               tracker: tuple[str, int] | None = None):
+def _load_plan(
+    grid_path: Path, params: list[str] | None, check: bool, tracker: tuple[str, int] | None = None
+):
     from .grid import load_grid, parse_override
     from .plan import build_plan, preflight
 
@@ -120,9 +131,13 @@ def _parse_tracker(text: str | None) -> tuple[str, int] | None:
 
 
 @app.command()
-def plan(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[Path] = STORE,
-         json_output: bool = typer.Option(False, "--json", help="print the plan as JSON"),
-         check: bool = typer.Option(True, help="check models and targets (imports TVM)")):
+def plan(
+    grid: Path = GRID,
+    param: list[str] | None = PARAM,
+    store: Path | None = STORE,
+    json_output: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+    check: bool = typer.Option(True, help="check models and targets (imports TVM)"),
+):
     """Print the expanded runs and their count; run nothing."""
     import json
 
@@ -140,8 +155,9 @@ def plan(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[
     console = _console()
     shown = the_plan.varying or the_plan.grid.parameter_names
     table = Table(title=f"{the_plan.grid.name}: {len(the_plan.runs)} runs", title_justify="left")
-    for column in ["#", "key"] + shown + (["rep"] if the_plan.grid.repetitions > 1 else []) \
-            + ["done"]:
+    for column in (
+        ["#", "key"] + shown + (["rep"] if the_plan.grid.repetitions > 1 else []) + ["done"]
+    ):
         table.add_column(column)
     for run in the_plan.runs:
         cells = [str(run.index), run.key] + [_text(run.params.get(name)) for name in shown]
@@ -158,30 +174,54 @@ def plan(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[
 
 
 @app.command()
-def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[Path] = STORE,
-        tracker: Optional[str] = typer.Option(
-            None, metavar="HOST:PORT", help="use this RPC tracker (its servers must be "
-            "registered under the runs' device keys) instead of starting one"),
-        fail_fast: bool = typer.Option(False, "--fail-fast", help="stop at the first failed "
-                                       "run (default: record it and go on)"),
-        retry_failed: bool = typer.Option(False, "--retry-failed",
-                                          help="run failed runs again (default: keep them)"),
-        run_timeout: Optional[float] = typer.Option(None, min=1, metavar="SECONDS",
-                                                    help="stop a run that takes longer"),
-        plain: Optional[bool] = typer.Option(None, "--plain/--live", show_default=False,
-                                             help="progress as plain lines / live display "
-                                             "(default: live on a terminal)"),
-        jobs: int = typer.Option(1, min=1, help="keep this many runs in flight, their "
-                                 "stages interleaved by the scheduler (a device never runs "
-                                 "two stages at once)"),
-        policy: str = typer.Option("round-robin", help="scheduling policy with --jobs: "
-                                   "round-robin (stages interleaved), sequential, "
-                                   "predictive or synchronous"),
-        backend: str = typer.Option("processes", help="where the runs' jobs live: "
-                                    "processes (on this machine) or ray"),
-        ray_address: Optional[str] = typer.Option(
-            None, metavar="ADDRESS", help="with --backend ray: join this Ray cluster "
-            "('auto', 'ray://head:10001') instead of starting a local Ray instance")):
+def run(
+    grid: Path = GRID,
+    param: list[str] | None = PARAM,
+    store: Path | None = STORE,
+    tracker: str | None = typer.Option(
+        None,
+        metavar="HOST:PORT",
+        help="use this RPC tracker (its servers must be "
+        "registered under the runs' device keys) instead of starting one",
+    ),
+    fail_fast: bool = typer.Option(
+        False, "--fail-fast", help="stop at the first failed run (default: record it and go on)"
+    ),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="run failed runs again (default: keep them)"
+    ),
+    run_timeout: float | None = typer.Option(
+        None, min=1, metavar="SECONDS", help="stop a run that takes longer"
+    ),
+    plain: bool | None = typer.Option(
+        None,
+        "--plain/--live",
+        show_default=False,
+        help="progress as plain lines / live display (default: live on a terminal)",
+    ),
+    jobs: int = typer.Option(
+        1,
+        min=1,
+        help="keep this many runs in flight, their "
+        "stages interleaved by the scheduler (a device never runs "
+        "two stages at once)",
+    ),
+    policy: str = typer.Option(
+        "round-robin",
+        help="scheduling policy with --jobs: "
+        "round-robin (stages interleaved), sequential, "
+        "predictive or synchronous",
+    ),
+    backend: str = typer.Option(
+        "processes", help="where the runs' jobs live: processes (on this machine) or ray"
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        metavar="ADDRESS",
+        help="with --backend ray: join this Ray cluster "
+        "('auto', 'ray://head:10001') instead of starting a local Ray instance",
+    ),
+):
     """Run every combination of GRID, each one scheduler job in its own process.
 
     Runs already recorded in the experiment are skipped and a run that was stopped
@@ -193,8 +233,9 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
     try:
         policy = policy_name(policy)
     except ValueError:
-        raise _bad_input([f"--policy {policy!r} is unknown: choose one of "
-                          f"{', '.join(sorted(POLICIES))}"]) from None
+        raise _bad_input(
+            [f"--policy {policy!r} is unknown: choose one of {', '.join(sorted(POLICIES))}"]
+        ) from None
     _check_backend(backend, ray_address)
     the_plan = _load_plan(grid, param, check=True, tracker=address)
     from .progress import make_progress
@@ -205,19 +246,28 @@ def run(grid: Path = GRID, param: Optional[List[str]] = PARAM, store: Optional[P
     try:
         with _sigterm_interrupts():
             summary = run_sweep(
-                the_plan, store=store, tracker=address, fail_fast=fail_fast,
-                retry_failed=retry_failed, run_timeout=run_timeout, jobs=jobs,
-                policy=policy, backend=backend,
+                the_plan,
+                store=store,
+                tracker=address,
+                fail_fast=fail_fast,
+                retry_failed=retry_failed,
+                run_timeout=run_timeout,
+                jobs=jobs,
+                policy=policy,
+                backend=backend,
                 ray_address=ray_address,
                 progress_factory=lambda total, done, kinds: _announce(
-                    make_progress(console, total, done, kinds, plain, jobs), the_plan, done))
+                    make_progress(console, total, done, kinds, plain, jobs), the_plan, done
+                ),
+            )
         _print_summary(console, summary, the_plan)
     except ExperimentBusy as error:
         raise _bad_input([error]) from error
     except KeyboardInterrupt:
         _console(stderr=True).print(
             "interrupted: repeat the same command to resume; runs in flight continue "
-            "under their run ids")
+            "under their run ids"
+        )
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     except typer.Exit:
         raise
@@ -239,8 +289,10 @@ def _keep_recorded(the_plan, store) -> tuple[Path, str]:
     if experiment.log_path.exists():
         with contextlib.suppress(Exception):  # the rows stay in the log in any case
             frame, _ = experiment.write_csvs([run.key for run in the_plan.runs])
-            note = (f"the {len(frame)} runs recorded are in {experiment.runs_csv}; "
-                    "repeat the same command to resume")
+            note = (
+                f"the {len(frame)} runs recorded are in {experiment.runs_csv}; "
+                "repeat the same command to resume"
+            )
     return experiment.dir, note
 
 
@@ -257,8 +309,9 @@ def _check_backend(backend: str, ray_address: str | None) -> None:
 
 def _announce(progress, the_plan, done: int):
     total = len(the_plan.runs)
-    progress.message(f"superb: {the_plan.grid.name}: {total} runs, {done} done before, "
-                     f"{total - done} to run")
+    progress.message(
+        f"superb: {the_plan.grid.name}: {total} runs, {done} done before, {total - done} to run"
+    )
     return progress
 
 
@@ -268,10 +321,13 @@ def _print_summary(console, summary, the_plan) -> None:
 
     experiment = summary.experiment
     ok = summary.total - len(summary.failures) - summary.not_started
-    console.print(Text(f"{summary.total} runs: {ok} ok, {len(summary.failures)} failed"
-                       + (f", {summary.not_started} not started (--fail-fast)"
-                          if summary.not_started else "")
-                       + f"; {summary.ran} ran now, {summary.skipped} done before"))
+    console.print(
+        Text(
+            f"{summary.total} runs: {ok} ok, {len(summary.failures)} failed"
+            + (f", {summary.not_started} not started (--fail-fast)" if summary.not_started else "")
+            + f"; {summary.ran} ran now, {summary.skipped} done before"
+        )
+    )
     if summary.failures:
         table = Table(title="failed runs", title_justify="left")
         for column in ("#", "key", "status", "error", "log"):
@@ -280,32 +336,42 @@ def _print_summary(console, summary, the_plan) -> None:
         for row in sorted(summary.failures, key=lambda r: r["index"]):
             run = by_key.get(row["run"])
             log = experiment.log_file(run) if run else ""
-            table.add_row(str(row["index"]), row["run"], row["status"], Text(str(row["error"])),
-                          Text(str(log)))
+            table.add_row(
+                str(row["index"]),
+                row["run"],
+                row["status"],
+                Text(str(row["error"])),
+                Text(str(log)),
+            )
         console.print(table)
     console.print(Text(f"runs      {experiment.runs_csv}\naggregate {experiment.aggregate_csv}"))
 
 
 @app.command()
-def report(experiment: str = typer.Argument(..., help="experiment directory or name"),
-           store: Optional[Path] = STORE,
-           by: Optional[str] = typer.Option(None, metavar="P1,P2", help="group by these "
-                                            "parameters only (default: all)")):
+def report(
+    experiment: str = typer.Argument(..., help="experiment directory or name"),
+    store: Path | None = STORE,
+    by: str | None = typer.Option(
+        None, metavar="P1,P2", help="group by these parameters only (default: all)"
+    ),
+):
     """Print a summary per parameter combination and write aggregate.csv."""
     from .report import make_report
     from .results import Experiment
 
     try:
-        the_report = make_report(Experiment.find(experiment, store),
-                                 by.split(",") if by else None)
+        the_report = make_report(Experiment.find(experiment, store), by.split(",") if by else None)
     except (FileNotFoundError, ValueError) as error:
         raise _bad_input([error]) from error
     from .report import for_display
 
     console = _console()
     shown, constant = for_display(the_report.aggregate)
-    _print_frame(console, shown, f"{the_report.experiment.dir.name}: "
-                 f"{len(the_report.runs)} runs (means over ok runs)")
+    _print_frame(
+        console,
+        shown,
+        f"{the_report.experiment.dir.name}: {len(the_report.runs)} runs (means over ok runs)",
+    )
     if constant:
         console.print("all runs: " + ", ".join(f"{n}={_text(v)}" for n, v in constant.items()))
     failures = the_report.failures
@@ -315,42 +381,50 @@ def report(experiment: str = typer.Argument(..., help="experiment directory or n
 
 
 @app.command()
-def compare(a: str = typer.Argument(..., help="baseline experiment (directory or name)"),
-            b: str = typer.Argument(..., help="experiment to compare with it"),
-            store: Optional[Path] = STORE,
-            metric: str = typer.Option("eval_median_ms", help="the column to compare"),
-            threshold: float = typer.Option(0.05, min=0, help="relative change below which "
-                                            "a difference is noise")):
+def compare(
+    a: str = typer.Argument(..., help="baseline experiment (directory or name)"),
+    b: str = typer.Argument(..., help="experiment to compare with it"),
+    store: Path | None = STORE,
+    metric: str = typer.Option("eval_median_ms", help="the column to compare"),
+    threshold: float = typer.Option(
+        0.05, min=0, help="relative change below which a difference is noise"
+    ),
+):
     """Compare two experiments run by run (matched on their parameters)."""
     from .report import compare as compare_experiments
     from .results import Experiment
 
     try:
-        frame, unmatched = compare_experiments(Experiment.find(a, store),
-                                               Experiment.find(b, store), metric, threshold)
+        frame, unmatched = compare_experiments(
+            Experiment.find(a, store), Experiment.find(b, store), metric, threshold
+        )
     except (FileNotFoundError, ValueError) as error:
         raise _bad_input([error]) from error
     from .report import for_display
 
     console = _console()
     frame["change"] = [f"{c:+.1%}" if c == c else "?" for c in frame["change"]]
-    shown, _ = for_display(frame, {f"{metric}_a": "A", f"{metric}_b": "B",
-                                   "change": "change", "verdict": "verdict"})
+    shown, _ = for_display(
+        frame, {f"{metric}_a": "A", f"{metric}_b": "B", "change": "change", "verdict": "verdict"}
+    )
     _print_frame(console, shown, f"{metric}: {a} -> {b} (noise threshold {threshold:.0%})")
     counts = shown["verdict"].value_counts().to_dict()
     console.print(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs matched")
     if unmatched["only_a"] or unmatched["only_b"]:
-        console.print(f"unmatched: {unmatched['only_a']} only in A, {unmatched['only_b']} "
-                      "only in B")
+        console.print(
+            f"unmatched: {unmatched['only_a']} only in A, {unmatched['only_b']} only in B"
+        )
 
 
 @app.command()
-def tracker(host: str = typer.Option("0.0.0.0", help="address to listen on"),
-            port: Optional[int] = typer.Option(None, help="port (default: the first free "
-                                               "one in 9190-9199)"),
-            key: Optional[str] = typer.Option(None, help="also start servers with this "
-                                              "device key on this machine"),
-            servers: int = typer.Option(1, min=1, help="how many servers of --key")):
+def tracker(
+    host: str = typer.Option("0.0.0.0", help="address to listen on"),
+    port: int | None = typer.Option(None, help="port (default: the first free one in 9190-9199)"),
+    key: str | None = typer.Option(
+        None, help="also start servers with this device key on this machine"
+    ),
+    servers: int = typer.Option(1, min=1, help="how many servers of --key"),
+):
     """Run an RPC tracker (and optionally servers) in the foreground until Ctrl-C."""
     from simpletvm.remote.rpc import LocalRPC
 
@@ -360,24 +434,28 @@ def tracker(host: str = typer.Option("0.0.0.0", help="address to listen on"),
         import socket
 
         shown = socket.gethostname() if host in ("0.0.0.0", "") else host
-        typer.echo(f"tracker listening on {shown}:{address[1]}"
-                   + (f" with {servers} server(s) of key {key!r}" if key else "")
-                   + "; Ctrl-C stops it", err=False)
+        typer.echo(
+            f"tracker listening on {shown}:{address[1]}"
+            + (f" with {servers} server(s) of key {key!r}" if key else "")
+            + "; Ctrl-C stops it",
+            err=False,
+        )
         sys.stdout.flush()
 
-    serve_until_signalled(LocalRPC([key] if key else [], servers, host, port=port),
-                          announce)
+    serve_until_signalled(LocalRPC([key] if key else [], servers, host, port=port), announce)
 
 
 @app.command()
-def server(tracker_address: str = typer.Option(..., "--tracker", metavar="HOST:PORT",
-                                               help="the tracker to register with"),
-           key: str = typer.Option(..., help="device key the servers register under"),
-           count: int = typer.Option(1, min=1, help="how many servers"),
-           host: str = typer.Option("0.0.0.0", help="address the servers listen on")):
+def server(
+    tracker_address: str = typer.Option(
+        ..., "--tracker", metavar="HOST:PORT", help="the tracker to register with"
+    ),
+    key: str = typer.Option(..., help="device key the servers register under"),
+    count: int = typer.Option(1, min=1, help="how many servers"),
+    host: str = typer.Option("0.0.0.0", help="address the servers listen on"),
+):
     """Run RPC servers for this machine's device in the foreground until Ctrl-C."""
     from simpletvm.errors import SimpleTVMError
-
     from simpletvm.remote.rpc import LocalRPC
 
     from .infra import serve_until_signalled
@@ -385,8 +463,10 @@ def server(tracker_address: str = typer.Option(..., "--tracker", metavar="HOST:P
     address = _parse_tracker(tracker_address)
 
     def announce(_address):
-        typer.echo(f"{count} server(s) of key {key!r} registered with {address[0]}:"
-                   f"{address[1]}; Ctrl-C stops them")
+        typer.echo(
+            f"{count} server(s) of key {key!r} registered with {address[0]}:"
+            f"{address[1]}; Ctrl-C stops them"
+        )
         sys.stdout.flush()
 
     try:
@@ -426,8 +506,9 @@ def _print_frame(console, frame, title: str) -> None:
 
     table = Table(title=title, title_justify="left")
     for column in frame.columns:
-        table.add_column(column, overflow="fold", justify="right"
-                         if frame[column].dtype.kind in "if" else "left")
+        table.add_column(
+            column, overflow="fold", justify="right" if frame[column].dtype.kind in "if" else "left"
+        )
     for _, row in frame.iterrows():
         table.add_row(*[Text(_text(value)) for value in row])
     console.print(table)
@@ -448,6 +529,7 @@ def _text(value) -> str:
 @contextlib.contextmanager
 def _sigterm_interrupts():
     """SIGTERM (a batch system, kill) stops the sweep like Ctrl-C does."""
+
     def interrupt(*_):
         raise KeyboardInterrupt
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import difflib
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -52,74 +53,152 @@ def _p(name, call, argument, kind, help, nullable=False):  # noqa: A002 - table 
     return Parameter(name, call, argument, kind, nullable, help)
 
 
-PARAMETERS: dict[str, Parameter] = {p.name: p for p in [
-    # BenchmarkingContext(...)
-    _p("target", "context", "target", "target", "'cpu', 'cuda' or a TVM target mapping"),
-    _p("device_key", "context", "device_key", "str",
-       "RPC key of the profiling devices (default: superb-<cpu|cuda>)", True),
-    _p("cpu_arch", "context", "cpu_arch", "str", "LLVM CPU name (default: this host's)", True),
-    _p("num_threads", "context", "num_threads", "int",
-       "threads (default: physical cores; inference on this host: the faster of them and "
-       "one, timed at build)", True),
-    # from_model(...)
-    _p("model", "from_model", "source", "str",
-       "built-in name or model file/directory (relative to the grid file)"),
-    _p("output_name", "from_model", "output_name", "str-list", "GraphDef output node(s)",
-       True),
-    _p("output_size", "from_model", "output_size", "int", "checked output length", True),
-    _p("input_shapes", "from_model", "input_shapes", "mapping",
-       "{input: shape} for unknown dimensions", True),
-    _p("model_batch_size", "from_model", "batch_size", "int", "the model's input batch"),
-    _p("format", "from_model", "format", "str", "force an importer (onnx, tflite, ...)", True),
-    _p("signature", "from_model", "signature", "str", "SavedModel / TF Hub signature"),
-    _p("image_size", "from_model", "image_size", "int", "built-in models: input size"),
-    _p("classes", "from_model", "classes", "int", "built-in models: output classes"),
-    _p("alpha", "from_model", "alpha", "float", "built-in MobileNets: width multiplier"),
-    _p("model_seed", "from_model", "seed", "int", "built-in models: weight seed"),
-    # autotune(...)
-    _p("autotune", "autotune", None, "bool", "tune before building (default true)"),
-    _p("trials", "autotune", "trials", "int", "measured candidates per task"),
-    _p("total_trials", "autotune", "total_trials", "int", "cap over all tasks", True),
-    _p("minutes", "autotune", "minutes", "float", "wall-clock tuning budget", True),
-    _p("timeout", "autotune", "timeout", "float", "profiling timeout per candidate (s)", True),
-    _p("candidates_per_iteration", "autotune", "candidates_per_iteration", "int",
-       "candidates selected, built and profiled per iteration", True),
-    _p("batch_size", "autotune", "candidates_per_iteration", "int",
-       "the old name of candidates_per_iteration (model_batch_size: the model's batch)",
-       True),
-    _p("transfer_learning", "autotune", "transfer_learning", "bool",
-       "start from the global database"),
-    _p("early_stopping", "autotune", "early_stopping", "int",
-       "stop a task after N trials without improvement", True),
-    _p("task_scheduler", "autotune", "task_scheduler", "str",
-       "gradient (where latency falls most) or sequential"),
-    _p("search_strategy", "autotune", "search_strategy", "str",
-       "evolutionary, replay-trace, replay-func"),
-    _p("cost_model", "autotune", "cost_model", "str", "xgb or random"),
-    _p("seed", "autotune", "seed", "int", "search seed", True),
-    _p("population", "autotune", "population", "int", "evolutionary population"),
-    _p("genetic_iterations", "autotune", "genetic_iterations", "int", "evolution rounds"),
-    _p("eps_greedy", "autotune", "eps_greedy", "float", "share of random candidates"),
-    _p("build_timeout", "autotune", "build_timeout", "float", "candidate build timeout (s)"),
-    _p("profile_number", "autotune", "number", "int", "profiling: runs per measurement"),
-    _p("profile_repeat", "autotune", "repeat", "int", "profiling: measurements"),
-    _p("profile_min_repeat_ms", "autotune", "min_repeat_ms", "int",
-       "profiling: minimum time per measurement"),
-    _p("cache_flush", "autotune", "cache_flush", "bool-or-str",
-       "profiling: what the caches hold before each run: auto, model, memory, l3, "
-       "off (true/false: memory/off)"),
-    _p("remeasure", "autotune", "remeasure", "int",
-       "best records per task timed again when the search is over (0: off)"),
-    # build(...), save(), evaluate(...)
-    _p("records", "build", "records", "str",
-       "global, best, run or a run id (default: run when tuned, none otherwise)", True),
-    _p("save", "save", None, "bool", "save the built module (default false)"),
-    _p("evaluate", "evaluate", None, "bool", "measure the built module (default true)"),
-    _p("evaluate_repeat", "evaluate", "repeat", "int", "timed inferences"),
-    _p("evaluate_warmup", "evaluate", "warmup", "int", "untimed inferences first"),
-    _p("evaluate_number", "evaluate", "number", "int", "inferences per timed sample"),
-    _p("evaluate_seed", "evaluate", "seed", "int", "seed of the random inputs"),
-]}
+PARAMETERS: dict[str, Parameter] = {
+    p.name: p
+    for p in [
+        # BenchmarkingContext(...)
+        _p("target", "context", "target", "target", "'cpu', 'cuda' or a TVM target mapping"),
+        _p(
+            "device_key",
+            "context",
+            "device_key",
+            "str",
+            "RPC key of the profiling devices (default: superb-<cpu|cuda>)",
+            True,
+        ),
+        _p("cpu_arch", "context", "cpu_arch", "str", "LLVM CPU name (default: this host's)", True),
+        _p(
+            "num_threads",
+            "context",
+            "num_threads",
+            "int",
+            "threads (default: physical cores; inference on this host: the faster of them and "
+            "one, timed at build)",
+            True,
+        ),
+        # from_model(...)
+        _p(
+            "model",
+            "from_model",
+            "source",
+            "str",
+            "built-in name or model file/directory (relative to the grid file)",
+        ),
+        _p("output_name", "from_model", "output_name", "str-list", "GraphDef output node(s)", True),
+        _p("output_size", "from_model", "output_size", "int", "checked output length", True),
+        _p(
+            "input_shapes",
+            "from_model",
+            "input_shapes",
+            "mapping",
+            "{input: shape} for unknown dimensions",
+            True,
+        ),
+        _p("model_batch_size", "from_model", "batch_size", "int", "the model's input batch"),
+        _p("format", "from_model", "format", "str", "force an importer (onnx, tflite, ...)", True),
+        _p("signature", "from_model", "signature", "str", "SavedModel / TF Hub signature"),
+        _p("image_size", "from_model", "image_size", "int", "built-in models: input size"),
+        _p("classes", "from_model", "classes", "int", "built-in models: output classes"),
+        _p("alpha", "from_model", "alpha", "float", "built-in MobileNets: width multiplier"),
+        _p("model_seed", "from_model", "seed", "int", "built-in models: weight seed"),
+        # autotune(...)
+        _p("autotune", "autotune", None, "bool", "tune before building (default true)"),
+        _p("trials", "autotune", "trials", "int", "measured candidates per task"),
+        _p("total_trials", "autotune", "total_trials", "int", "cap over all tasks", True),
+        _p("minutes", "autotune", "minutes", "float", "wall-clock tuning budget", True),
+        _p("timeout", "autotune", "timeout", "float", "profiling timeout per candidate (s)", True),
+        _p(
+            "candidates_per_iteration",
+            "autotune",
+            "candidates_per_iteration",
+            "int",
+            "candidates selected, built and profiled per iteration",
+            True,
+        ),
+        _p(
+            "batch_size",
+            "autotune",
+            "candidates_per_iteration",
+            "int",
+            "the old name of candidates_per_iteration (model_batch_size: the model's batch)",
+            True,
+        ),
+        _p(
+            "transfer_learning",
+            "autotune",
+            "transfer_learning",
+            "bool",
+            "start from the global database",
+        ),
+        _p(
+            "early_stopping",
+            "autotune",
+            "early_stopping",
+            "int",
+            "stop a task after N trials without improvement",
+            True,
+        ),
+        _p(
+            "task_scheduler",
+            "autotune",
+            "task_scheduler",
+            "str",
+            "gradient (where latency falls most) or sequential",
+        ),
+        _p(
+            "search_strategy",
+            "autotune",
+            "search_strategy",
+            "str",
+            "evolutionary, replay-trace, replay-func",
+        ),
+        _p("cost_model", "autotune", "cost_model", "str", "xgb or random"),
+        _p("seed", "autotune", "seed", "int", "search seed", True),
+        _p("population", "autotune", "population", "int", "evolutionary population"),
+        _p("genetic_iterations", "autotune", "genetic_iterations", "int", "evolution rounds"),
+        _p("eps_greedy", "autotune", "eps_greedy", "float", "share of random candidates"),
+        _p("build_timeout", "autotune", "build_timeout", "float", "candidate build timeout (s)"),
+        _p("profile_number", "autotune", "number", "int", "profiling: runs per measurement"),
+        _p("profile_repeat", "autotune", "repeat", "int", "profiling: measurements"),
+        _p(
+            "profile_min_repeat_ms",
+            "autotune",
+            "min_repeat_ms",
+            "int",
+            "profiling: minimum time per measurement",
+        ),
+        _p(
+            "cache_flush",
+            "autotune",
+            "cache_flush",
+            "bool-or-str",
+            "profiling: what the caches hold before each run: auto, model, memory, l3, "
+            "off (true/false: memory/off)",
+        ),
+        _p(
+            "remeasure",
+            "autotune",
+            "remeasure",
+            "int",
+            "best records per task timed again when the search is over (0: off)",
+        ),
+        # build(...), save(), evaluate(...)
+        _p(
+            "records",
+            "build",
+            "records",
+            "str",
+            "global, best, run or a run id (default: run when tuned, none otherwise)",
+            True,
+        ),
+        _p("save", "save", None, "bool", "save the built module (default false)"),
+        _p("evaluate", "evaluate", None, "bool", "measure the built module (default true)"),
+        _p("evaluate_repeat", "evaluate", "repeat", "int", "timed inferences"),
+        _p("evaluate_warmup", "evaluate", "warmup", "int", "untimed inferences first"),
+        _p("evaluate_number", "evaluate", "number", "int", "inferences per timed sample"),
+        _p("evaluate_seed", "evaluate", "seed", "int", "seed of the random inputs"),
+    ]
+}
 
 TOP_LEVEL_KEYS = ("name", "description", "fixed", "grid", "zip", "exclude", "repetitions")
 
@@ -148,9 +227,16 @@ def check_value(parameter: Parameter, value: Any) -> str | None:
     }[kind]
     if ok:
         return None
-    wanted = {"int": "an integer", "float": "a number", "bool": "true or false",
-              "str": "a string", "bool-or-str": "true, false or a string", "str-list": "a string or a list of strings",
-              "mapping": "a mapping", "target": "a string or a TVM target mapping"}[kind]
+    wanted = {
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "str": "a string",
+        "bool-or-str": "true, false or a string",
+        "str-list": "a string or a list of strings",
+        "mapping": "a mapping",
+        "target": "a string or a TVM target mapping",
+    }[kind]
     return f"must be {wanted}, got {value!r}"
 
 
@@ -178,6 +264,7 @@ def calls_for(params: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- errors with places --------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -208,6 +295,7 @@ def _file_order(problem: Problem) -> tuple[str, int]:
 
 
 # ---- the grid ------------------------------------------------------------------------
+
 
 @dataclass
 class Grid:
@@ -240,7 +328,7 @@ class Grid:
         """Every parameter the grid sets: axes first (in order), then fixed ones."""
         return list(self.axes) + [n for n in self.fixed if n not in self.axes]
 
-    def with_overrides(self, overrides: list[tuple[str, list]]) -> "Grid":
+    def with_overrides(self, overrides: list[tuple[str, list]]) -> Grid:
         """Add or replace axes from the command line (``--param name=v1,v2``)."""
         fixed, axes, places = dict(self.fixed), dict(self.axes), dict(self.places)
         zipped = {name for group in self.zip for name in group}
@@ -264,27 +352,38 @@ class Grid:
         for section, names in (("fixed", self.fixed), ("grid", self.axes)):
             for name in names:
                 if name not in PARAMETERS:
-                    problems.append(Problem(
-                        f"unknown parameter {name!r}{suggest(name, known)}; known parameters: "
-                        f"{', '.join(known)}", self.where(section, name)))
+                    problems.append(
+                        Problem(
+                            f"unknown parameter {name!r}{suggest(name, known)}; known parameters: "
+                            f"{', '.join(known)}",
+                            self.where(section, name),
+                        )
+                    )
         both = [n for n in self.axes if n in self.fixed]
         for name in both:
-            problems.append(Problem(f"parameter {name!r} is both fixed and an axis: keep one",
-                                    self.where("grid", name)))
+            problems.append(
+                Problem(
+                    f"parameter {name!r} is both fixed and an axis: keep one",
+                    self.where("grid", name),
+                )
+            )
         for name, value in self.fixed.items():
             if name in PARAMETERS and (why := check_value(PARAMETERS[name], value)):
                 problems.append(Problem(f"{name} {why}", self.where("fixed", name)))
         for name, values in self.axes.items():
             if not values:
-                problems.append(Problem(f"axis {name!r} is empty: give it at least one value",
-                                        self.where("grid", name)))
+                problems.append(
+                    Problem(
+                        f"axis {name!r} is empty: give it at least one value",
+                        self.where("grid", name),
+                    )
+                )
                 continue
             for i, value in enumerate(values):
                 if name in PARAMETERS and (why := check_value(PARAMETERS[name], value)):
                     problems.append(Problem(f"{name} {why}", self.where("grid", name, i)))
         if "model" not in self.fixed and "model" not in self.axes:
-            problems.append(Problem("no model: set 'model' under fixed or grid",
-                                    self.where()))
+            problems.append(Problem("no model: set 'model' under fixed or grid", self.where()))
         problems += self._zip_problems() + self._exclude_problems()
         if self.repetitions < 1:
             problems.append(Problem("repetitions must be at least 1", self.where("repetitions")))
@@ -297,17 +396,25 @@ class Grid:
             place = self.where("zip", g)
             for name in group:
                 if name not in self.axes:
-                    problems.append(Problem(
-                        f"zip names {name!r}, which is not an axis under grid"
-                        f"{suggest(name, self.axes)}", place))
+                    problems.append(
+                        Problem(
+                            f"zip names {name!r}, which is not an axis under grid"
+                            f"{suggest(name, self.axes)}",
+                            place,
+                        )
+                    )
                 elif name in seen:
                     problems.append(Problem(f"axis {name!r} is in two zip groups", place))
                 seen.add(name)
             lengths = {name: len(self.axes[name]) for name in group if name in self.axes}
             if len(set(lengths.values())) > 1:
-                problems.append(Problem(
-                    "zipped axes need the same number of values, got "
-                    + ", ".join(f"{n}: {k}" for n, k in lengths.items()), place))
+                problems.append(
+                    Problem(
+                        "zipped axes need the same number of values, got "
+                        + ", ".join(f"{n}: {k}" for n, k in lengths.items()),
+                        place,
+                    )
+                )
         return problems
 
     def _exclude_problems(self) -> list[Problem]:
@@ -315,9 +422,13 @@ class Grid:
         for e, pattern in enumerate(self.exclude):
             for name in pattern:
                 if name not in self.axes and name not in self.fixed:
-                    problems.append(Problem(
-                        f"exclude names {name!r}, which the grid does not set"
-                        f"{suggest(name, self.parameter_names)}", self.where("exclude", e)))
+                    problems.append(
+                        Problem(
+                            f"exclude names {name!r}, which the grid does not set"
+                            f"{suggest(name, self.parameter_names)}",
+                            self.where("exclude", e),
+                        )
+                    )
         return problems
 
     def expand(self) -> tuple[list[dict[str, Any]], list[int]]:
@@ -360,6 +471,7 @@ def _matches(pattern: dict[str, Any], params: dict[str, Any]) -> bool:
 
 # ---- reading files -------------------------------------------------------------------
 
+
 def parse_override(text: str) -> tuple[str, list]:
     """``name=v1,v2`` -> (name, [v1, v2]); values are read as YAML scalars (8, true, null)."""
     name, sep, rest = text.partition("=")
@@ -368,8 +480,15 @@ def parse_override(text: str) -> tuple[str, list]:
     if not sep or not name:
         raise GridError([Problem("expected name=value1,value2", where)])
     if name not in PARAMETERS:
-        raise GridError([Problem(f"unknown parameter {name!r}{suggest(name, PARAMETERS)}; "
-                                 f"known parameters: {', '.join(PARAMETERS)}", where)])
+        raise GridError(
+            [
+                Problem(
+                    f"unknown parameter {name!r}{suggest(name, PARAMETERS)}; "
+                    f"known parameters: {', '.join(PARAMETERS)}",
+                    where,
+                )
+            ]
+        )
     items = [item.strip() for item in rest.split(",")] if rest.strip() else []
     if not items or any(item == "" for item in items):
         raise GridError([Problem(f"axis {name!r} has an empty value", where)])
@@ -385,8 +504,9 @@ def load_grid(path: str | Path) -> Grid:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise GridError([Problem(f"cannot read the grid file: {error.strerror}",
-                                 str(path))]) from error
+        raise GridError(
+            [Problem(f"cannot read the grid file: {error.strerror}", str(path))]
+        ) from error
     return parse_grid(text, path)
 
 
@@ -406,25 +526,40 @@ def parse_grid(text: str, path: Path | None = None, validate: bool = True) -> Gr
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise GridError([Problem("a grid file is a mapping with 'grid:' (and optionally "
-                                 "'name', 'fixed', 'zip', 'exclude', 'repetitions')", source)])
+        raise GridError(
+            [
+                Problem(
+                    "a grid file is a mapping with 'grid:' (and optionally "
+                    "'name', 'fixed', 'zip', 'exclude', 'repetitions')",
+                    source,
+                )
+            ]
+        )
     places: dict[tuple, str] = {}
     duplicates: list[Problem] = []
     _index(node, (), source, places, duplicates)
     problems = list(duplicates)
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            problems.append(Problem(f"unknown key {key!r}{suggest(str(key), TOP_LEVEL_KEYS)}; "
-                                    f"a grid file has {', '.join(TOP_LEVEL_KEYS)}",
-                                    places.get((key,), source)))
+            problems.append(
+                Problem(
+                    f"unknown key {key!r}{suggest(str(key), TOP_LEVEL_KEYS)}; "
+                    f"a grid file has {', '.join(TOP_LEVEL_KEYS)}",
+                    places.get((key,), source),
+                )
+            )
 
     def section(key, kind, default):
         value = data.get(key)
         if value is None:
             return default
         if not isinstance(value, kind):
-            problems.append(Problem(f"'{key}' must be a {kind.__name__.replace('dict', 'mapping')}",
-                                    places.get((key,), source)))
+            problems.append(
+                Problem(
+                    f"'{key}' must be a {kind.__name__.replace('dict', 'mapping')}",
+                    places.get((key,), source),
+                )
+            )
             return default
         return value
 
@@ -434,33 +569,56 @@ def parse_grid(text: str, path: Path | None = None, validate: bool = True) -> Gr
     exclude = section("exclude", list, [])
     repetitions = data.get("repetitions", 1)
     if "grid" not in data and "fixed" not in data:
-        problems.append(Problem("no 'grid:' section: list values per parameter, e.g. "
-                                "grid: {trials: [8, 16]}", source))
-    axes = {name: (values if isinstance(values, list) else [values])
-            for name, values in axes.items()}
+        problems.append(
+            Problem(
+                "no 'grid:' section: list values per parameter, e.g. grid: {trials: [8, 16]}",
+                source,
+            )
+        )
+    axes = {
+        name: (values if isinstance(values, list) else [values]) for name, values in axes.items()
+    }
     for g, group in enumerate(zips):
         if not (isinstance(group, list) and all(isinstance(n, str) for n in group)):
-            problems.append(Problem("each zip entry is a list of axis names, e.g. "
-                                    "[model, image_size]", places.get(("zip", g), source)))
+            problems.append(
+                Problem(
+                    "each zip entry is a list of axis names, e.g. [model, image_size]",
+                    places.get(("zip", g), source),
+                )
+            )
     zips = [g for g in zips if isinstance(g, list) and all(isinstance(n, str) for n in g)]
     for e, pattern in enumerate(exclude):
         if not isinstance(pattern, dict) or not pattern:
-            problems.append(Problem("each exclude entry is a mapping of parameter values, "
-                                    "e.g. {model: resnet18, trials: 16}",
-                                    places.get(("exclude", e), source)))
+            problems.append(
+                Problem(
+                    "each exclude entry is a mapping of parameter values, "
+                    "e.g. {model: resnet18, trials: 16}",
+                    places.get(("exclude", e), source),
+                )
+            )
     exclude = [p for p in exclude if isinstance(p, dict) and p]
     if not isinstance(repetitions, int) or isinstance(repetitions, bool):
-        problems.append(Problem("repetitions must be an integer",
-                                places.get(("repetitions",), source)))
+        problems.append(
+            Problem("repetitions must be an integer", places.get(("repetitions",), source))
+        )
         repetitions = 1
     name = data.get("name") or (path.stem if path else "grid")
     if not isinstance(name, str) or "/" in name or name.startswith("."):
-        problems.append(Problem("name must be a plain directory name",
-                                places.get(("name",), source)))
+        problems.append(
+            Problem("name must be a plain directory name", places.get(("name",), source))
+        )
         name = path.stem if path else "grid"
-    grid = Grid(name=name, path=path, description=str(data.get("description") or ""),
-                fixed=fixed, axes=axes, zip=zips, exclude=exclude, repetitions=repetitions,
-                places=places)
+    grid = Grid(
+        name=name,
+        path=path,
+        description=str(data.get("description") or ""),
+        fixed=fixed,
+        axes=axes,
+        zip=zips,
+        exclude=exclude,
+        repetitions=repetitions,
+        places=places,
+    )
     if problems:
         raise GridError(problems)
     if validate:

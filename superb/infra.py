@@ -34,8 +34,9 @@ def parse_address(text: str) -> tuple[str, int]:
 def serve_until_signalled(infrastructure: LocalRPC, announce) -> None:
     """Start, announce the tracker's address, and run until SIGINT or SIGTERM."""
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         with infrastructure:
             announce(infrastructure.address)
@@ -54,14 +55,22 @@ class LocalInfrastructure:
         self.process: subprocess.Popen | None = None
         self.address: tuple[str, int] | None = None
 
-    def start(self) -> "LocalInfrastructure":
-        log = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+    def start(self) -> LocalInfrastructure:
+        log = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "superb.infra", json.dumps(
-                    {"keys": self.keys, "servers": self.servers})],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True, env={**os.environ, "PYTHONPATH": _pythonpath()})
+                [
+                    sys.executable,
+                    "-m",
+                    "superb.infra",
+                    json.dumps({"keys": self.keys, "servers": self.servers}),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                env={**os.environ, "PYTHONPATH": _pythonpath()},
+            )
         finally:
             if self.log:
                 log.close()
@@ -69,8 +78,10 @@ class LocalInfrastructure:
         line = self.process.stdout.readline() if ready else b""
         if not line:
             self.stop()
-            raise SimpleTVMError(f"the local RPC tracker and servers did not start within "
-                                 f"{START_TIMEOUT_S:.0f} s (see {self.log})")
+            raise SimpleTVMError(
+                f"the local RPC tracker and servers did not start within "
+                f"{START_TIMEOUT_S:.0f} s (see {self.log})"
+            )
         message = json.loads(line)
         if "error" in message:
             self.stop()
@@ -89,7 +100,7 @@ class LocalInfrastructure:
             self.process.wait()
         self.process = None
 
-    def __enter__(self) -> "LocalInfrastructure":
+    def __enter__(self) -> LocalInfrastructure:
         return self.start()
 
     def __exit__(self, *exc) -> None:

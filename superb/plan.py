@@ -67,24 +67,42 @@ class Plan:
         return params
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.grid.name, "count": len(self.runs), "excluded": sum(self.excluded),
-                "runs": [{"index": r.index, "key": r.key, "repetition": r.repetition,
-                          "params": r.params} for r in self.runs]}
+        return {
+            "name": self.grid.name,
+            "count": len(self.runs),
+            "excluded": sum(self.excluded),
+            "runs": [
+                {"index": r.index, "key": r.key, "repetition": r.repetition, "params": r.params}
+                for r in self.runs
+            ],
+        }
 
 
 def build_plan(grid: Grid) -> Plan:
     combos, removed = grid.expand()
     if not combos:
-        raise GridError([Problem("the exclude patterns remove every combination: nothing "
-                                 "to run", grid.where("exclude"))])
+        raise GridError(
+            [
+                Problem(
+                    "the exclude patterns remove every combination: nothing to run",
+                    grid.where("exclude"),
+                )
+            ]
+        )
     runs, seen = [], {}
     for repetition in range(1, grid.repetitions + 1):
         for params in combos:
             key = run_key(params, repetition)
             if key in seen:
-                raise GridError([Problem(
-                    f"runs {seen[key]} and {len(runs) + 1} have the same parameters: an axis "
-                    "repeats a value", grid.where("grid"))])
+                raise GridError(
+                    [
+                        Problem(
+                            f"runs {seen[key]} and {len(runs) + 1} have the same parameters: an axis "
+                            "repeats a value",
+                            grid.where("grid"),
+                        )
+                    ]
+                )
             seen[key] = len(runs) + 1
             runs.append(Run(len(runs) + 1, key, params, repetition))
     return Plan(grid, runs, removed)
@@ -130,8 +148,12 @@ def preflight(plan: Plan, tracker: tuple[str, int] | None = None) -> None:
                     TuningOptions.from_mapping(calls["autotune"])
                 except (TypeError, ValueError) as error:
                     name = _parameter_named_in(str(error), calls["autotune"])
-                    problems.append(Problem(f"run {run.index} ({run.label(plan.varying)}): "
-                                            f"{error}", _place(grid, name, run.params.get(name))))
+                    problems.append(
+                        Problem(
+                            f"run {run.index} ({run.label(plan.varying)}): {error}",
+                            _place(grid, name, run.params.get(name)),
+                        )
+                    )
     if tracker is not None and keys_needed and not problems:
         problems += tracker_problems(tracker, sorted(keys_needed))
     if problems:
@@ -161,10 +183,16 @@ def tracker_problems(tracker: tuple[str, int], keys: list[str]) -> list[Problem]
     except SimpleTVMError as error:
         return [Problem(str(error), where)]
     registered = summary.get("queue_info", {})
-    return [Problem(f"no RPC server with key {key!r} is registered (keys there: "
-                    f"{sorted(registered)}); start one with `superb server --tracker "
-                    f"{tracker[0]}:{tracker[1]} --key {key}`", where)
-            for key in keys if key not in registered]
+    return [
+        Problem(
+            f"no RPC server with key {key!r} is registered (keys there: "
+            f"{sorted(registered)}); start one with `superb server --tracker "
+            f"{tracker[0]}:{tracker[1]} --key {key}`",
+            where,
+        )
+        for key in keys
+        if key not in registered
+    ]
 
 
 def _target_problems(grid: Grid, run: Run, context: dict, tracker, evaluate) -> list[Problem]:
@@ -173,8 +201,9 @@ def _target_problems(grid: Grid, run: Run, context: dict, tracker, evaluate) -> 
 
     place = _place(grid, "target", run.params.get("target"))
     try:
-        resolved = resolve_target(context["target"], context.get("cpu_arch"),
-                                  context.get("num_threads"))
+        resolved = resolve_target(
+            context["target"], context.get("cpu_arch"), context.get("num_threads")
+        )
         resolved.tvm_target()
     except SimpleTVMError as error:
         return [Problem(str(error), place)]
@@ -188,13 +217,22 @@ def _target_problems(grid: Grid, run: Run, context: dict, tracker, evaluate) -> 
     if mcpu:
         triple = spec.get("mtriple") or codegen.llvm_get_system_triple()
         if not codegen.llvm_is_valid_cpu(mcpu, triple):
-            return [Problem(f"LLVM does not know the CPU {mcpu!r}{_suggest_cpu(mcpu)}",
-                            _place(grid, "cpu_arch", run.params.get("cpu_arch"))
-                            if run.params.get("cpu_arch") else place)]
+            return [
+                Problem(
+                    f"LLVM does not know the CPU {mcpu!r}{_suggest_cpu(mcpu)}",
+                    _place(grid, "cpu_arch", run.params.get("cpu_arch"))
+                    if run.params.get("cpu_arch")
+                    else place,
+                )
+            ]
     if resolved.device_type == "cuda" and (evaluate is not None or tracker is None):
         if not tvm.cuda(0).exist:
-            return [Problem("target cuda needs an NVIDIA GPU on this machine, and none is "
-                            "visible to TVM", place)]
+            return [
+                Problem(
+                    "target cuda needs an NVIDIA GPU on this machine, and none is visible to TVM",
+                    place,
+                )
+            ]
     return []
 
 

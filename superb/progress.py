@@ -71,8 +71,9 @@ class SweepProgress:
     runs are in flight at once (the ETA divides the work left among them).
     """
 
-    def __init__(self, console, total: int, done_before: int, kinds: list[str] | None = None,
-                 jobs: int = 1):
+    def __init__(
+        self, console, total: int, done_before: int, kinds: list[str] | None = None, jobs: int = 1
+    ):
         self.console = console
         self.total, self.done_before, self.jobs = total, done_before, max(1, jobs)
         self.finished, self.ok, self.failed = 0, 0, 0
@@ -96,8 +97,14 @@ class SweepProgress:
         if details.get("num_tasks") is not None:
             if view.tuning_started is None:
                 view.tuning_started = time.monotonic()
-            for name in ("num_tasks", "tasks_measured", "trials", "trial_budget", "minutes",
-                         "estimated_ms"):
+            for name in (
+                "num_tasks",
+                "tasks_measured",
+                "trials",
+                "trial_budget",
+                "minutes",
+                "estimated_ms",
+            ):
                 setattr(view, name, details.get(name, getattr(view, name)))
 
     def finish_run(self, key: str, status: str, wall_s: float, detail: str) -> None:
@@ -121,7 +128,8 @@ class SweepProgress:
 
     def _expected(self, kind: str) -> float | None:
         times = self.kind_durations.get(kind) or [
-            t for durations in self.kind_durations.values() for t in durations]
+            t for durations in self.kind_durations.values() for t in durations
+        ]
         return sum(times) / len(times) if times else None
 
     @property
@@ -137,8 +145,9 @@ class SweepProgress:
             left = view.tuning_left(now)
             if left is None and expected is None:
                 return None
-            candidates = [t for t in (left, None if expected is None else expected - elapsed)
-                          if t is not None]
+            candidates = [
+                t for t in (left, None if expected is None else expected - elapsed) if t is not None
+            ]
             work += max(candidates)
         queued = self.total - self.done_before - self.finished - len(self.runs)
         coming = self.kinds[:queued] + ["tuned"] * max(0, queued - len(self.kinds))
@@ -179,8 +188,11 @@ class PlainProgress(SweepProgress):
         if view.step != before and view.step != "done":
             self.message(f"{self._prefix(view)}   {view.step}")
         now = time.monotonic()
-        if view.step == "tune" and view.num_tasks is not None and (
-                now - self._last_tuning.get(key, -PLAIN_TUNING_EVERY_S) >= PLAIN_TUNING_EVERY_S):
+        if (
+            view.step == "tune"
+            and view.num_tasks is not None
+            and (now - self._last_tuning.get(key, -PLAIN_TUNING_EVERY_S) >= PLAIN_TUNING_EVERY_S)
+        ):
             self._last_tuning[key] = now
             self.message(f"{self._prefix(view)}   tune {view.tuning_text()}")
 
@@ -188,8 +200,10 @@ class PlainProgress(SweepProgress):
         view = self.runs.get(key)
         super().finish_run(key, status, wall_s, detail)
         prefix = self._prefix(view) if view else f"[?/{self.total}]"
-        self.message(f"{prefix} {status} in {wall_s:.1f} s{detail}  "
-                     f"(elapsed {clock(self.elapsed)}, eta {clock(self.eta)})")
+        self.message(
+            f"{prefix} {status} in {wall_s:.1f} s{detail}  "
+            f"(elapsed {clock(self.elapsed)}, eta {clock(self.eta)})"
+        )
 
 
 class LiveProgress(SweepProgress):
@@ -199,8 +213,9 @@ class LiveProgress(SweepProgress):
         from rich.live import Live
 
         super().__init__(*args, **kwargs)
-        self._live = Live(console=self.console, get_renderable=self._render,
-                          refresh_per_second=4, transient=True)
+        self._live = Live(
+            console=self.console, get_renderable=self._render, refresh_per_second=4, transient=True
+        )
         self._live.start()
 
     def _render(self):
@@ -213,17 +228,27 @@ class LiveProgress(SweepProgress):
         table.add_column(width=30, no_wrap=True)
         table.add_column(no_wrap=True)
         done = self.done_before + self.finished
-        table.add_row("runs", ProgressBar(total=self.total, completed=done),
-                      Text(f"{done}/{self.total}  ok {self.ok} failed {self.failed}  "
-                           f"elapsed {clock(self.elapsed)}  eta {clock(self.eta)}"))
+        table.add_row(
+            "runs",
+            ProgressBar(total=self.total, completed=done),
+            Text(
+                f"{done}/{self.total}  ok {self.ok} failed {self.failed}  "
+                f"elapsed {clock(self.elapsed)}  eta {clock(self.eta)}"
+            ),
+        )
         now = time.monotonic()
         for view in list(self.runs.values()):
-            table.add_row(f"run {view.position}", Text(view.step),
-                          Text(f"{view.label}  {clock(now - view.started)}"))
+            table.add_row(
+                f"run {view.position}",
+                Text(view.step),
+                Text(f"{view.label}  {clock(now - view.started)}"),
+            )
             if view.num_tasks is not None:
-                table.add_row("", ProgressBar(total=view.trial_budget or None,
-                                              completed=view.trials),
-                              Text(view.tuning_text()))
+                table.add_row(
+                    "",
+                    ProgressBar(total=view.trial_budget or None, completed=view.trials),
+                    Text(view.tuning_text()),
+                )
         return table
 
     def finish_run(self, key: str, status: str, wall_s: float, detail: str) -> None:
@@ -243,16 +268,21 @@ class LiveProgress(SweepProgress):
 class QuietProgress(SweepProgress):
     """Shows nothing (library use, tests)."""
 
-    def __init__(self, total: int, done_before: int, kinds: list[str] | None = None,
-                 jobs: int = 1):
+    def __init__(self, total: int, done_before: int, kinds: list[str] | None = None, jobs: int = 1):
         super().__init__(None, total, done_before, kinds, jobs)
 
     def message(self, text: str) -> None:
         pass
 
 
-def make_progress(console, total: int, done_before: int, kinds: list[str] | None = None,
-                  plain: bool | None = None, jobs: int = 1):
+def make_progress(
+    console,
+    total: int,
+    done_before: int,
+    kinds: list[str] | None = None,
+    plain: bool | None = None,
+    jobs: int = 1,
+):
     """Live on a terminal, plain lines otherwise (or when ``plain`` says so)."""
     if plain is None:
         plain = not console.is_terminal

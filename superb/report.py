@@ -34,8 +34,7 @@ def make_report(experiment: Experiment, by: list[str] | None = None) -> Report:
     return Report(experiment, runs, aggregated)
 
 
-def compare(a: Experiment, b: Experiment, metric: str = "eval_median_ms",
-            threshold: float = 0.05):
+def compare(a: Experiment, b: Experiment, metric: str = "eval_median_ms", threshold: float = 0.05):
     """Match the runs of two experiments on their common parameters and compare
     ``metric`` (means over repetitions of ok runs); a relative change within
     ``threshold`` is noise ("same"). Returns (frame, unmatched counts)."""
@@ -51,21 +50,29 @@ def compare(a: Experiment, b: Experiment, metric: str = "eval_median_ms",
     for runs, own in ((runs_a, params_a), (runs_b, params_b)):
         varying = [c for c in own if c not in common and runs[c].nunique(dropna=False) > 1]
         if varying:
-            raise ValueError(f"cannot match runs: {[c[6:] for c in varying]} varies in one "
-                             "experiment and is not set in the other")
+            raise ValueError(
+                f"cannot match runs: {[c[6:] for c in varying]} varies in one "
+                "experiment and is not set in the other"
+            )
     by = [c[6:] for c in common]
     left = _means(runs_a, by, metric)
     right = _means(runs_b, by, metric)
     keys = common or ["_all"]
     merged = left.merge(right, on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
     matched = merged[merged["_merge"] == "both"].copy()
-    unmatched = {"only_a": int((merged["_merge"] == "left_only").sum()),
-                 "only_b": int((merged["_merge"] == "right_only").sum())}
+    unmatched = {
+        "only_a": int((merged["_merge"] == "left_only").sum()),
+        "only_b": int((merged["_merge"] == "right_only").sum()),
+    }
     matched["change"] = matched[f"{metric}_b"] / matched[f"{metric}_a"] - 1.0
     matched["verdict"] = [
-        "?" if pd.isna(change) else
-        "same" if abs(change) <= threshold else ("lower" if change < 0 else "higher")
-        for change in matched["change"]]
+        "?"
+        if pd.isna(change)
+        else "same"
+        if abs(change) <= threshold
+        else ("lower" if change < 0 else "higher")
+        for change in matched["change"]
+    ]
     columns = common + [f"{metric}_a", f"{metric}_b", "change", "verdict"]
     return matched[columns].reset_index(drop=True), unmatched
 
@@ -77,19 +84,30 @@ def _means(runs, by: list[str], metric: str):
     return frame[[f"param:{name}" for name in by] + [metric]]
 
 
-SUMMARY_COLUMNS = {"runs": "runs", "failed": "failed", "tuning_s": "tuning s",
-                   "trials": "trials", "select_mean_s": "select s", "build_mean_s": "build s",
-                   "profile_mean_s": "profile s", "update_mean_s": "update s",
-                   "eval_median_ms": "median ms", "eval_p90_ms": "p90 ms",
-                   "eval_median_ms_std": "median sd"}
+SUMMARY_COLUMNS = {
+    "runs": "runs",
+    "failed": "failed",
+    "tuning_s": "tuning s",
+    "trials": "trials",
+    "select_mean_s": "select s",
+    "build_mean_s": "build s",
+    "profile_mean_s": "profile s",
+    "update_mean_s": "update s",
+    "eval_median_ms": "median ms",
+    "eval_p90_ms": "p90 ms",
+    "eval_median_ms_std": "median sd",
+}
 
 
 def for_display(frame, metrics: dict[str, str] | None = None):
     """A frame to print: the parameters that vary, then ``metrics`` renamed (default:
     the summary's); returns it and the parameters that have one value throughout."""
     params = [c for c in frame.columns if c.startswith("param:")]
-    constant = {c[6:]: frame[c].iloc[0] for c in params
-                if len(frame) and frame[c].nunique(dropna=False) == 1}
+    constant = {
+        c[6:]: frame[c].iloc[0]
+        for c in params
+        if len(frame) and frame[c].nunique(dropna=False) == 1
+    }
     varying = [c for c in params if c[6:] not in constant]
     metrics = metrics if metrics is not None else SUMMARY_COLUMNS
     shown = frame[varying + [c for c in metrics if c in frame.columns]]

@@ -14,13 +14,19 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from simpletvm.store import (RunStore, append_lines, atomic_write_json, atomic_write_text,
-                             file_lock, read_json_lines)
+from simpletvm.store import (
+    RunStore,
+    append_lines,
+    atomic_write_json,
+    atomic_write_text,
+    file_lock,
+    read_json_lines,
+)
 from simpletvm.tuning.plan import STAGES  # the tuning stages' one definition
 
 from .errors import SuperbError
@@ -31,24 +37,50 @@ EVALUATION = ("count", "mean", "median", "std", "min", "max", "p90")
 # runs.csv: these columns, with one param:<name> column per parameter after "run_id"
 LEAD_COLUMNS = ["run", "index", "repetition", "run_id"]
 RESULT_COLUMNS = (
-    ["status", "error", "attempt", "started_at", "wall_s", "overhead_s",
-     "from_model_s", "tuning_s", "build_s", "save_s", "evaluate_s",
-     "num_tasks", "trials", "tuning_errors", "estimated_latency_ms",
-     "search_estimated_latency_ms"]
+    [
+        "status",
+        "error",
+        "attempt",
+        "started_at",
+        "wall_s",
+        "overhead_s",
+        "from_model_s",
+        "tuning_s",
+        "build_s",
+        "save_s",
+        "evaluate_s",
+        "num_tasks",
+        "trials",
+        "tuning_errors",
+        "estimated_latency_ms",
+        "search_estimated_latency_ms",
+    ]
     + [f"{stage}_mean_s" for stage in STAGES]
     + [f"{stage}_count" for stage in STAGES]
     + [f"eval_{name}_ms" if name != "count" else "eval_count" for name in EVALUATION]
-    + ["tuned", "records", "target", "device_key", "hostname", "cpu_model", "tvm_version",
-       "simpletvm_version", "commit", "context"]
+    + [
+        "tuned",
+        "records",
+        "target",
+        "device_key",
+        "hostname",
+        "cpu_model",
+        "tvm_version",
+        "simpletvm_version",
+        "commit",
+        "context",
+    ]
 )
 # aggregate.csv: per parameter combination, means over the ok runs
-AGGREGATE_MEANS = (["tuning_s"] + [f"{stage}_mean_s" for stage in STAGES]
-                   + ["trials", "eval_mean_ms", "eval_median_ms", "eval_p90_ms"])
+AGGREGATE_MEANS = (
+    ["tuning_s"]
+    + [f"{stage}_mean_s" for stage in STAGES]
+    + ["trials", "eval_mean_ms", "eval_median_ms", "eval_p90_ms"]
+)
 # stages.csv and curves.csv: the run's key, then one row per tuning stage execution of
 # the run (start, end: Unix time), or per point of its curve (simpletvm.tuning.curve)
 RUN_KEY_COLUMNS = ["run", "run_id"]
-STAGE_FIELDS = ["task", "task_name", "iteration", "stage", "resource", "start", "end",
-                "duration_s"]
+STAGE_FIELDS = ["task", "task_name", "iteration", "stage", "resource", "start", "end", "duration_s"]
 
 
 class RunStatus(StrEnum):
@@ -99,11 +131,11 @@ class Experiment:
         self._executions: dict[tuple, tuple[list, list]] = {}
 
     @classmethod
-    def for_name(cls, name: str, store: str | Path | None = None) -> "Experiment":
+    def for_name(cls, name: str, store: str | Path | None = None) -> Experiment:
         return cls(RunStore(store).superb_dir / name)
 
     @classmethod
-    def find(cls, name_or_dir: str | Path, store: str | Path | None = None) -> "Experiment":
+    def find(cls, name_or_dir: str | Path, store: str | Path | None = None) -> Experiment:
         """An experiment by directory, or by name under the store's superb folder."""
         path = Path(name_or_dir)
         if not (path / "log.jsonl").exists() and not (path / "runs.csv").exists():
@@ -111,7 +143,8 @@ class Experiment:
         if not (path / "log.jsonl").exists() and not (path / "runs.csv").exists():
             raise FileNotFoundError(
                 f"no superb experiment at {name_or_dir!r} (looked for log.jsonl or runs.csv "
-                f"there and under {RunStore(store).superb_dir})")
+                f"there and under {RunStore(store).superb_dir})"
+            )
         return cls(path)
 
     # ---- the lock: one superb per experiment ---------------------------------------
@@ -123,8 +156,10 @@ class Experiment:
         try:
             lock.acquire(timeout=0)
         except Timeout as error:
-            raise ExperimentBusy(f"another superb is running the experiment in {self.dir}: "
-                                 "wait for it, or stop it first") from error
+            raise ExperimentBusy(
+                f"another superb is running the experiment in {self.dir}: "
+                "wait for it, or stop it first"
+            ) from error
         self._lock = lock
 
     def release(self) -> None:
@@ -150,13 +185,22 @@ class Experiment:
         return state
 
     def record_started(self, run: Run, attempt: int, run_id: str, pid: int | None) -> None:
-        self._append({"event": "started", "run": run.key, "attempt": attempt,
-                      "run_id": run_id, "pid": pid, "time": time.time()})
+        self._append(
+            {
+                "event": "started",
+                "run": run.key,
+                "attempt": attempt,
+                "run_id": run_id,
+                "pid": pid,
+                "time": time.time(),
+            }
+        )
 
     def record_running(self, run: Run, run_id: str, pid: int) -> None:
         """The process that holds the run (known once its job has run a stage)."""
-        self._append({"event": "running", "run": run.key, "run_id": run_id, "pid": pid,
-                      "time": time.time()})
+        self._append(
+            {"event": "running", "run": run.key, "run_id": run_id, "pid": pid, "time": time.time()}
+        )
 
     def record_finished(self, row: dict[str, Any]) -> None:
         self._append({"event": "finished", "run": row["run"], "row": row, "time": time.time()})
@@ -189,6 +233,7 @@ class Experiment:
         order. A run whose context.json cannot be read (an experiment copied without its
         run store) keeps the rows the CSVs have for it now."""
         import pandas as pd
+
         from simpletvm.tuning.curve import CURVE_COLUMNS
 
         stage_rows: list[dict[str, Any]] = []
@@ -203,8 +248,10 @@ class Experiment:
             key = {"run": run, "run_id": run_id}
             stage_rows += [{**key, **stage} for stage in stages]
             curve_rows += [{**key, **point} for point in curve]
-        return (pd.DataFrame(stage_rows, columns=RUN_KEY_COLUMNS + STAGE_FIELDS),
-                pd.DataFrame(curve_rows, columns=RUN_KEY_COLUMNS + CURVE_COLUMNS))
+        return (
+            pd.DataFrame(stage_rows, columns=RUN_KEY_COLUMNS + STAGE_FIELDS),
+            pd.DataFrame(curve_rows, columns=RUN_KEY_COLUMNS + CURVE_COLUMNS),
+        )
 
     def _executions_of(self, context_path) -> tuple[list, list] | None:
         """A run's stage executions and tuning curve points from its context.json (None
@@ -223,8 +270,10 @@ class Experiment:
             context = read_context(context_path)
             if context is None:
                 return None
-            stages = [{field: stage.get(field) for field in STAGE_FIELDS}
-                      for stage in context.get("stages", [])]
+            stages = [
+                {field: stage.get(field) for field in STAGE_FIELDS}
+                for stage in context.get("stages", [])
+            ]
             self._executions[version] = (stages, tuning_curve(context).to_dict("records"))
         return self._executions[version]
 
@@ -253,19 +302,36 @@ class Experiment:
 
 # ---- rows -----------------------------------------------------------------------------
 
-def make_row(run: Run, outcome, context: dict[str, Any] | None, *, attempt: int,
-             started_at: float, commit: str | None) -> dict[str, Any]:
+
+def make_row(
+    run: Run,
+    outcome,
+    context: dict[str, Any] | None,
+    *,
+    attempt: int,
+    started_at: float,
+    commit: str | None,
+) -> dict[str, Any]:
     """One runs.csv row: the run's parameters, its outcome and what its context recorded."""
-    row: dict[str, Any] = {"run": run.key, "index": run.index, "repetition": run.repetition,
-                           "run_id": outcome.run_id}
+    row: dict[str, Any] = {
+        "run": run.key,
+        "index": run.index,
+        "repetition": run.repetition,
+        "run_id": outcome.run_id,
+    }
     row.update({f"param:{name}": _cell(value) for name, value in run.params.items()})
-    row.update(status=outcome.status, error=outcome.error, attempt=attempt,
-               started_at=datetime.fromtimestamp(started_at, timezone.utc).isoformat(
-                   timespec="seconds"),
-               wall_s=outcome.wall_s,
-               overhead_s=(outcome.wall_s - outcome.simpletvm_s
-                           if outcome.simpletvm_s is not None else None),
-               commit=commit, context=outcome.context_path)
+    row.update(
+        status=outcome.status,
+        error=outcome.error,
+        attempt=attempt,
+        started_at=datetime.fromtimestamp(started_at, UTC).isoformat(timespec="seconds"),
+        wall_s=outcome.wall_s,
+        overhead_s=(
+            outcome.wall_s - outcome.simpletvm_s if outcome.simpletvm_s is not None else None
+        ),
+        commit=commit,
+        context=outcome.context_path,
+    )
     if context:
         row.update(context_columns(context))
     return row
@@ -293,16 +359,24 @@ def context_columns(context: dict[str, Any]) -> dict[str, Any]:
     evaluation = context.get("evaluation") or {}
     spec = context.get("target_spec") or {}
     columns: dict[str, Any] = {
-        "from_model_s": steps.get("from_model"), "tuning_s": steps.get("autotune"),
-        "build_s": steps.get("build"), "save_s": steps.get("save"),
+        "from_model_s": steps.get("from_model"),
+        "tuning_s": steps.get("autotune"),
+        "build_s": steps.get("build"),
+        "save_s": steps.get("save"),
         "evaluate_s": steps.get("evaluate"),
         "num_tasks": tuning.get("num_tasks", (context.get("model") or {}).get("num_tasks")),
-        "trials": tuning.get("trials"), "tuning_errors": tuning.get("errors"),
-        "estimated_latency_ms": (tuning["estimated_latency_s"] * 1e3
-                                 if tuning.get("estimated_latency_s") else None),
-        "search_estimated_latency_ms": (tuning["search_estimated_latency_s"] * 1e3
-                                        if tuning.get("search_estimated_latency_s") else None),
-        "tuned": evaluation.get("tuned"), "records": evaluation.get("records"),
+        "trials": tuning.get("trials"),
+        "tuning_errors": tuning.get("errors"),
+        "estimated_latency_ms": (
+            tuning["estimated_latency_s"] * 1e3 if tuning.get("estimated_latency_s") else None
+        ),
+        "search_estimated_latency_ms": (
+            tuning["search_estimated_latency_s"] * 1e3
+            if tuning.get("search_estimated_latency_s")
+            else None
+        ),
+        "tuned": evaluation.get("tuned"),
+        "records": evaluation.get("records"),
         "target": _target_text(spec) or _cell(context.get("target")),
         "device_key": tuning.get("device_key") or context.get("device_key"),
         "hostname": (context.get("host") or {}).get("hostname"),
@@ -347,8 +421,9 @@ def aggregate(frame, by: list[str] | None = None):
     if by is not None:
         unknown = [name for name in by if f"param:{name}" not in params]
         if unknown:
-            raise ValueError(f"cannot group by {unknown}: the runs have parameters "
-                             f"{[c[6:] for c in params]}")
+            raise ValueError(
+                f"cannot group by {unknown}: the runs have parameters {[c[6:] for c in params]}"
+            )
         params = [f"param:{name}" for name in by]
     columns = params + ["runs", "ok", "failed"] + AGGREGATE_MEANS + ["eval_median_ms_std"]
     if frame.empty:
@@ -361,9 +436,12 @@ def aggregate(frame, by: list[str] | None = None):
     for column in AGGREGATE_MEANS:
         work[column] = pd.to_numeric(work[column], errors="coerce").where(work["_ok"])
     grouped = work.groupby(keys, dropna=False, sort=False)
-    result = grouped.agg(runs=("run", "size"), ok=("_ok", "sum"),
-                         **{c: (c, "mean") for c in AGGREGATE_MEANS},
-                         eval_median_ms_std=("eval_median_ms", "std")).reset_index()
+    result = grouped.agg(
+        runs=("run", "size"),
+        ok=("_ok", "sum"),
+        **{c: (c, "mean") for c in AGGREGATE_MEANS},
+        eval_median_ms_std=("eval_median_ms", "std"),
+    ).reset_index()
     result["failed"] = result["runs"] - result["ok"]
     return result.drop(columns=["_all"], errors="ignore")[columns]
 
@@ -378,6 +456,9 @@ def _cell(value: Any) -> Any:
 def _target_text(spec: dict[str, Any]) -> str | None:
     if not spec:
         return None
-    parts = [spec.get("kind", "?")] + [f"-{k}={v}" for k, v in sorted(spec.items())
-                                        if k not in ("kind", "host") and not isinstance(v, dict)]
+    parts = [spec.get("kind", "?")] + [
+        f"-{k}={v}"
+        for k, v in sorted(spec.items())
+        if k not in ("kind", "host") and not isinstance(v, dict)
+    ]
     return " ".join(str(p) for p in parts)

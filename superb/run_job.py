@@ -60,21 +60,32 @@ class RunJob(SimpleTVMJob):
         from .grid import calls_for
 
         _write_output_to(spec.log)
-        print(f"--- superb run {spec.key} attempt {spec.attempt} run_id {spec.run_id} "
-              f"pid {os.getpid()}", flush=True)
+        print(
+            f"--- superb run {spec.key} attempt {spec.attempt} run_id {spec.run_id} "
+            f"pid {os.getpid()}",
+            flush=True,
+        )
         self.spec = spec
         self.calls = calls_for(spec.params)
         options = dict(self.calls["context"])
         self.tuned = self.calls["autotune"] is not None
         tracker = spec.tracker if self.tuned else None
-        context = BenchmarkingContext(options.pop("target"), store=spec.store,
-                                      run_id=spec.run_id, **options)
+        context = BenchmarkingContext(
+            options.pop("target"), store=spec.store, run_id=spec.run_id, **options
+        )
         if tracker:
             context.device_key = spec.device_key
-        super().__init__(SimpleTVM(context, rpc_tracker=tracker),
-                         [IMPORT, *([TUNE] if self.tuned else []), COMPILE,
-                          *([EVALUATE] if self.calls["evaluate"] is not None else [])],
-                         tracker, spec.device_key)
+        super().__init__(
+            SimpleTVM(context, rpc_tracker=tracker),
+            [
+                IMPORT,
+                *([TUNE] if self.tuned else []),
+                COMPILE,
+                *([EVALUATE] if self.calls["evaluate"] is not None else []),
+            ],
+            tracker,
+            spec.device_key,
+        )
 
     @property
     def job_id(self) -> str:
@@ -83,24 +94,35 @@ class RunJob(SimpleTVMJob):
     def stage_details(self) -> dict[str, Any]:
         """What the stage reports: the run's step, tasks and trials, best estimate (for the
         display), and with ``records_to_driver`` the records it measured."""
-        details: dict[str, Any] = {"step": self.steps[0] if self.steps else "done",
-                                   "pid": os.getpid(),
-                                   "context_path": str(self.context.store.context_path(
-                                       self.context.run_id)),
-                                   **super().stage_details()}
+        details: dict[str, Any] = {
+            "step": self.steps[0] if self.steps else "done",
+            "pid": os.getpid(),
+            "context_path": str(self.context.store.context_path(self.context.run_id)),
+            **super().stage_details(),
+        }
         if self.tuning is not None:
             from simpletvm.tuning.options import UNCAPPED_TRIALS
 
             summary, options = self.tuning.summary(), self.tuning.options
             per_task = options.per_task_trials()
-            budgets = [budget for budget in (options.total_trials, None if per_task >= UNCAPPED_TRIALS
-                                             else per_task * summary["num_tasks"]) if budget]
+            budgets = [
+                budget
+                for budget in (
+                    options.total_trials,
+                    None if per_task >= UNCAPPED_TRIALS else per_task * summary["num_tasks"],
+                )
+                if budget
+            ]
             details.update(
-                num_tasks=summary["num_tasks"], trials=summary["trials"],
+                num_tasks=summary["num_tasks"],
+                trials=summary["trials"],
                 tasks_measured=sum(1 for task in summary["tasks"] if task["trials"]),
-                trial_budget=min(budgets) if budgets else None, minutes=options.minutes,
-                estimated_ms=(summary["estimated_latency_s"] * 1e3
-                              if summary["estimated_latency_s"] else None))
+                trial_budget=min(budgets) if budgets else None,
+                minutes=options.minutes,
+                estimated_ms=(
+                    summary["estimated_latency_s"] * 1e3 if summary["estimated_latency_s"] else None
+                ),
+            )
         return details
 
     # ---- the steps other than tuning ---------------------------------------------------
@@ -135,4 +157,3 @@ def _write_output_to(log: str) -> None:
         os.dup2(handle.fileno(), 2)
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-

@@ -8,9 +8,10 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .plan import Plan, Run, device_key
 from .progress import QuietProgress
@@ -32,12 +33,21 @@ class SweepSummary:
         return not self.failures
 
 
-def run_sweep(plan: Plan, *, store: str | Path | None = None,
-              tracker: tuple[str, int] | None = None, fail_fast: bool = False,
-              retry_failed: bool = False, run_timeout: float | None = None,
-              progress_factory: Callable | None = None, jobs: int = 1,
-              policy: str = "round-robin", backend: Any = "processes",
-              ray_address: str | None = None, job_factory: Callable = RunSpec) -> SweepSummary:
+def run_sweep(
+    plan: Plan,
+    *,
+    store: str | Path | None = None,
+    tracker: tuple[str, int] | None = None,
+    fail_fast: bool = False,
+    retry_failed: bool = False,
+    run_timeout: float | None = None,
+    progress_factory: Callable | None = None,
+    jobs: int = 1,
+    policy: str = "round-robin",
+    backend: Any = "processes",
+    ray_address: str | None = None,
+    job_factory: Callable = RunSpec,
+) -> SweepSummary:
     """Run what is left of ``plan``; KeyboardInterrupt stops the runs in flight and
     propagates (the same command resumes them). Failures are in the summary, never raised.
 
@@ -65,26 +75,47 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
         experiment.write_csvs(order)  # a sweep killed after logging a row: CSVs catch up
         pending = [run for run in plan.runs if not state.is_complete(run.key, retry_failed)]
         summary = SweepSummary(experiment, len(plan.runs), len(plan.runs) - len(pending))
-        summary.failures = [row for key, row in state.rows.items()
-                            if key in order and row["status"] != RunStatus.OK
-                            and not retry_failed]
+        summary.failures = [
+            row
+            for key, row in state.rows.items()
+            if key in order and row["status"] != RunStatus.OK and not retry_failed
+        ]
         if not pending:
             return summary
         keys = sorted({device_key(plan.resolved_params(run)) for run in pending})
         if tracker is None and any(run.tuned for run in pending):
-            infrastructure = stack.enter_context(LocalInfrastructure(
-                sorted({device_key(run.params) for run in pending if run.tuned}),
-                log=experiment.dir / "rpc.log"))
+            infrastructure = stack.enter_context(
+                LocalInfrastructure(
+                    sorted({device_key(run.params) for run in pending if run.tuned}),
+                    log=experiment.dir / "rpc.log",
+                )
+            )
             tracker = infrastructure.address
         progress = stack.enter_context(
             (progress_factory or QuietProgress)(
-                len(plan.runs), summary.skipped,
-                ["tuned" if run.tuned else "untuned" for run in pending]))
+                len(plan.runs),
+                summary.skipped,
+                ["tuned" if run.tuned else "untuned" for run in pending],
+            )
+        )
         scheduler = stack.enter_context(_scheduler(keys, jobs, policy, backend, ray_address))
-        sweep = _Sweep(plan, experiment, progress, state, tracker, run_store.root,
-                       project_commit(), run_timeout, scheduler, job_factory, summary,
-                       list(pending), jobs, fail_fast,
-                       record_writer(str(run_store.root)) if backend == "ray" else None)
+        sweep = _Sweep(
+            plan,
+            experiment,
+            progress,
+            state,
+            tracker,
+            run_store.root,
+            project_commit(),
+            run_timeout,
+            scheduler,
+            job_factory,
+            summary,
+            list(pending),
+            jobs,
+            fail_fast,
+            record_writer(str(run_store.root)) if backend == "ray" else None,
+        )
         stack.callback(sweep.stop_timers)
         sweep.start_more()
         trace = scheduler.run(on_stage=sweep.stage_ended, on_job_end=sweep.job_ended)
@@ -94,8 +125,7 @@ def run_sweep(plan: Plan, *, store: str | Path | None = None,
         return summary
 
 
-def _scheduler(keys: list[str], jobs: int, policy: str, backend: Any,
-               ray_address: str | None):
+def _scheduler(keys: list[str], jobs: int, policy: str, backend: Any, ray_address: str | None):
     """The sweep's scheduler: the client, one device per key, and the backend."""
     from scheduler import Scheduler, client, device
     from scheduler.backends import ProcessBackend, RayBackend
@@ -106,10 +136,14 @@ def _scheduler(keys: list[str], jobs: int, policy: str, backend: Any,
         clients = backend.clients()
     elif backend == "processes":
         # the fork server imports TVM once; every run starts warm from it
-        backend = ProcessBackend("forkserver", preload=("superb.run_job", "simpletvm.api", "tvm",
-                                                        "tvm.relax"))
-    return Scheduler([*clients, *(device(key, key) for key in keys)],
-                     policy="sequential" if jobs <= 1 else policy, backend=backend)
+        backend = ProcessBackend(
+            "forkserver", preload=("superb.run_job", "simpletvm.api", "tvm", "tvm.relax")
+        )
+    return Scheduler(
+        [*clients, *(device(key, key) for key in keys)],
+        policy="sequential" if jobs <= 1 else policy,
+        backend=backend,
+    )
 
 
 @dataclass
@@ -149,18 +183,33 @@ class _Sweep:
         params = self.plan.resolved_params(run)
         self.experiment.record_started(run, attempt, run_id, None)
         spec = self.job_factory(
-            key=run.key, run_id=run_id, params=params, store=str(self.store_root),
-            device_key=device_key(params), log=str(self.experiment.log_file(run)),
-            attempt=attempt, tracker=tuple(self.tracker) if self.tracker else None,
-            records_to_driver=self.records is not None)
-        self.in_flight[run.key] = {"run": run, "attempt": attempt, "run_id": run_id,
-                                   "started": time.time(), "details": None}
+            key=run.key,
+            run_id=run_id,
+            params=params,
+            store=str(self.store_root),
+            device_key=device_key(params),
+            log=str(self.experiment.log_file(run)),
+            attempt=attempt,
+            tracker=tuple(self.tracker) if self.tracker else None,
+            records_to_driver=self.records is not None,
+        )
+        self.in_flight[run.key] = {
+            "run": run,
+            "attempt": attempt,
+            "run_id": run_id,
+            "started": time.time(),
+            "details": None,
+        }
         label = run.label(self.plan.varying) or run.label()
-        self.progress.start_run(run.key, run.index, f"{run.key}  {label}",
-                                "tuned" if run.tuned else "untuned")
+        self.progress.start_run(
+            run.key, run.index, f"{run.key}  {label}", "tuned" if run.tuned else "untuned"
+        )
         if self.run_timeout is not None:
-            timer = threading.Timer(self.run_timeout, self.scheduler.cancel, (
-                run.key, f"the run took longer than {self.run_timeout:g} s and was stopped"))
+            timer = threading.Timer(
+                self.run_timeout,
+                self.scheduler.cancel,
+                (run.key, f"the run took longer than {self.run_timeout:g} s and was stopped"),
+            )
             timer.daemon = True
             timer.start()
             self.timers[run.key] = timer
@@ -186,12 +235,25 @@ class _Sweep:
         wall = time.time() - flight["started"]
         status, error = _status(outcome, self.experiment.log_file(run))
         context_path = details.get("context_path") or str(
-            self.store_root / "runs" / flight["run_id"] / "context.json")
+            self.store_root / "runs" / flight["run_id"] / "context.json"
+        )
         context = read_context(context_path)
-        result = RunOutcome(status, error, flight["run_id"], wall,
-                            _simpletvm_seconds(context), context_path if context else None)
-        row = make_row(run, result, context, attempt=flight["attempt"],
-                       started_at=flight["started"], commit=self.commit)
+        result = RunOutcome(
+            status,
+            error,
+            flight["run_id"],
+            wall,
+            _simpletvm_seconds(context),
+            context_path if context else None,
+        )
+        row = make_row(
+            run,
+            result,
+            context,
+            attempt=flight["attempt"],
+            started_at=flight["started"],
+            commit=self.commit,
+        )
         self.experiment.record_finished(row)
         self.experiment.write_csvs([r.key for r in self.plan.runs])
         self.progress.finish_run(key, status, wall, _detail(row))
@@ -257,8 +319,11 @@ def _last_line(path: Path, limit: int = 300) -> str:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - 8192))
-            lines = [line.strip() for line in handle.read().decode(errors="replace")
-                     .splitlines() if line.strip()]
+            lines = [
+                line.strip()
+                for line in handle.read().decode(errors="replace").splitlines()
+                if line.strip()
+            ]
     except OSError:
         return ""
     last = lines[-1] if lines else ""
@@ -283,7 +348,11 @@ def project_commit() -> str | None:
     try:
         result = subprocess.run(
             ["git", "describe", "--always", "--dirty", "--abbrev=12"],
-            cwd=Path(simpletvm.__file__).parent, capture_output=True, text=True, timeout=5)
+            cwd=Path(simpletvm.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if result.returncode != 0:

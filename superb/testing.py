@@ -40,11 +40,17 @@ class FakeRunJob(Job):
         self.model, _, seconds = name.partition("@")
         self.stage_s = float(seconds) if seconds else STAGE_S
         device = f"device:{spec.device_key}"
-        tuning = [Stage(stage_name, device if on_device else CLIENT, 0, iteration)
-                  for iteration in range(2) for stage_name, on_device in TUNING]
-        self.stages = [Stage("import", CLIENT),
-                       *(tuning if spec.params.get("autotune", True) else []),
-                       Stage("compile", CLIENT), Stage("evaluate", device)]
+        tuning = [
+            Stage(stage_name, device if on_device else CLIENT, 0, iteration)
+            for iteration in range(2)
+            for stage_name, on_device in TUNING
+        ]
+        self.stages = [
+            Stage("import", CLIENT),
+            *(tuning if spec.params.get("autotune", True) else []),
+            Stage("compile", CLIENT),
+            Stage("evaluate", device),
+        ]
         Path(spec.log).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.log).write_text(f"fake run {spec.key} pid {os.getpid()}\n")
 
@@ -63,9 +69,13 @@ class FakeRunJob(Job):
         if self.model == "hang":
             time.sleep(3600)
         if self.model == "fail":
-            return StageResult(StageStatus.ERROR, "ModelImportError: a fake failure",
-                               details={"step": stage.name, "pid": os.getpid()})
+            return StageResult(
+                StageStatus.ERROR,
+                "ModelImportError: a fake failure",
+                details={"step": stage.name, "pid": os.getpid()},
+            )
         time.sleep(self.stage_s)
         self.stages.pop(0)
-        return StageResult(details={"step": self.stages[0].name if self.stages else "done",
-                                    "pid": os.getpid()})
+        return StageResult(
+            details={"step": self.stages[0].name if self.stages else "done", "pid": os.getpid()}
+        )

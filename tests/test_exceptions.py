@@ -27,9 +27,12 @@ def _base_name(node: ast.expr) -> str:
 def exception_classes() -> list[str]:
     """``module:Class`` of every class in the packages' sources that derives from an
     exception, found from the source so that a new one cannot be forgotten here."""
-    known = {name for name in dir(builtins)
-             if isinstance(getattr(builtins, name), type)
-             and issubclass(getattr(builtins, name), BaseException)}
+    known = {
+        name
+        for name in dir(builtins)
+        if isinstance(getattr(builtins, name), type)
+        and issubclass(getattr(builtins, name), BaseException)
+    }
     classes: dict[str, ast.ClassDef] = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
@@ -39,8 +42,11 @@ def exception_classes() -> list[str]:
                     classes[f"{module}:{node.name}"] = node
     found: set[str] = set()
     while True:  # a subclass of a project exception is one too, in any module
-        more = {key for key, node in classes.items() if key not in found
-                and any(_base_name(base) in known for base in node.bases)}
+        more = {
+            key
+            for key, node in classes.items()
+            if key not in found and any(_base_name(base) in known for base in node.bases)
+        }
         if not more:
             return sorted(found)
         found |= more
@@ -53,8 +59,12 @@ def sample(cls: type[BaseException]) -> BaseException:
     from superb.grid import Problem
 
     if cls.__name__ == "GridError":
-        return cls([Problem("unknown parameter 'trails'", "grid.yaml:4"),
-                    Problem("malformed YAML", "grid.yaml:2")])
+        return cls(
+            [
+                Problem("unknown parameter 'trails'", "grid.yaml:4"),
+                Problem("malformed YAML", "grid.yaml:2"),
+            ]
+        )
     if cls.__name__ == "PlanOrderError":
         return cls("profiled", Phase.SELECT, Phase.PROFILE)
     return cls("something went wrong")
@@ -62,8 +72,12 @@ def sample(cls: type[BaseException]) -> BaseException:
 
 def test_the_source_scan_finds_the_exceptions_of_each_package():
     found = exception_classes()
-    assert {"scheduler.errors:WorkerDied", "superb.grid:GridError",
-            "superb.results:ExperimentBusy", "simpletvm.errors:FlowError"} <= set(found)
+    assert {
+        "scheduler.errors:WorkerDied",
+        "superb.grid:GridError",
+        "superb.results:ExperimentBusy",
+        "simpletvm.errors:FlowError",
+    } <= set(found)
 
 
 @pytest.mark.parametrize("name", exception_classes())

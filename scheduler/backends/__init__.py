@@ -11,7 +11,9 @@ from scheduler.backends.processes import ProcessBackend
 from scheduler.backends.ray import RayBackend
 from scheduler.errors import WorkerDied
 
-BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (InProcessBackend, ProcessBackend, RayBackend)}
+BACKENDS: dict[str, type[Backend]] = {
+    cls.name: cls for cls in (InProcessBackend, ProcessBackend, RayBackend)
+}
 
 
 def get_backend(backend: Backend | str) -> Backend:
@@ -24,6 +26,12 @@ def get_backend(backend: Backend | str) -> Backend:
 
 
 __all__ = [
-    "BACKENDS", "Backend", "InProcessBackend", "ProcessBackend", "RayBackend", "StageOutcome", "WorkerDied",
+    "BACKENDS",
+    "Backend",
+    "InProcessBackend",
+    "ProcessBackend",
+    "RayBackend",
+    "StageOutcome",
+    "WorkerDied",
     "get_backend",
 ]

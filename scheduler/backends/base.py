@@ -23,7 +23,6 @@ from typing import ClassVar
 
 from scheduler.base import Job, JobFactory, Resource, Stage, StageResult
 
-
 WAKE_S = 0.2  # how often a waiting loop wakes to act on signals (Ctrl-C)
 
 
@@ -51,7 +50,7 @@ def close_job(job: Job) -> None:
     logged, and ends nothing else."""
     try:
         job.close()
-    except Exception:  # noqa: BLE001 - the job is done either way
+    except Exception:
         logging.getLogger(__name__).exception("job %s: close() failed", job.job_id)
 
 
@@ -115,7 +114,8 @@ class Backend(ABC):
         pending = list(futures)
         while True:
             done = concurrent.futures.wait(
-                pending, timeout=WAKE_S, return_when=concurrent.futures.FIRST_COMPLETED).done
+                pending, timeout=WAKE_S, return_when=concurrent.futures.FIRST_COMPLETED
+            ).done
             if done:
                 return done
 

@@ -33,7 +33,7 @@ class InProcessBackend(Backend):
             future: Future[Stage | None] = Future()
             try:
                 future.set_result(first_stage(job))
-            except Exception as exc:  # a job's error fails that job, never the scheduler
+            except Exception as exc:  # noqa: BLE001 - a job's error fails that job, never the scheduler
                 future.set_exception(exc)
             return future
         return self._pool.submit(_construct, self._jobs, job_id, job)

@@ -11,8 +11,14 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from scheduler.backends.base import (Backend, StageOutcome, as_factory, close_job, execute_stage,
-                                     first_stage)
+from scheduler.backends.base import (
+    Backend,
+    StageOutcome,
+    as_factory,
+    close_job,
+    execute_stage,
+    first_stage,
+)
 from scheduler.base import Job, JobFactory, Resource, Stage
 from scheduler.errors import WorkerDied
 
@@ -189,7 +195,7 @@ def _serve(conn) -> None:
                     assert job is not None, "worker has no job"
                     reply = execute_stage(job, message[1], message[2])
                 conn.send(("ok", reply))
-            except Exception as exc:  # a job's error fails that job, never the worker loop
+            except Exception as exc:  # noqa: BLE001 - a job's error fails that job, never the worker loop
                 conn.send(("error", _picklable(exc)))
     finally:  # the process ends through os._exit, which runs no cleanup of its own
         if job is not None:

@@ -36,8 +36,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler.backends.base import (Backend, StageOutcome, as_factory, close_job, execute_stage,
-                                     first_stage)
+from scheduler.backends.base import (
+    Backend,
+    StageOutcome,
+    as_factory,
+    close_job,
+    execute_stage,
+    first_stage,
+)
 from scheduler.base import CLIENT, Job, JobFactory, Resource, Stage
 from scheduler.errors import WorkerDied
 
@@ -120,7 +126,9 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None, **init_options: Any) -> None:
+    def __init__(
+        self, address: str | None = None, num_cpus: int | None = None, **init_options: Any
+    ) -> None:
         try:
             import ray
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -130,7 +138,11 @@ class RayBackend(Backend):
         self._on_node = NodeAffinitySchedulingStrategy
         self._started = not ray.is_initialized()
         if self._started:
-            options = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+            options = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": "warning",
+            }
             ray.init(address, num_cpus=num_cpus, **{**options, **init_options})
         self._actor_class = ray.remote(JobActor)
         self._actors: dict[str, Any] = {}
@@ -155,8 +167,10 @@ class RayBackend(Backend):
                 continue
             label = resource.role.split(":", 1)[1]
             if label not in by_label:
-                raise ValueError(f"client resource {resource.name!r}: no live Ray node {label!r} "
-                                 f"(nodes: {', '.join(sorted(by_label))})")
+                raise ValueError(
+                    f"client resource {resource.name!r}: no live Ray node {label!r} "
+                    f"(nodes: {', '.join(sorted(by_label))})"
+                )
             node = self._nodes.setdefault(resource.role, _Node(by_label[label], 0))
             node.slots += resource.capacity
 
@@ -200,7 +214,9 @@ class RayBackend(Backend):
         alive = {n["NodeID"] for n in self._ray.nodes() if n["Alive"]}
         candidates = [role for role, node in self._nodes.items() if node.node_id in alive]
         if not candidates:
-            raise RuntimeError(f"no live Ray node for the client resources ({', '.join(self._nodes)})")
+            raise RuntimeError(
+                f"no live Ray node for the client resources ({', '.join(self._nodes)})"
+            )
         jobs = list(self._pinned.values())
         return min(candidates, key=lambda role: jobs.count(role) / self._nodes[role].slots)
 
@@ -216,7 +232,7 @@ class RayBackend(Backend):
                 relayed.set_exception(WorkerDied(_death_reason(exc)))
             except errors.RayTaskError as exc:
                 relayed.set_exception(exc.cause if isinstance(exc.cause, BaseException) else exc)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - the caller sees what the actor raised
                 relayed.set_exception(exc)
 
         ref.future().add_done_callback(settle)

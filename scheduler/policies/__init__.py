@@ -31,4 +31,15 @@ def get_policy(policy: Policy | str) -> Policy:
     return POLICIES[policy_name(policy)]()
 
 
-__all__ = ["POLICIES", "POLICY_ALIASES", "Policy", "Predictive", "RoundRobin", "Sequential", "Start", "Synchronous", "get_policy", "policy_name"]
+__all__ = [
+    "POLICIES",
+    "POLICY_ALIASES",
+    "Policy",
+    "Predictive",
+    "RoundRobin",
+    "Sequential",
+    "Start",
+    "Synchronous",
+    "get_policy",
+    "policy_name",
+]

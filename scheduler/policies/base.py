@@ -39,7 +39,9 @@ class Policy(ABC):
     def decide(self, state: State) -> list[Start]:
         """Stages to start now; each job at most once, never beyond a free slot if exclusive."""
 
-    def stage_finished(self, job_id: str, stage: Stage, next_stage: Stage | None, duration: float) -> None:
+    def stage_finished(
+        self, job_id: str, stage: Stage, next_stage: Stage | None, duration: float
+    ) -> None:
         """A stage succeeded after ``duration`` seconds; policies that learn override this."""
 
     def job_removed(self, job_id: str) -> None:

@@ -71,7 +71,9 @@ class Predictive(Policy):
     def __repr__(self) -> str:
         return f"Predictive(prior={self.prior})"
 
-    def stage_finished(self, job_id: str, stage: Stage, next_stage: Stage | None, duration: float) -> None:
+    def stage_finished(
+        self, job_id: str, stage: Stage, next_stage: Stage | None, duration: float
+    ) -> None:
         key = (job_id, stage.name)
         self._total[key] = self._total.get(key, 0.0) + duration
         self._count[key] = self._count.get(key, 0) + 1
@@ -141,7 +143,9 @@ class Predictive(Policy):
                 client += seconds
                 if outlook.device_stage is None:
                     outlook.lead += seconds
-            current = self._follows.get((job_id, current.name)) or self._name_follows.get(current.name)
+            current = self._follows.get((job_id, current.name)) or self._name_follows.get(
+                current.name
+            )
             if current is None:
                 break
             if current.name == stage.name:
@@ -168,15 +172,23 @@ class Predictive(Policy):
     def _client_order(self, state: State, role: str, count: int) -> list[JobRecord]:
         """The ``count`` ready jobs to start on the client role, best first."""
         continuing = sorted(
-            (state.jobs[j] for j in self._continuing
-             if j in state.jobs and state.jobs[j].status is JobStatus.READY
-             and state.jobs[j].stage is not None and state.jobs[j].stage.resource == role),
+            (
+                state.jobs[j]
+                for j in self._continuing
+                if j in state.jobs
+                and state.jobs[j].status is JobStatus.READY
+                and state.jobs[j].stage is not None
+                and state.jobs[j].stage.resource == role
+            ),
             key=lambda r: r.order,
         )
         skip = {r.job_id for r in continuing}
         bottlenecks = self._bottlenecks(state, role)
         if not bottlenecks:
-            rest = islice((r for r in state.ready(role) if r.job_id not in skip), max(0, count - len(continuing)))
+            rest = islice(
+                (r for r in state.ready(role) if r.job_id not in skip),
+                max(0, count - len(continuing)),
+            )
             return [*continuing[:count], *rest]
         queue = [*continuing, *(r for r in state.ready(role) if r.job_id not in skip)]
         chosen: list[JobRecord] = []
@@ -196,7 +208,9 @@ class Predictive(Policy):
                 bottlenecks.add(role)
         return bottlenecks
 
-    def _pick(self, state: State, queue: list[JobRecord], chosen: list[JobRecord], bottlenecks: set[str]) -> JobRecord:
+    def _pick(
+        self, state: State, queue: list[JobRecord], chosen: list[JobRecord], bottlenecks: set[str]
+    ) -> JobRecord:
         feeders: dict[str, tuple[float, JobRecord]] = {}
         for record in queue:
             assert record.stage is not None
@@ -233,12 +247,22 @@ class Predictive(Policy):
             assert record.stage is not None
             elapsed = 0.0 if record.started_at is None else state.time - record.started_at
             if record.resource in free_at:
-                free_at[record.resource] = max(0.0, self.estimate(record.job_id, record.stage) - elapsed)
+                free_at[record.resource] = max(
+                    0.0, self.estimate(record.job_id, record.stage) - elapsed
+                )
                 continue
             outlook = self.outlook(record.job_id, record.stage)
-            if record.stage.resource_kind != DEVICE and outlook.device_stage is not None \
-                    and outlook.device_stage.resource == role:
-                arrivals.append((max(0.0, outlook.lead - elapsed), self.estimate(record.job_id, outlook.device_stage)))
+            if (
+                record.stage.resource_kind != DEVICE
+                and outlook.device_stage is not None
+                and outlook.device_stage.resource == role
+            ):
+                arrivals.append(
+                    (
+                        max(0.0, outlook.lead - elapsed),
+                        self.estimate(record.job_id, outlook.device_stage),
+                    )
+                )
         heap = list(free_at.values())
         heapq.heapify(heap)
         for record in state.ready(role):

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 _open_blocks: list[list[int]] = []  # the SIGINTs each open block received, innermost last
 

@@ -23,8 +23,9 @@ def verbose() -> bool:
 
 
 @contextmanager
-def redirected(path: str | Path, fds: tuple[int, ...] = (2,),
-               keep_python: bool = False) -> Iterator[None]:
+def redirected(
+    path: str | Path, fds: tuple[int, ...] = (2,), keep_python: bool = False
+) -> Iterator[None]:
     """Send the file descriptors ``fds`` (C++ writes included) to ``path`` (appended)
     for the duration; with ``keep_python``, Python's ``sys.stdout``/``sys.stderr`` of
     those descriptors keep writing where they wrote before."""

@@ -52,9 +52,12 @@ def sweep_orphans(directory: str | None = None) -> list[str]:
     for entry in entries:
         owner = _OWNED.match(entry.name)
         try:
-            if (owner is None or not entry.is_dir(follow_symlinks=False)
-                    or entry.stat(follow_symlinks=False).st_uid != os.getuid()
-                    or _running(int(owner.group(1)))):
+            if (
+                owner is None
+                or not entry.is_dir(follow_symlinks=False)
+                or entry.stat(follow_symlinks=False).st_uid != os.getuid()
+                or _running(int(owner.group(1)))
+            ):
                 continue
         except OSError:  # deleted meanwhile (another job's sweep)
             continue

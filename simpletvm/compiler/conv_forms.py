@@ -13,14 +13,15 @@ in the faster form. A form whose tasks are not all measured is not chosen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 from simpletvm.compiler.lowering import extract_tasks, fuse, to_layout, workload_key
-from simpletvm.targets import ResolvedTarget
-from simpletvm.compiler.winograd.policy import second_form_built
 from simpletvm.compiler.winograd import ConvSignature, contested_layers
+from simpletvm.compiler.winograd.policy import second_form_built
+from simpletvm.targets import ResolvedTarget
 
 
 def form_name(tile_size: int | None) -> str:
@@ -37,8 +38,11 @@ class FormChoice:
     estimate_ms: dict[str, float | None]
 
     def describe(self) -> dict[str, Any]:
-        return {"layer": str(self.layer), "form": form_name(self.chosen),
-                "estimate_ms": self.estimate_ms}
+        return {
+            "layer": str(self.layer),
+            "form": form_name(self.chosen),
+            "estimate_ms": self.estimate_ms,
+        }
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,9 @@ class ConvForms:
 
     The layout conversion runs once, here; every fused module starts from its result."""
 
-    def __init__(self, mod, target: ResolvedTarget, *, layout: str | None = "NHWC",
-                 **lowering: Any):
+    def __init__(
+        self, mod, target: ResolvedTarget, *, layout: str | None = "NHWC", **lowering: Any
+    ):
         self._mod = to_layout(mod, target, layout)
         self._target = target
         self._lowering = {**lowering, "layout": None}  # converted already
@@ -89,10 +94,15 @@ class ConvForms:
         for layer, variant in self.variants.items():
             variant_tasks = _tasks_by_key(variant, self._target)
             default_form, form = self.contested[layer]
-            rivalries.append(Rivalry(
-                layer, default_form, form,
-                {k: t for k, t in default_tasks.items() if k not in variant_tasks},
-                {k: t for k, t in variant_tasks.items() if k not in default_tasks}))
+            rivalries.append(
+                Rivalry(
+                    layer,
+                    default_form,
+                    form,
+                    {k: t for k, t in default_tasks.items() if k not in variant_tasks},
+                    {k: t for k, t in variant_tasks.items() if k not in default_tasks},
+                )
+            )
         return rivalries
 
     def choose(self, latency_s: Callable[[Any], float | None]) -> tuple[Any, list[FormChoice]]:
@@ -102,11 +112,19 @@ class ConvForms:
         for rivalry in self.rivalries:
             default_s = _estimate(rivalry.default_tasks, latency_s)
             variant_s = _estimate(rivalry.variant_tasks, latency_s)
-            chosen = rivalry.form if second_form_built(default_s, variant_s) \
-                else rivalry.default_form
-            choices.append(FormChoice(rivalry.layer, chosen, {
-                form_name(rivalry.default_form): _ms(default_s),
-                form_name(rivalry.form): _ms(variant_s)}))
+            chosen = (
+                rivalry.form if second_form_built(default_s, variant_s) else rivalry.default_form
+            )
+            choices.append(
+                FormChoice(
+                    rivalry.layer,
+                    chosen,
+                    {
+                        form_name(rivalry.default_form): _ms(default_s),
+                        form_name(rivalry.form): _ms(variant_s),
+                    },
+                )
+            )
         changed = {c.layer: c.chosen for c in choices if c.chosen != self.contested[c.layer][0]}
         return (self._fuse(changed) if changed else self.default), choices
 

@@ -50,10 +50,24 @@ class CpuShape:
         mattr = " ".join(str(a) for a in (attrs.get("mattr") or []))
         bits = int(attrs.get("vector_width", 0) or 0)
         if not bits:
-            avx512 = ("avx512" in mattr or mcpu in AVX512_CPUS
-                      or any(mcpu.startswith(p) for p in ("znver4", "znver5", "sapphire",
-                                                           "icelake", "cascade", "cooper",
-                                                           "tiger", "granite", "emerald")))
+            avx512 = (
+                "avx512" in mattr
+                or mcpu in AVX512_CPUS
+                or any(
+                    mcpu.startswith(p)
+                    for p in (
+                        "znver4",
+                        "znver5",
+                        "sapphire",
+                        "icelake",
+                        "cascade",
+                        "cooper",
+                        "tiger",
+                        "granite",
+                        "emerald",
+                    )
+                )
+            )
             arm = "neon" in mattr or mcpu.startswith(("cortex", "apple", "neoverse"))
             bits = 512 if avx512 else 128 if arm else 256
         cores = int(attrs.get("num-cores", 0) or 0) or 1
@@ -144,10 +158,14 @@ class DecisionRule:
 
     def _make_plan(self, block, n: int) -> dict:
         lanes, cores = self.shape.lanes, self.shape.cores
-        spatial = [(str(v.var), int(v.dom.extent)) for v in block.iter_vars
-                   if int(v.iter_type) == DATA_PAR]
-        reduce = [(str(v.var), int(v.dom.extent)) for v in block.iter_vars
-                  if int(v.iter_type) == COMM_REDUCE]
+        spatial = [
+            (str(v.var), int(v.dom.extent)) for v in block.iter_vars if int(v.iter_type) == DATA_PAR
+        ]
+        reduce = [
+            (str(v.var), int(v.dom.extent))
+            for v in block.iter_vars
+            if int(v.iter_type) == COMM_REDUCE
+        ]
         channel = _channel_var(block)  # names, never tirx.Var: == on a Var builds an EQ
         plan: dict = {}
         tiles = {var: [1] * n for var, _ in spatial}
@@ -177,7 +195,8 @@ class DecisionRule:
             want, most = 4 * cores, 16 * cores
             jobs = 1
             order = [var for var, _ in spatial if var != channel] + (
-                [channel] if channel in left else [])
+                [channel] if channel in left else []
+            )
             for var in order:
                 if jobs >= want:
                     break
@@ -268,8 +287,14 @@ def _context(task_mod, target):
     load_tensor_intrinsics(str(target.kind.name))
     register_schedule_rules()
     # a fixed seed: what a formula leaves to the space's own draw is drawn alike each time
-    return ms.TuneContext(mod=task_mod, target=target, space_generator="post-order-apply",
-                          task_name="default", rand_state=1, num_threads=1)
+    return ms.TuneContext(
+        mod=task_mod,
+        target=target,
+        space_generator="post-order-apply",
+        task_name="default",
+        rand_state=1,
+        num_threads=1,
+    )
 
 
 def default_schedule(task_mod, target, *, context=None):
@@ -288,8 +313,9 @@ def default_schedule(task_mod, target, *, context=None):
         sch = s_tir.Schedule(context.mod, seed=1, debug_mask=0)
         rule.sch = sch
         try:
-            Trace(trace.insts, {}).apply_to_schedule(sch, remove_postproc=True,
-                                                     decision_provider=rule)
+            Trace(trace.insts, {}).apply_to_schedule(
+                sch, remove_postproc=True, decision_provider=rule
+            )
             if loop_kinds(context.mod["main"])["work"] < PARALLEL_MIN_WORK:
                 _run_serially(sch)
             sch.enter_postproc()  # as MetaSchedule marks a candidate's trace
@@ -316,9 +342,11 @@ def _by_preference(spaces: list) -> list:
     epilogue per tile (a cached output, or the consumer moved into the tile), while the
     tile is in the caches, first; then the others; each group in the generator's order
     (which puts the deeper tile level first)."""
+
     def caches(space) -> bool:
-        return any(inst.kind.name in ("CacheWrite", "ReverseComputeAt")
-                   for inst in space.trace.insts)
+        return any(
+            inst.kind.name in ("CacheWrite", "ReverseComputeAt") for inst in space.trace.insts
+        )
 
     return [s for s in spaces if caches(s)] + [s for s in spaces if not caches(s)]
 
@@ -365,8 +393,10 @@ def apply_default_schedules(fused_mod, target: ResolvedTarget, database=None):
             failed[gvar.name_hint] = reason
             if gvar.name_hint not in _warned:
                 _warned.add(gvar.name_hint)
-                warnings.warn(f"{gvar.name_hint} has no default schedule, it keeps TVM's "
-                              f"naive one: {reason}", stacklevel=2)
+                warnings.warn(
+                    f"{gvar.name_hint} has no default schedule, it keeps TVM's naive one: {reason}",
+                    stacklevel=2,
+                )
             continue
         new = sch.mod["main"].with_attr("global_symbol", gvar.name_hint)
         new = new.with_attr("tirx.is_scheduled", True)

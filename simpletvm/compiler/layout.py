@@ -52,10 +52,12 @@ def to_nhwc(mod):
     if not stats["conv2d_nchw"]:
         return mod, stats
     try:
-        converted = tvm.transform.Sequential([
-            relax.transform.ConvertLayout(NHWC_LAYOUTS),
-            relax.transform.CanonicalizeBindings(),
-        ])(mod)
+        converted = tvm.transform.Sequential(
+            [
+                relax.transform.ConvertLayout(NHWC_LAYOUTS),
+                relax.transform.CanonicalizeBindings(),
+            ]
+        )(mod)
     except Exception as error:  # noqa: BLE001 - a layout rule that fails: keep the import's
         # (TVM 0.27's rule for relax.stack fails on a 5-D stack of converted tensors)
         stats["failed"] = (str(error).strip().splitlines() or [repr(error)])[-1]

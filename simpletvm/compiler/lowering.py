@@ -11,8 +11,15 @@ from typing import Any
 from simpletvm.targets import ResolvedTarget
 
 
-def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | None = "NHWC",
-         separate_residual_pads: bool = True, winograd_forms=None):
+def fuse(
+    mod,
+    target: ResolvedTarget,
+    *,
+    winograd: bool = True,
+    layout: str | None = "NHWC",
+    separate_residual_pads: bool = True,
+    winograd_forms=None,
+):
     """Legalize and fuse a Relax module into the PrimFuncs that tuning works on.
 
     On CPUs, ``layout="NHWC"`` first converts NCHW 2-D convolutions (ONNX imports) to NHWC
@@ -42,7 +49,9 @@ def fuse(mod, target: ResolvedTarget, *, winograd: bool = True, layout: str | No
         from simpletvm.compiler.winograd import apply_winograd
 
         mod, _ = apply_winograd(mod, forms=winograd_forms)
-    weight_prepack = [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
+    weight_prepack = (
+        [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
+    )
     with target.tvm_target():
         return tvm.transform.Sequential(
             [
@@ -106,8 +115,9 @@ def separate_residual_pads(mod):
     mutator = _make_call_redirector()(mod)
     copies = {}  # pad PrimFunc name -> its opaque copy, added by the builder (typed)
     for name, gvar in {gv.name_hint: gv for gv in calls.values()}.items():
-        copies[name] = mutator.builder_.add_func(mod[gvar].with_attr("op_pattern", OPAQUE),
-                                                 f"{name}_residual")
+        copies[name] = mutator.builder_.add_func(
+            mod[gvar].with_attr("op_pattern", OPAQUE), f"{name}_residual"
+        )
     mutator.targets = {call: copies[gvar.name_hint] for call, gvar in calls.items()}
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function):
@@ -126,8 +136,12 @@ def _residual_pad_calls(mod, func) -> dict:
 
     def visit(binding):
         value = binding.value
-        if not (isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call)
-                and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_tir"):
+        if not (
+            isinstance(binding, relax.VarBinding)
+            and isinstance(value, relax.Call)
+            and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.call_tir"
+        ):
             return
         callee = value.args[0]
         prim = mod[callee] if isinstance(callee, tvm.ir.GlobalVar) else None
@@ -161,7 +175,8 @@ def _residual_pad_calls(mod, func) -> dict:
         for user in users.get(var, []):
             _, user_pattern, user_args, _ = bound[user]
             if user_pattern <= BROADCAST and any(
-                    a is not var and from_anchor(a) for a in user_args):
+                a is not var and from_anchor(a) for a in user_args
+            ):
                 found[call] = callee
                 break
     return found
@@ -190,8 +205,7 @@ def _make_call_redirector():
         def visit_call_(self, call):
             for original, gvar in self.targets.items():
                 if call.same_as(original):
-                    return relax.Call(call.op, [gvar, *call.args[1:]], call.attrs,
-                                      call.ty_args)
+                    return relax.Call(call.op, [gvar, *call.args[1:]], call.attrs, call.ty_args)
             return self.visit_expr_post_order(call)
 
     return CallRedirector
@@ -202,7 +216,6 @@ def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
     once, as the first module that has it weighs it): the first module's in its order,
     heaviest (by weight) first, then the others' new ones."""
     from tvm.s_tir import meta_schedule as ms
-
 
     modules = fused_mod if isinstance(fused_mod, (list, tuple)) else [fused_mod]
     tasks, seen = [], set()
@@ -227,8 +240,11 @@ def apply_records(fused_mod, target: ResolvedTarget, database, *, defaults: bool
     from simpletvm.compiler.default_schedules import apply_default_schedules
 
     with target.tvm_target(), database if database is not None else contextlib.nullcontext():
-        mod = (fused_mod if database is None
-               else relax.transform.MetaScheduleApplyDatabase()(fused_mod))
+        mod = (
+            fused_mod
+            if database is None
+            else relax.transform.MetaScheduleApplyDatabase()(fused_mod)
+        )
         if defaults:
             mod, _ = apply_default_schedules(mod, target)
         mod = relax.transform.SplitLayoutRewritePreproc()(mod)
@@ -239,8 +255,14 @@ def apply_records(fused_mod, target: ResolvedTarget, database, *, defaults: bool
         return relax.transform.DeadCodeElimination()(mod)
 
 
-def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
-                  bytecode: bool = False, default_schedules: bool = True):
+def compile_fused(
+    fused_mod,
+    target: ResolvedTarget,
+    database=None,
+    *,
+    bytecode: bool = False,
+    default_schedules: bool = True,
+):
     """Build an executable, replacing each tuned PrimFunc with its best record.
 
     GPU targets need every kernel scheduled, so untuned ones get DLight's defaults.
@@ -257,13 +279,19 @@ def compile_fused(fused_mod, target: ResolvedTarget, database=None, *,
 
     tvm_target = target.tvm_target()
     defaults = default_schedules and target.device_type == "cpu"
-    mod = (fused_mod if database is None and not defaults
-           else apply_records(fused_mod, target, database, defaults=defaults))
+    mod = (
+        fused_mod
+        if database is None and not defaults
+        else apply_records(fused_mod, target, database, defaults=defaults)
+    )
     if target.device_type == "cuda":
         with tvm_target:
             mod = dlight.ApplyDefaultSchedule(
-                dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
-                dlight.gpu.GeneralReduction(), dlight.gpu.Fallback(),
+                dlight.gpu.Matmul(),
+                dlight.gpu.GEMV(),
+                dlight.gpu.Reduction(),
+                dlight.gpu.GeneralReduction(),
+                dlight.gpu.Fallback(),
             )(mod)
     exec_mode = "bytecode" if bytecode or target.device_type == "cuda" else "compiled"
     return relax.build(mod, tvm_target, exec_mode=exec_mode)

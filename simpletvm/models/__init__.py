@@ -10,11 +10,23 @@ from simpletvm.models.base import ImportedModel, TensorSpec
 from simpletvm.models.zoo import BUILTIN_MODELS, canonical_name
 
 FORMATS = ("builtin", "savedmodel", "graphdef", "keras", "tfhub", "tflite", "onnx")
-_SUFFIXES = {".onnx": "onnx", ".tflite": "tflite", ".pb": "graphdef", ".keras": "keras",
-             ".h5": "keras", ".hdf5": "keras"}
+_SUFFIXES = {
+    ".onnx": "onnx",
+    ".tflite": "tflite",
+    ".pb": "graphdef",
+    ".keras": "keras",
+    ".h5": "keras",
+    ".hdf5": "keras",
+}
 
-__all__ = ["FORMATS", "ImportedModel", "TensorSpec", "detect_format", "import_model",
-           "BUILTIN_MODELS"]
+__all__ = [
+    "FORMATS",
+    "ImportedModel",
+    "TensorSpec",
+    "detect_format",
+    "import_model",
+    "BUILTIN_MODELS",
+]
 
 
 def detect_format(source: Any) -> str:
@@ -24,8 +36,10 @@ def detect_format(source: Any) -> str:
     if hasattr(source, "inputs") and hasattr(source, "layers"):
         return "keras"
     if not isinstance(source, (str, Path)):
-        raise ModelImportError(f"cannot import a {type(source).__name__}: pass a path, a "
-                               "built-in model name, a TF Hub handle, a Keras model or ModelProto")
+        raise ModelImportError(
+            f"cannot import a {type(source).__name__}: pass a path, a "
+            "built-in model name, a TF Hub handle, a Keras model or ModelProto"
+        )
     text = str(source)
     if text.startswith(("http://", "https://", "hub:")):
         return "tfhub"
@@ -84,19 +98,22 @@ def import_model(
         return zoo.import_builtin(str(source), cache_dir, batch_size=batch_size, **options)
     if fmt == "onnx":
         if type(source).__name__ == "ModelProto":
-            return onnx_importer.relax_from_onnx(source, "<onnx.ModelProto>", "onnx",
-                                                 input_shapes, batch_size)
+            return onnx_importer.relax_from_onnx(
+                source, "<onnx.ModelProto>", "onnx", input_shapes, batch_size
+            )
         return onnx_importer.import_onnx_file(Path(source), input_shapes, batch_size)
     if fmt == "tflite":
         return tflite_importer.import_tflite_file(Path(source), input_shapes, batch_size)
     if fmt == "graphdef":
-        return tf_importer.import_graph_def_file(Path(source), output_name, output_size,
-                                                 input_shapes, batch_size)
+        return tf_importer.import_graph_def_file(
+            Path(source), output_name, output_size, input_shapes, batch_size
+        )
     if fmt == "keras":
         if isinstance(source, (str, Path)):
             return tf_importer.import_keras_file(Path(source), input_shapes, batch_size)
-        return tf_importer.import_keras_model(source, f"<keras {source.name}>", input_shapes,
-                                              batch_size)
+        return tf_importer.import_keras_model(
+            source, f"<keras {source.name}>", input_shapes, batch_size
+        )
     if fmt == "savedmodel":
         path = Path(source)
         path = path.parent if path.name == "saved_model.pb" else path

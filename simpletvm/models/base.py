@@ -18,7 +18,7 @@ class TensorSpec:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TensorSpec":
+    def from_dict(cls, data: dict[str, Any]) -> TensorSpec:
         return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"))
 
 
@@ -56,7 +56,9 @@ def normalize_shapes(input_shapes: Any) -> dict[str, tuple[int, ...]] | None:
 
 
 def pick_shape(
-    name: str, known: list[int | None], given: dict[str, tuple[int, ...]] | None,
+    name: str,
+    known: list[int | None],
+    given: dict[str, tuple[int, ...]] | None,
     batch_size: int = 1,
 ) -> tuple[int, ...]:
     """A static input shape: the user's if given, else the model's with batch filled in."""
@@ -77,7 +79,9 @@ class InputDims:
 
 
 def static_shapes(
-    inputs: list[InputDims], given: dict[str, tuple[int, ...]] | None, batch_size: int,
+    inputs: list[InputDims],
+    given: dict[str, tuple[int, ...]] | None,
+    batch_size: int,
     source: str,
 ) -> dict[str, tuple[int, ...]]:
     """Every input's static shape: the user's (``input_shapes``) if given, else the
@@ -106,22 +110,31 @@ def static_shapes(
     if not unknown:
         return shapes
     listed = ", ".join(
-        f"{spec.name!r} (rank unknown)" if axis is None
-        else f"{spec.name!r} axis {axis}" + (f" ({spec.symbol(axis)!r})" if spec.symbol(axis) else "")
-        for spec, axis in unknown)
+        f"{spec.name!r} (rank unknown)"
+        if axis is None
+        else f"{spec.name!r} axis {axis}"
+        + (f" ({spec.symbol(axis)!r})" if spec.symbol(axis) else "")
+        for spec, axis in unknown
+    )
     example = {}
     for spec, _ in unknown:
         if spec.dims is None:
             example[spec.name] = "[...]"
         else:
-            example[spec.name] = "[" + ", ".join(
-                str(size) if size >= 0 else f"<{spec.symbol(axis) or 'size'}>"
-                for axis, size in enumerate(shapes[spec.name])) + "]"
+            example[spec.name] = (
+                "["
+                + ", ".join(
+                    str(size) if size >= 0 else f"<{spec.symbol(axis) or 'size'}>"
+                    for axis, size in enumerate(shapes[spec.name])
+                )
+                + "]"
+            )
     shown = ", ".join(f"{name!r}: {shape}" for name, shape in example.items())
     raise ModelImportError(
         f"{source} has inputs with unknown dimensions: {listed}. Pass their sizes, e.g. "
         f"input_shapes={{{shown}}} with each <...> replaced by a size (an unknown batch "
-        f"axis takes batch_size={batch_size})")
+        f"axis takes batch_size={batch_size})"
+    )
 
 
 def _refuse_changed_dimensions(spec: InputDims, shape: tuple[int, ...], source: str) -> None:
@@ -133,30 +146,38 @@ def _refuse_changed_dimensions(spec: InputDims, shape: tuple[int, ...], source: 
     if spec.dims is None:
         return
     if len(shape) == len(spec.dims) and all(
-            _unknown(known) or known == size for known, size in zip(spec.dims, shape)):
+        _unknown(known) or known == size for known, size in zip(spec.dims, shape)
+    ):
         return
     declared = "[" + ", ".join("?" if _unknown(d) else str(d) for d in spec.dims) + "]"
     open_axes = [axis for axis, d in enumerate(spec.dims) if _unknown(d)]
-    fill = (f"give only the unknown dimensions (axis {', '.join(map(str, open_axes))}, the "
-            "'?' above)" if open_axes else "give only the unknown dimensions (it has none)")
+    fill = (
+        f"give only the unknown dimensions (axis {', '.join(map(str, open_axes))}, the '?' above)"
+        if open_axes
+        else "give only the unknown dimensions (it has none)"
+    )
     raise ModelImportError(
         f"{source} declares input {spec.name!r} with the shape {declared}, and the input "
         f"shape given, {list(shape)}, changes its fixed dimensions: an input shape only "
         f"fills unknown dimensions. To import the model as it is, drop --input-shape "
-        f"(input_shapes=), or {fill}")
+        f"(input_shapes=), or {fill}"
+    )
 
 
 def _unknown(size: int | None) -> bool:
     return size is None or size <= 0
 
 
-def unsupported_operators_error(source: str, described_format: str,
-                                missing: dict[str, tuple[int, str]], advice: str):
+def unsupported_operators_error(
+    source: str, described_format: str, missing: dict[str, tuple[int, str]], advice: str
+):
     """One ModelImportError naming every operator TVM cannot import: its type, how many
     nodes use it and the first of them (``missing``: type -> (count, first node))."""
     from simpletvm.errors import ModelImportError
 
-    listed = ", ".join(f"{op} x{count} (first: {first!r})"
-                       for op, (count, first) in sorted(missing.items()))
-    return ModelImportError(f"TVM cannot import {source} ({described_format}): unsupported "
-                            f"operators {listed}. {advice}")
+    listed = ", ".join(
+        f"{op} x{count} (first: {first!r})" for op, (count, first) in sorted(missing.items())
+    )
+    return ModelImportError(
+        f"TVM cannot import {source} ({described_format}): unsupported operators {listed}. {advice}"
+    )

@@ -6,13 +6,27 @@ from pathlib import Path
 from typing import Any
 
 from simpletvm.errors import ModelImportError
-from simpletvm.relax_ir import static_shape
-from simpletvm.models.base import (ImportedModel, InputDims, TensorSpec, normalize_shapes, static_shapes,
-                   unsupported_operators_error)
+from simpletvm.models.base import (
+    ImportedModel,
+    InputDims,
+    TensorSpec,
+    normalize_shapes,
+    static_shapes,
+    unsupported_operators_error,
+)
 from simpletvm.models.onnx_rewrite import rewrite_for_import
+from simpletvm.relax_ir import static_shape
 
-_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
-                10: "float16", 11: "float64"}
+_ONNX_DTYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+}
 
 
 def _value_info_shape(value_info) -> list[int | None]:
@@ -25,8 +39,11 @@ def _input_dims(value_info) -> InputDims:
     tensor_type = value_info.type.tensor_type
     if not tensor_type.HasField("shape"):
         return InputDims(value_info.name, None)
-    return InputDims(value_info.name, _value_info_shape(value_info),
-                     [d.dim_param or None for d in tensor_type.shape.dim])
+    return InputDims(
+        value_info.name,
+        _value_info_shape(value_info),
+        [d.dim_param or None for d in tensor_type.shape.dim],
+    )
 
 
 def _dtype(value_info) -> str:
@@ -34,7 +51,11 @@ def _dtype(value_info) -> str:
 
 
 def relax_from_onnx(
-    model, source: str, fmt: str, input_shapes: Any = None, batch_size: int = 1,
+    model,
+    source: str,
+    fmt: str,
+    input_shapes: Any = None,
+    batch_size: int = 1,
     details: dict | None = None,
 ) -> ImportedModel:
     """Convert an in-memory ``onnx.ModelProto``; weights become Relax constants.
@@ -73,15 +94,22 @@ def relax_from_onnx(
         raise ModelImportError(
             f"TVM's ONNX frontend cannot import {source} (opset {_opset(model)}): "
             f"{type(error).__name__}: {error}. Try another opset when exporting (13 to "
-            "20), or another format (.tflite for TensorFlow models)") from error
+            "20), or another format (.tflite for TensorFlow models)"
+        ) from error
     mod = binary_min_max(mod)
     outputs = [
         TensorSpec(vi.name, tuple(d or 0 for d in _value_info_shape(vi)), _dtype(vi))
         for vi in model.graph.output
     ]
     rewritten = {name: count for name, count in rewrites.items() if count}
-    return ImportedModel(mod, inputs, outputs, source, fmt,
-                         {**(details or {}), **({"onnx_rewrites": rewritten} if rewritten else {})})
+    return ImportedModel(
+        mod,
+        inputs,
+        outputs,
+        source,
+        fmt,
+        {**(details or {}), **({"onnx_rewrites": rewritten} if rewritten else {})},
+    )
 
 
 def unsupported_operators(model) -> dict[str, tuple[int, str]]:
@@ -106,14 +134,18 @@ def refuse_unsupported_operators(model, source: str) -> None:
     if not missing:
         return
     raise unsupported_operators_error(
-        source, f"ONNX, opset {_opset(model)}", missing,
+        source,
+        f"ONNX, opset {_opset(model)}",
+        missing,
         "Try exporting with another opset (13 to 20) or to another format (.tflite for "
-        "TensorFlow models), or replace these operators before export")
+        "TensorFlow models), or replace these operators before export",
+    )
 
 
 def _opset(model) -> int | str:
-    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")),
-                "?")
+    return next(
+        (entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), "?"
+    )
 
 
 def import_onnx_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:
@@ -138,15 +170,24 @@ def binary_min_max(mod):
     changed = False
     for reduce_name, binary in (("relax.max", relax.op.maximum), ("relax.min", relax.op.minimum)):
         lhs, rhs = wildcard(), wildcard()
-        stacked = is_op("relax.stack")(is_tuple([is_op("relax.broadcast_to")(lhs, wildcard()),
-                                                 is_op("relax.broadcast_to")(rhs, wildcard())]))
+        stacked = is_op("relax.stack")(
+            is_tuple(
+                [
+                    is_op("relax.broadcast_to")(lhs, wildcard()),
+                    is_op("relax.broadcast_to")(rhs, wildcard()),
+                ]
+            )
+        )
         pattern = is_op(reduce_name)(stacked)
 
         def rewriter(call, matches, lhs=lhs, rhs=rhs, stacked=stacked, binary=binary):
             nonlocal changed
             stack = matches[stacked]
-            if (int(stack.attrs.axis) != 0 or call.attrs.keepdims
-                    or [int(a) for a in call.attrs.axis or []] != [0]):
+            if (
+                int(stack.attrs.axis) != 0
+                or call.attrs.keepdims
+                or [int(a) for a in call.attrs.axis or []] != [0]
+            ):
                 return call
             if _broadcast_shape(matches[lhs], matches[rhs]) != static_shape(call):
                 return call  # only where the stacked form had the broadcast shape

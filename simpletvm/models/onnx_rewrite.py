@@ -58,10 +58,14 @@ class _Rewriter:
         self.stats: Counter = Counter()
         graph_inputs = {vi.name for vi in self.graph.input}
         # an initializer that is also a graph input is only a default: not a constant
-        self.initializers = {init.name: init for init in self.graph.initializer
-                             if init.name not in graph_inputs}
-        self.constant_nodes = {node.output[0]: node for node in self.graph.node
-                               if node.op_type == "Constant" and node.domain in ("", "ai.onnx")}
+        self.initializers = {
+            init.name: init for init in self.graph.initializer if init.name not in graph_inputs
+        }
+        self.constant_nodes = {
+            node.output[0]: node
+            for node in self.graph.node
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+        }
         self.graph_outputs = {vi.name for vi in self.graph.output}
         self.subgraph_uses = _subgraph_inputs(self.graph)
         self.value_info = _inferred_value_info(model)
@@ -118,12 +122,18 @@ class _Rewriter:
                 if low == 0.0:
                     new.append(onnx.helper.make_node("Relu", [last], [out], name=f"{name}/relu"))
                 else:
-                    new.append(onnx.helper.make_node(
-                        "Max", [last, self._scalar(low, dtype)], [out], name=f"{name}/max"))
+                    new.append(
+                        onnx.helper.make_node(
+                            "Max", [last, self._scalar(low, dtype)], [out], name=f"{name}/max"
+                        )
+                    )
                 last = out
             if high is not None:
-                new.append(onnx.helper.make_node(
-                    "Min", [last, self._scalar(high, dtype)], [y], name=f"{name}/min"))
+                new.append(
+                    onnx.helper.make_node(
+                        "Min", [last, self._scalar(high, dtype)], [y], name=f"{name}/min"
+                    )
+                )
         else:
             new.append(onnx.helper.make_node("Identity", [x], [y], name=f"{name}/identity"))
         self.orphans.update(bound for bound in node.input[1:] if bound)
@@ -239,7 +249,8 @@ class _Rewriter:
             if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET":
                 return None
             if user.op_type == "MaxPool" and not self._pool_takes_zero_pads(
-                    user, attrs, begin[2:], end[2:], node.input[0], producers):
+                user, attrs, begin[2:], end[2:], node.input[0], producers
+            ):
                 return None
         return begin[2:], end[2:]
 
@@ -272,8 +283,15 @@ class _Rewriter:
             return all(self._non_negative(i, producers, depth + 1) for i in inputs)
         if node.op_type == "Max":
             return any(self._non_negative(i, producers, depth + 1) for i in inputs)
-        if node.op_type in ("Identity", "MaxPool", "Reshape", "Flatten", "Squeeze",
-                            "Unsqueeze", "Transpose"):
+        if node.op_type in (
+            "Identity",
+            "MaxPool",
+            "Reshape",
+            "Flatten",
+            "Squeeze",
+            "Unsqueeze",
+            "Transpose",
+        ):
             return self._non_negative(node.input[0], producers, depth + 1)
         return False
 
@@ -289,7 +307,11 @@ class _Rewriter:
         if kernel is None:
             weight = self._shape(conv.input[1])
             kernel = None if weight is None else weight[2:]
-        if shape is None or kernel is None or any(d is None for d in list(shape[2:]) + list(kernel)):
+        if (
+            shape is None
+            or kernel is None
+            or any(d is None for d in list(shape[2:]) + list(kernel))
+        ):
             return
         spatial = len(shape) - 2
         strides = attrs.get("strides", [1] * spatial)
@@ -325,14 +347,22 @@ class _Rewriter:
             return node
         if before == after:
             replacement = onnx.helper.make_node(
-                "Identity", [source], list(node.output), name=(node.name or node.output[0]) + "/identity")
+                "Identity",
+                [source],
+                list(node.output),
+                name=(node.name or node.output[0]) + "/identity",
+            )
         else:
             perm = _size_one_permutation(list(before), list(after))
             if perm is None:
                 return node
             replacement = onnx.helper.make_node(
-                "Transpose", [source], list(node.output),
-                name=(node.name or node.output[0]) + "/transpose", perm=perm)
+                "Transpose",
+                [source],
+                list(node.output),
+                name=(node.name or node.output[0]) + "/transpose",
+                perm=perm,
+            )
         self.orphans.update(name for name in node.input[1:] if name)
         self.stats["reshape"] += 1
         return replacement
@@ -394,8 +424,10 @@ class _Rewriter:
         vi = self.value_info.get(name)
         if vi is None or not vi.type.tensor_type.HasField("shape"):
             return None
-        return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                     for d in vi.type.tensor_type.shape.dim)
+        return tuple(
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in vi.type.tensor_type.shape.dim
+        )
 
     def _rank(self, name: str) -> int | None:
         shape = self._shape(name)
@@ -424,8 +456,9 @@ class _Rewriter:
         keep = [init for init in self.graph.initializer if init.name not in dead]
         del self.graph.initializer[:]
         self.graph.initializer.extend(keep)
-        keep_nodes = [n for n in self.graph.node
-                      if not (n.op_type == "Constant" and n.output[0] in dead)]
+        keep_nodes = [
+            n for n in self.graph.node if not (n.op_type == "Constant" and n.output[0] in dead)
+        ]
         del self.graph.node[:]
         self.graph.node.extend(keep_nodes)
         produced = {name for node in self.graph.node for name in node.output}
@@ -489,8 +522,13 @@ def _subgraph_inputs(graph) -> set[str]:
     names: set[str] = set()
     for node in graph.node:
         for attr in node.attribute:
-            bodies = ([attr.g] if attr.type == AttributeProto.GRAPH
-                      else list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
+            bodies = (
+                [attr.g]
+                if attr.type == AttributeProto.GRAPH
+                else list(attr.graphs)
+                if attr.type == AttributeProto.GRAPHS
+                else []
+            )
             for body in bodies:
                 names |= {name for inner in body.node for name in inner.input}
                 names |= _subgraph_inputs(body)

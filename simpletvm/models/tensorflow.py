@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from simpletvm.errors import ModelImportError
-from simpletvm.models.base import ONNX_OPSET, ImportedModel, InputDims, normalize_shapes, static_shapes
+from simpletvm.models.base import (
+    ONNX_OPSET,
+    ImportedModel,
+    InputDims,
+    normalize_shapes,
+    static_shapes,
+)
 from simpletvm.models.onnx import relax_from_onnx
 
 
@@ -34,14 +40,22 @@ def _placeholder_shapes(graph_def) -> dict[str, list[int | None]]:
     for node in graph_def.node:
         if node.op in ("Placeholder", "PlaceholderWithDefault") and "shape" in node.attr:
             shape = node.attr["shape"].shape
-            dims = None if shape.unknown_rank else [d.size if d.size >= 0 else None for d in shape.dim]
+            dims = (
+                None if shape.unknown_rank else [d.size if d.size >= 0 else None for d in shape.dim]
+            )
             shapes[f"{node.name}:0"] = dims
     return shapes
 
 
 def _graph_def_to_relax(
-    graph_def, input_names: list[str], output_names: list[str], input_shapes: Any,
-    batch_size: int, source: str, fmt: str, details: dict | None = None,
+    graph_def,
+    input_names: list[str],
+    output_names: list[str],
+    input_shapes: Any,
+    batch_size: int,
+    source: str,
+    fmt: str,
+    details: dict | None = None,
 ) -> ImportedModel:
     import tf2onnx
 
@@ -49,8 +63,12 @@ def _graph_def_to_relax(
     if given:  # "x" and "x:0" both name the tensor x:0
         given = {name.removesuffix(":0"): shape for name, shape in given.items()}
     known = _placeholder_shapes(graph_def)
-    fixed = static_shapes([InputDims(name.removesuffix(":0"), known.get(name))
-                           for name in input_names], given, batch_size, source)
+    fixed = static_shapes(
+        [InputDims(name.removesuffix(":0"), known.get(name)) for name in input_names],
+        given,
+        batch_size,
+        source,
+    )
     shapes = {name: fixed[name.removesuffix(":0")] for name in input_names}
     try:
         onnx_model, _ = tf2onnx.convert.from_graph_def(
@@ -66,8 +84,11 @@ def _graph_def_to_relax(
 
 
 def import_graph_def_file(
-    path: Path, output_name: str | list[str] | None = None, output_size: int | None = None,
-    input_shapes: Any = None, batch_size: int = 1,
+    path: Path,
+    output_name: str | list[str] | None = None,
+    output_size: int | None = None,
+    input_shapes: Any = None,
+    batch_size: int = 1,
 ) -> ImportedModel:
     """A frozen GraphDef (``.pb``); ``output_name`` picks the output node(s)."""
     tf = _quiet_tensorflow()
@@ -94,8 +115,13 @@ def import_graph_def_file(
             )
     inputs = [f"{n.name}:0" for n in graph_def.node if n.op == "Placeholder"]
     model = _graph_def_to_relax(
-        graph_def, inputs, [_tensor_name(n) for n in wanted], input_shapes, batch_size,
-        str(path), "graphdef",
+        graph_def,
+        inputs,
+        [_tensor_name(n) for n in wanted],
+        input_shapes,
+        batch_size,
+        str(path),
+        "graphdef",
     )
     if output_size is not None and model.outputs[0].shape[-1:] != (output_size,):
         raise ModelImportError(
@@ -106,8 +132,12 @@ def import_graph_def_file(
 
 
 def import_saved_model(
-    path: Path, signature: str = "serving_default", input_shapes: Any = None,
-    batch_size: int = 1, fmt: str = "savedmodel", source: str | None = None,
+    path: Path,
+    signature: str = "serving_default",
+    input_shapes: Any = None,
+    batch_size: int = 1,
+    fmt: str = "savedmodel",
+    source: str | None = None,
 ) -> ImportedModel:
     """A TF2 SavedModel directory (also what TF Hub handles resolve to); ``signature``
     picks one of the functions it serves."""
@@ -118,7 +148,8 @@ def import_saved_model(
     if available and signature not in available:
         raise ModelImportError(
             f"the SavedModel at {path} has no signature {signature!r}; it serves "
-            f"{available}: pass one as signature=...")
+            f"{available}: pass one as signature=..."
+        )
     try:
         graph_def, inputs, outputs = tf_loader.from_saved_model(
             str(path), None, None, signatures=[signature]
@@ -128,8 +159,14 @@ def import_saved_model(
             f"cannot load the SavedModel at {path} (signature {signature!r}): {error}"
         ) from error
     return _graph_def_to_relax(
-        graph_def, list(inputs), list(outputs), input_shapes, batch_size,
-        source or str(path), fmt, {"signature": signature},
+        graph_def,
+        list(inputs),
+        list(outputs),
+        input_shapes,
+        batch_size,
+        source or str(path),
+        fmt,
+        {"signature": signature},
     )
 
 
@@ -146,12 +183,22 @@ def saved_model_signatures(path: Path) -> list[str]:
         saved.ParseFromString(proto.read_bytes())
     except Exception as error:  # protobuf's DecodeError and friends
         raise ModelImportError(f"{proto} is not a readable SavedModel: {error}") from error
-    return sorted({name for graph in saved.meta_graphs for name in graph.signature_def
-                   if not name.startswith("__")})
+    return sorted(
+        {
+            name
+            for graph in saved.meta_graphs
+            for name in graph.signature_def
+            if not name.startswith("__")
+        }
+    )
 
 
 def import_keras_model(
-    model, source: str, input_shapes: Any = None, batch_size: int = 1, fmt: str = "keras",
+    model,
+    source: str,
+    input_shapes: Any = None,
+    batch_size: int = 1,
+    fmt: str = "keras",
     details: dict | None = None,
 ) -> ImportedModel:
     """An in-memory Keras model: through TFLite (NHWC), else through ONNX."""
@@ -160,25 +207,47 @@ def import_keras_model(
 
     from simpletvm.models.tflite import keras_to_tflite, relax_from_tflite
 
-    names = [(getattr(tensor, "name", None) or f"input_{index}").split(":")[0]
-             for index, tensor in enumerate(model.inputs)]
-    shapes = static_shapes([InputDims(name, list(tensor.shape))
-                            for name, tensor in zip(names, model.inputs)],
-                           normalize_shapes(input_shapes), batch_size, source)
-    signature = [tf.TensorSpec(shapes[name], tensor.dtype, name=name)
-                 for name, tensor in zip(names, model.inputs)]
+    names = [
+        (getattr(tensor, "name", None) or f"input_{index}").split(":")[0]
+        for index, tensor in enumerate(model.inputs)
+    ]
+    shapes = static_shapes(
+        [InputDims(name, list(tensor.shape)) for name, tensor in zip(names, model.inputs)],
+        normalize_shapes(input_shapes),
+        batch_size,
+        source,
+    )
+    signature = [
+        tf.TensorSpec(shapes[name], tensor.dtype, name=name)
+        for name, tensor in zip(names, model.inputs)
+    ]
     try:
         flatbuffer = keras_to_tflite(model)
-        return relax_from_tflite(flatbuffer, source, fmt, shapes, batch_size,
-                                 {**(details or {}), "route": "tflite"}, input_names=names)
+        return relax_from_tflite(
+            flatbuffer,
+            source,
+            fmt,
+            shapes,
+            batch_size,
+            {**(details or {}), "route": "tflite"},
+            input_names=names,
+        )
     except Exception as error:  # noqa: BLE001 - any TFLite failure: the ONNX route next
         tflite_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
     try:
-        onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=ONNX_OPSET)
+        onnx_model, _ = tf2onnx.convert.from_keras(
+            model, input_signature=signature, opset=ONNX_OPSET
+        )
     except Exception as error:
         raise ModelImportError(f"cannot convert Keras model {source} to ONNX: {error}") from error
-    return relax_from_onnx(onnx_model, source, fmt, None, batch_size,
-                           {**(details or {}), "route": "onnx", "tflite_error": tflite_error})
+    return relax_from_onnx(
+        onnx_model,
+        source,
+        fmt,
+        None,
+        batch_size,
+        {**(details or {}), "route": "onnx", "tflite_error": tflite_error},
+    )
 
 
 def import_keras_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:
@@ -212,7 +281,9 @@ def resolve_hub_handle(handle: str) -> Path:
 
 
 def import_hub_module(
-    handle: str, signature: str = "serving_default", input_shapes: Any = None,
+    handle: str,
+    signature: str = "serving_default",
+    input_shapes: Any = None,
     batch_size: int = 1,
 ) -> ImportedModel:
     path = resolve_hub_handle(handle)

@@ -12,17 +12,32 @@ import os
 from pathlib import Path
 from typing import Any
 
-from simpletvm.errors import ModelImportError
 from simpletvm._process.native_output import redirected
-from simpletvm.models.base import (ImportedModel, InputDims, TensorSpec, normalize_shapes,
-                   static_shapes, unsupported_operators_error)
+from simpletvm.errors import ModelImportError
+from simpletvm.models.base import (
+    ImportedModel,
+    InputDims,
+    TensorSpec,
+    normalize_shapes,
+    static_shapes,
+    unsupported_operators_error,
+)
 
 # (no input_shapes advice: the shapes were checked and made static before the frontend)
-_ADVICE = ("Try converting the model with TFLite's builtin operators only (no Flex/"
-           "SELECT_TF_OPS or custom operators), or exporting it to ONNX instead (tf2onnx, "
-           "opset 13 to 20) and importing the .onnx")
-_TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
-                  9: "int8"}
+_ADVICE = (
+    "Try converting the model with TFLite's builtin operators only (no Flex/"
+    "SELECT_TF_OPS or custom operators), or exporting it to ONNX instead (tf2onnx, "
+    "opset 13 to 20) and importing the .onnx"
+)
+_TFLITE_DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    9: "int8",
+}
 
 
 def _tensors(subgraph, indices) -> list[tuple[str, list[int | None], str]]:
@@ -50,8 +65,13 @@ def keras_to_tflite(keras_model) -> bytes:
 
 
 def relax_from_tflite(
-    flatbuffer: bytes, source: str, fmt: str = "tflite", input_shapes: Any = None,
-    batch_size: int = 1, details: dict | None = None, input_names: list[str] | None = None,
+    flatbuffer: bytes,
+    source: str,
+    fmt: str = "tflite",
+    input_shapes: Any = None,
+    batch_size: int = 1,
+    details: dict | None = None,
+    input_names: list[str] | None = None,
 ) -> ImportedModel:
     """Convert a TFLite flatbuffer; weights become Relax constants.
 
@@ -71,15 +91,23 @@ def relax_from_tflite(
         raise ModelImportError(f"{source} is not a readable TFLite flatbuffer: {error}") from error
     given = normalize_shapes(input_shapes)
     found = _tensors(subgraph, subgraph.InputsAsNumpy())
-    names = input_names if input_names and len(input_names) == len(found) else [
-        name for name, _, _ in found]
+    names = (
+        input_names
+        if input_names and len(input_names) == len(found)
+        else [name for name, _, _ in found]
+    )
     if given and set(given) - {""} - set(names):
         raise ModelImportError(
             f"input_shapes names {sorted(set(given) - {''} - set(names))}, which {source} "
-            f"does not have; its inputs are {names}")
+            f"does not have; its inputs are {names}"
+        )
     # checked here, before TVM's frontend sees a shape the model cannot take
-    fixed = static_shapes([InputDims(name, shape) for name, (_, shape, _) in zip(names, found)],
-                          given, batch_size, source)
+    fixed = static_shapes(
+        [InputDims(name, shape) for name, (_, shape, _) in zip(names, found)],
+        given,
+        batch_size,
+        source,
+    )
     shapes = {tensor: fixed[name] for name, (tensor, _, _) in zip(names, found)}
     converter = functools.partial(Converter, flatbuffer=flatbuffer)
     refuse_unsupported_operators(converter, model, source)
@@ -93,12 +121,14 @@ def relax_from_tflite(
     except Exception as error:  # TVM raises many types; all mean "cannot import"
         raise ModelImportError(
             f"TVM's TFLite frontend cannot import {source} (TFLite): "
-            f"{type(error).__name__}: {error}. {_ADVICE}") from error
+            f"{type(error).__name__}: {error}. {_ADVICE}"
+        ) from error
     if isinstance(mod, tuple):  # some frontend versions also return params
         mod = mod[0]
     mod = transpose_convs_nchw(mod)
-    inputs = [TensorSpec(name, shapes[tensor], dtype)
-              for name, (tensor, _, dtype) in zip(names, found)]
+    inputs = [
+        TensorSpec(name, shapes[tensor], dtype) for name, (tensor, _, dtype) in zip(names, found)
+    ]
     outputs = [
         TensorSpec(name, tuple(d or batch_size for d in shape), dtype)
         for name, shape, dtype in _tensors(subgraph, subgraph.OutputsAsNumpy())
@@ -112,13 +142,17 @@ def refuse_unsupported_operators(converter, model, source: str) -> None:
     from tvm import relax
     from tvm.relax.frontend.tflite.tflite_frontend import ExprTable
 
-    missing = converter(model, model.Subgraphs(0), ExprTable(),
-                        relax.BlockBuilder()).unsupported_operators()
+    missing = converter(
+        model, model.Subgraphs(0), ExprTable(), relax.BlockBuilder()
+    ).unsupported_operators()
     if not missing:
         return
     raise unsupported_operators_error(
-        source, f"TFLite, schema version {model.Version()}", missing,
-        f"{_ADVICE}, or replace these operators before conversion")
+        source,
+        f"TFLite, schema version {model.Version()}",
+        missing,
+        f"{_ADVICE}, or replace these operators before conversion",
+    )
 
 
 def transpose_convs_nchw(mod):
@@ -136,10 +170,12 @@ def transpose_convs_nchw(mod):
 
     if not count_calls(mod, "relax.nn.conv2d_transpose"):
         return mod
-    converted = tvm.transform.Sequential([
-        relax.transform.ConvertLayout({"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}),
-        relax.transform.CanonicalizeBindings(),
-    ])(mod)
+    converted = tvm.transform.Sequential(
+        [
+            relax.transform.ConvertLayout({"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}),
+            relax.transform.CanonicalizeBindings(),
+        ]
+    )(mod)
     return relax.transform.FoldConstant()(cancel_permutations(converted))
 
 

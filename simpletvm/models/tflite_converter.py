@@ -21,9 +21,9 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
 
-from simpletvm.relax_ir import static_shape
 from simpletvm.models import tflite_mediapipe as mediapipe
 from simpletvm.models.tflite_sparse import densify
+from simpletvm.relax_ir import static_shape
 
 _CUSTOM = 32  # tflite.BuiltinOperator.CUSTOM
 _DETECTION_POSTPROCESS = "TFLite_Detection_PostProcess"  # custom code TVM converts itself
@@ -46,8 +46,7 @@ class StoredBuffer:
 class Converter(OperatorConverter):
     """TVM's TFLite operator converter with SimpleTVM's additions (see the module)."""
 
-    def __init__(self, model, subgraph, exp_tab, ctx, conversion_state=None, *,
-                 flatbuffer: bytes):
+    def __init__(self, model, subgraph, exp_tab, ctx, conversion_state=None, *, flatbuffer: bytes):
         super().__init__(model, subgraph, exp_tab, ctx, conversion_state)
         self.flatbuffer = flatbuffer
         self.allow_custom_ops = True
@@ -83,8 +82,11 @@ class Converter(OperatorConverter):
                     continue
                 label = f"{name} (custom)" if custom else name
                 outputs = op.OutputsAsNumpy() if op.OutputsLength() else []
-                first = (subgraph.Tensors(int(outputs[0])).Name().decode() if len(outputs)
-                         else f"operator #{position}")
+                first = (
+                    subgraph.Tensors(int(outputs[0])).Name().decode()
+                    if len(outputs)
+                    else f"operator #{position}"
+                )
                 count, first = found.get(label, (0, first))
                 found[label] = (count + 1, first)
         return found
@@ -97,7 +99,7 @@ class Converter(OperatorConverter):
             buffer = wrapper.buffer
             if isinstance(buffer, tflite.Buffer) and buffer.Offset() > 1:
                 start = buffer.Offset()
-                wrapper.buffer = StoredBuffer(self.flatbuffer[start:start + buffer.Size()])
+                wrapper.buffer = StoredBuffer(self.flatbuffer[start : start + buffer.Size()])
         return wrappers
 
     def get_tensor_value(self, tensor_wrapper, is_sparse=False):
@@ -129,7 +131,7 @@ class Converter(OperatorConverter):
         flatbuffer too) of a custom operator."""
         if op.LargeCustomOptionsOffset() > 1:
             start = op.LargeCustomOptionsOffset()
-            options = self.flatbuffer[start:start + op.LargeCustomOptionsSize()]
+            options = self.flatbuffer[start : start + op.LargeCustomOptionsSize()]
         else:
             options = op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b""
         exprs = [self.bb.normalize(self.get_tensor_expr(t)) for t in self.get_input_tensors(op)]
@@ -139,14 +141,16 @@ class Converter(OperatorConverter):
         (data, weights, bias), options = self._custom_inputs(op)
         same, stride = mediapipe.transpose_conv_params(options)
         return mediapipe.transpose_conv_bias(
-            data, weights, bias, static_shape(data)[1:3], static_shape(weights)[1:3], same, stride)
+            data, weights, bias, static_shape(data)[1:3], static_shape(weights)[1:3], same, stride
+        )
 
     def convert_max_pool_with_argmax(self, op):
         (data,), options = self._custom_inputs(op)
         params = mediapipe.pool_params(options, "MaxPoolingWithArgmax2D")
         pooled, indices = mediapipe.max_pool_with_argmax(data, static_shape(data), params)
-        return relax.Tuple([self.convert_fused_activation_function(pooled, params.activation),
-                            indices])
+        return relax.Tuple(
+            [self.convert_fused_activation_function(pooled, params.activation), indices]
+        )
 
     def convert_max_unpooling(self, op):
         (data, indices), options = self._custom_inputs(op)

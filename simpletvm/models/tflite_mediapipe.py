@@ -44,8 +44,10 @@ def _padding(code: int, operator: str) -> bool:
 def transpose_conv_params(options: bytes) -> tuple[bool, tuple[int, int]]:
     """(same padding, (stride_h, stride_w)) from ``TfLiteTransposeConvParams``."""
     if len(options) < 12:
-        raise ValueError(f"Convolution2DTransposeBias: custom_options hold {len(options)} "
-                         "bytes, not the 12 of TfLiteTransposeConvParams")
+        raise ValueError(
+            f"Convolution2DTransposeBias: custom_options hold {len(options)} "
+            "bytes, not the 12 of TfLiteTransposeConvParams"
+        )
     padding, stride_w, stride_h = struct.unpack_from("<3i", options)
     return _padding(padding, "Convolution2DTransposeBias"), (stride_h, stride_w)
 
@@ -53,12 +55,14 @@ def transpose_conv_params(options: bytes) -> tuple[bool, tuple[int, int]]:
 def pool_params(options: bytes, operator: str) -> PoolParams:
     """``TfLitePoolParams`` from a custom operator's options."""
     if len(options) < 24:
-        raise ValueError(f"{operator}: custom_options hold {len(options)} bytes, not the "
-                         "24 or more of TfLitePoolParams")
-    padding, stride_w, stride_h, filter_w, filter_h, activation = struct.unpack_from(
-        "<6i", options)
-    return PoolParams(_padding(padding, operator), (stride_h, stride_w), (filter_h, filter_w),
-                      activation)
+        raise ValueError(
+            f"{operator}: custom_options hold {len(options)} bytes, not the "
+            "24 or more of TfLitePoolParams"
+        )
+    padding, stride_w, stride_h, filter_w, filter_h, activation = struct.unpack_from("<6i", options)
+    return PoolParams(
+        _padding(padding, operator), (stride_h, stride_w), (filter_h, filter_w), activation
+    )
 
 
 def _pool_padding(size: int, out: int, stride: int, filt: int) -> int:
@@ -66,8 +70,15 @@ def _pool_padding(size: int, out: int, stride: int, filt: int) -> int:
     return max(((out - 1) * stride + filt - size) // 2, 0)
 
 
-def transpose_conv_bias(data, weights_ohwi, bias, in_hw: tuple[int, int],
-                        kernel_hw: tuple[int, int], same: bool, stride: tuple[int, int]):
+def transpose_conv_bias(
+    data,
+    weights_ohwi,
+    bias,
+    in_hw: tuple[int, int],
+    kernel_hw: tuple[int, int],
+    same: bool,
+    stride: tuple[int, int],
+):
     """``Convolution2DTransposeBias``: a transposed convolution cropped like TFLite's
     TRANSPOSE_CONV (SAME drops ``filter - (in - 1) % stride - 1`` rows, the smaller half
     first), plus the bias."""
@@ -79,8 +90,13 @@ def transpose_conv_bias(data, weights_ohwi, bias, in_hw: tuple[int, int],
         pads.append((total // 2, total - total // 2))
     weights = relax.op.permute_dims(weights_ohwi, axes=(3, 0, 1, 2))  # OHWI -> IOHW
     out = relax.op.nn.conv2d_transpose(
-        data, weights, strides=stride, padding=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]),
-        data_layout="NHWC", kernel_layout="IOHW")
+        data,
+        weights,
+        strides=stride,
+        padding=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]),
+        data_layout="NHWC",
+        kernel_layout="IOHW",
+    )
     return relax.op.add(out, bias)
 
 
@@ -101,20 +117,30 @@ def max_pool_with_argmax(data, shape: tuple[int, ...], params: PoolParams):
         befores.append(before)
         afters.append(max(0, (out - 1) * step + filt - before - size))
     padded = relax.op.nn.pad(
-        data, [0, 0, befores[0], afters[0], befores[1], afters[1], 0, 0],
-        pad_value=float(np.finfo(np.float32).min))
+        data,
+        [0, 0, befores[0], afters[0], befores[1], afters[1], 0, 0],
+        pad_value=float(np.finfo(np.float32).min),
+    )
     windows = []
     for fy in range(params.filter[0]):
         for fx in range(params.filter[1]):
-            windows.append(relax.op.strided_slice(
-                padded, axes=[1, 2], begin=[fy, fx],
-                end=[fy + (outs[0] - 1) * params.stride[0] + 1,
-                     fx + (outs[1] - 1) * params.stride[1] + 1],
-                strides=list(params.stride)))
+            windows.append(
+                relax.op.strided_slice(
+                    padded,
+                    axes=[1, 2],
+                    begin=[fy, fx],
+                    end=[
+                        fy + (outs[0] - 1) * params.stride[0] + 1,
+                        fx + (outs[1] - 1) * params.stride[1] + 1,
+                    ],
+                    strides=list(params.stride),
+                )
+            )
     stacked = relax.op.stack(windows, axis=0)
     pooled = relax.op.max(stacked, axis=0)
-    indices = relax.op.add(relax.op.astype(relax.op.argmax(stacked, axis=0), "float32"),
-                           relax.const(0.1, "float32"))
+    indices = relax.op.add(
+        relax.op.astype(relax.op.argmax(stacked, axis=0), "float32"), relax.const(0.1, "float32")
+    )
     return pooled, indices
 
 
@@ -138,25 +164,43 @@ def max_unpooling(data, indices, shape: tuple[int, ...], params: PoolParams):
 
     index = relax.op.astype(indices, "int64")  # truncation, as the kernel's float -> int
     filter_w = relax.const(params.filter[1], "int64")
-    out_y = relax.op.add(grid(np.arange(height) * params.stride[0] - pad_h, 1),
-                         relax.op.floor_divide(index, filter_w))
-    out_x = relax.op.add(grid(np.arange(width) * params.stride[1] - pad_w, 2),
-                         relax.op.floor_mod(index, filter_w))
+    out_y = relax.op.add(
+        grid(np.arange(height) * params.stride[0] - pad_h, 1),
+        relax.op.floor_divide(index, filter_w),
+    )
+    out_x = relax.op.add(
+        grid(np.arange(width) * params.stride[1] - pad_w, 2), relax.op.floor_mod(index, filter_w)
+    )
     zero = relax.const(0, "int64")
     inside = relax.op.logical_and(
-        relax.op.logical_and(relax.op.greater_equal(out_y, zero),
-                             relax.op.less(out_y, relax.const(out_h, "int64"))),
-        relax.op.logical_and(relax.op.greater_equal(out_x, zero),
-                             relax.op.less(out_x, relax.const(out_w, "int64"))))
-    flat = relax.op.add(relax.op.multiply(
-        relax.op.add(relax.op.multiply(
-            relax.op.add(relax.op.multiply(grid(np.arange(batch), 0),
-                                           relax.const(out_h, "int64")), out_y),
-            relax.const(out_w, "int64")), out_x),
-        relax.const(channels, "int64")), grid(np.arange(channels), 3))
+        relax.op.logical_and(
+            relax.op.greater_equal(out_y, zero), relax.op.less(out_y, relax.const(out_h, "int64"))
+        ),
+        relax.op.logical_and(
+            relax.op.greater_equal(out_x, zero), relax.op.less(out_x, relax.const(out_w, "int64"))
+        ),
+    )
+    flat = relax.op.add(
+        relax.op.multiply(
+            relax.op.add(
+                relax.op.multiply(
+                    relax.op.add(
+                        relax.op.multiply(grid(np.arange(batch), 0), relax.const(out_h, "int64")),
+                        out_y,
+                    ),
+                    relax.const(out_w, "int64"),
+                ),
+                out_x,
+            ),
+            relax.const(channels, "int64"),
+        ),
+        grid(np.arange(channels), 3),
+    )
     flat = relax.op.where(inside, flat, relax.const(total, "int64"))  # a slot cut off below
     scattered = relax.op.scatter_nd(
-        relax.op.zeros((total + 1,), "float32"), relax.op.reshape(flat, (data_size, 1)),
-        relax.op.reshape(data, (data_size,)))
+        relax.op.zeros((total + 1,), "float32"),
+        relax.op.reshape(flat, (data_size, 1)),
+        relax.op.reshape(data, (data_size,)),
+    )
     kept = relax.op.strided_slice(scattered, axes=[0], begin=[0], end=[total])
     return relax.op.reshape(kept, (batch, out_h, out_w, channels))

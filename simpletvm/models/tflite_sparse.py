@@ -52,8 +52,11 @@ def densify(tensor, values: np.ndarray) -> np.ndarray:
             segments = _index_vector(level.ArraySegments(), level.ArraySegmentsType())
             indices = _index_vector(level.ArrayIndices(), level.ArrayIndicesType())
             starts, counts = segments[position], segments[position + 1] - segments[position]
-            position = (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-                        + np.repeat(starts, counts))
+            position = (
+                np.arange(counts.sum())
+                - np.repeat(np.cumsum(counts) - counts, counts)
+                + np.repeat(starts, counts)
+            )
             inner = indices[position]
             coords = np.repeat(coords, counts, axis=0)
         coords = np.concatenate([coords, inner[:, None]], axis=1)
@@ -67,8 +70,10 @@ def densify(tensor, values: np.ndarray) -> np.ndarray:
 
     flat = values.reshape(-1)
     if len(flat) != len(original):
-        raise ValueError(f"sparse tensor {tensor.Name().decode()!r} stores {len(flat)} values "
-                         f"but its sparsity parameters address {len(original)}")
+        raise ValueError(
+            f"sparse tensor {tensor.Name().decode()!r} stores {len(flat)} values "
+            f"but its sparsity parameters address {len(original)}"
+        )
     dense = np.zeros(shape, flat.dtype)
     dense[tuple(original.T)] = flat
     return dense

@@ -10,16 +10,17 @@ stay NHWC (the layout that tunes fastest on CPUs); a model the TFLite route reje
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from simpletvm.errors import ModelImportError
-from simpletvm.store import atomic_write_text
-from simpletvm.models.base import ImportedModel, ONNX_OPSET
+from simpletvm.models.base import ONNX_OPSET, ImportedModel
 from simpletvm.models.onnx import relax_from_onnx
 from simpletvm.models.tflite import keras_to_tflite, relax_from_tflite
+from simpletvm.store import atomic_write_text
 
 
 def _resnet18(keras, image_size: int, classes: int):
@@ -43,8 +44,16 @@ def _resnet18(keras, image_size: int, classes: int):
     x = layers.BatchNormalization()(x)
     x = layers.ReLU()(x)
     x = layers.MaxPooling2D(3, 2, padding="same")(x)
-    for filters, stride in ((64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1),
-                            (512, 2), (512, 1)):
+    for filters, stride in (
+        (64, 1),
+        (64, 1),
+        (128, 2),
+        (128, 1),
+        (256, 2),
+        (256, 1),
+        (512, 2),
+        (512, 1),
+    ):
         x = block(x, filters, stride)
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(classes, activation="softmax")(x)
@@ -55,8 +64,10 @@ def _application(name: str) -> Callable:
     def make(keras, image_size: int, classes: int, alpha: float = 1.0):
         constructor = getattr(keras.applications, name)
         kwargs = {"alpha": alpha} if "MobileNet" in name else {}
-        return constructor(input_shape=(image_size, image_size, 3), weights=None,
-                           classes=classes, **kwargs)
+        return constructor(
+            input_shape=(image_size, image_size, 3), weights=None, classes=classes, **kwargs
+        )
+
     return make
 
 
@@ -66,8 +77,14 @@ BUILTIN_MODELS: dict[str, Callable] = {
     "resnet18": _resnet18,
     "resnet50": _application("ResNet50"),
 }
-ALIASES = {"mobilenet_v1": "mobilenet", "mobilenet_v2": "mobilenetv2", "resnet-18": "resnet18",
-           "resnet-50": "resnet50", "resnet_18": "resnet18", "resnet_50": "resnet50"}
+ALIASES = {
+    "mobilenet_v1": "mobilenet",
+    "mobilenet_v2": "mobilenetv2",
+    "resnet-18": "resnet18",
+    "resnet-50": "resnet50",
+    "resnet_18": "resnet18",
+    "resnet_50": "resnet50",
+}
 
 
 def canonical_name(name: str) -> str | None:
@@ -76,8 +93,9 @@ def canonical_name(name: str) -> str | None:
     return key if key in BUILTIN_MODELS else None
 
 
-def build_keras_model(name: str, image_size: int = 224, classes: int = 1000, seed: int = 0,
-                      **options: Any):
+def build_keras_model(
+    name: str, image_size: int = 224, classes: int = 1000, seed: int = 0, **options: Any
+):
     """The Keras model behind a built-in name, with seeded random weights."""
     from simpletvm.models.tensorflow import _quiet_tensorflow
 
@@ -86,7 +104,9 @@ def build_keras_model(name: str, image_size: int = 224, classes: int = 1000, see
 
     key = canonical_name(name)
     if key is None:
-        raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
+        raise ModelImportError(
+            f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}"
+        )
     keras.utils.set_random_seed(seed)
     try:
         model = BUILTIN_MODELS[key](keras, image_size, classes, **options)
@@ -107,29 +127,53 @@ def _randomize_batch_norm(keras, model, seed: int) -> None:
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             channels = layer.gamma.shape[0]
-            layer.set_weights([rng.uniform(0.5, 1.5, channels), rng.normal(0, 0.1, channels),
-                               rng.normal(0, 0.1, channels), rng.uniform(0.5, 1.5, channels)])
+            layer.set_weights(
+                [
+                    rng.uniform(0.5, 1.5, channels),
+                    rng.normal(0, 0.1, channels),
+                    rng.normal(0, 0.1, channels),
+                    rng.uniform(0.5, 1.5, channels),
+                ]
+            )
 
 
 def import_builtin(
-    name: str, cache_dir: Path | None, image_size: int = 224, classes: int = 1000,
-    seed: int = 0, batch_size: int = 1, **options: Any,
+    name: str,
+    cache_dir: Path | None,
+    image_size: int = 224,
+    classes: int = 1000,
+    seed: int = 0,
+    batch_size: int = 1,
+    **options: Any,
 ) -> ImportedModel:
     """A built-in model by name; options: image_size, classes, seed, alpha (MobileNets)."""
-    key, config, cached = _configuration(name, cache_dir, image_size, classes, seed,
-                                         batch_size, options)
+    key, config, cached = _configuration(
+        name, cache_dir, image_size, classes, seed, batch_size, options
+    )
     details = {"builtin": config}
-    tflite, onnx_file = (_cached_file(cached, suffix) if cached else None
-                         for suffix in (".tflite", ".onnx"))
+    tflite, onnx_file = (
+        _cached_file(cached, suffix) if cached else None for suffix in (".tflite", ".onnx")
+    )
     if tflite and tflite.exists():
-        return relax_from_tflite(tflite.read_bytes(), key, "builtin",
-                                 batch_size=batch_size, details={**details, "route": "tflite"},
-                                 input_names=["input"])
+        return relax_from_tflite(
+            tflite.read_bytes(),
+            key,
+            "builtin",
+            batch_size=batch_size,
+            details={**details, "route": "tflite"},
+            input_names=["input"],
+        )
     if onnx_file and onnx_file.exists():
         import onnx
 
-        return relax_from_onnx(onnx.load(str(onnx_file)), key, "builtin",
-                               None, batch_size, {**details, "route": "onnx"})
+        return relax_from_onnx(
+            onnx.load(str(onnx_file)),
+            key,
+            "builtin",
+            None,
+            batch_size,
+            {**details, "route": "onnx"},
+        )
     from simpletvm.models.tensorflow import _quiet_tensorflow
 
     tf = _quiet_tensorflow()
@@ -137,9 +181,14 @@ def import_builtin(
     signature = [tf.TensorSpec((batch_size, image_size, image_size, 3), tf.float32, name="input")]
     try:
         flatbuffer = keras_to_tflite(model)
-        imported = relax_from_tflite(flatbuffer, key, "builtin", batch_size=batch_size,
-                                     details={**details, "route": "tflite"},
-                                     input_names=["input"])
+        imported = relax_from_tflite(
+            flatbuffer,
+            key,
+            "builtin",
+            batch_size=batch_size,
+            details={**details, "route": "tflite"},
+            input_names=["input"],
+        )
         _cache(cached, ".tflite", config, lambda path: path.write_bytes(flatbuffer))
         return imported
     except Exception:  # noqa: BLE001 - the TFLite route rejects some models: ONNX then
@@ -149,34 +198,56 @@ def import_builtin(
 
     onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=ONNX_OPSET)
     _cache(cached, ".onnx", config, lambda path: onnx.save(onnx_model, str(path)))
-    return relax_from_onnx(onnx_model, key, "builtin", None, batch_size, {**details, "route": "onnx"})
+    return relax_from_onnx(
+        onnx_model, key, "builtin", None, batch_size, {**details, "route": "onnx"}
+    )
 
 
-def builtin_tflite(name: str, cache_dir: Path | None, image_size: int = 224,
-                   classes: int = 1000, seed: int = 0, batch_size: int = 1,
-                   **options: Any) -> bytes:
+def builtin_tflite(
+    name: str,
+    cache_dir: Path | None,
+    image_size: int = 224,
+    classes: int = 1000,
+    seed: int = 0,
+    batch_size: int = 1,
+    **options: Any,
+) -> bytes:
     """A built-in model as a TFLite flatbuffer (to time TFLite on it): the zoo cache's
     when an import of the same configuration made one, else converted from Keras now
     (seconds of TensorFlow). Not cached then: an import takes a cached flatbuffer first,
     and a model imported without one is one the TFLite frontend refused."""
-    key, _, cached = _configuration(name, cache_dir, image_size, classes, seed, batch_size,
-                                    options)
+    key, _, cached = _configuration(name, cache_dir, image_size, classes, seed, batch_size, options)
     tflite = _cached_file(cached, ".tflite") if cached else None
     if tflite and tflite.exists():
         return tflite.read_bytes()
     return keras_to_tflite(build_keras_model(key, image_size, classes, seed, **options))
 
 
-def _configuration(name: str, cache_dir: Path | None, image_size: int, classes: int,
-                   seed: int, batch_size: int, options: dict[str, Any],
-                   ) -> tuple[str, dict[str, Any], Path | None]:
+def _configuration(
+    name: str,
+    cache_dir: Path | None,
+    image_size: int,
+    classes: int,
+    seed: int,
+    batch_size: int,
+    options: dict[str, Any],
+) -> tuple[str, dict[str, Any], Path | None]:
     """A built-in model's canonical name, its configuration (what makes its weights and
     shapes) and the stem its converted files are cached under (None without a cache)."""
     key = canonical_name(name)
     if key is None:
-        raise ModelImportError(f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}")
-    config = {"name": key, "batch_norm": "random", "image_size": image_size, "classes": classes, "seed": seed,
-              "batch_size": batch_size, **options}
+        raise ModelImportError(
+            f"no built-in model {name!r}: choose one of {sorted(BUILTIN_MODELS)}"
+        )
+    config = {
+        "name": key,
+        "batch_norm": "random",
+        "image_size": image_size,
+        "classes": classes,
+        "seed": seed,
+        "batch_size": batch_size,
+        **options,
+    }
     slug = "-".join(f"{k}={v}" for k, v in sorted(config.items()))
     return key, config, Path(cache_dir) / slug if cache_dir else None
 

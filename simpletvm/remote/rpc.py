@@ -42,7 +42,8 @@ def tracker_summary(host: str, port: int) -> dict:
     except Exception as error:  # socket errors of every kind
         raise SimpleTVMError(
             f"cannot reach the RPC tracker at {host}:{port} ({error}): start one with "
-            "`python -m tvm.exec.rpc_tracker` or leave rpc_tracker unset") from error
+            "`python -m tvm.exec.rpc_tracker` or leave rpc_tracker unset"
+        ) from error
     try:
         return client.summary()
     finally:
@@ -62,7 +63,8 @@ def require_servers(host: str, port: int, key: str) -> None:
         raise SimpleTVMError(
             f"no RPC server with device key {key!r} is registered at {host}:{port}: "
             f"it stopped or was never started; start one with `python -m tvm.exec.rpc_server "
-            f"--tracker {host}:{port} --key {key}` (or `superb server`) and run again")
+            f"--tracker {host}:{port} --key {key}` (or `superb server`) and run again"
+        )
 
 
 def device_keys(key: str, count: int) -> list[str]:
@@ -117,7 +119,8 @@ def wait_for_servers(host: str, port: int, key: str, count: int, timeout: float 
         if time.monotonic() > deadline:
             raise SimpleTVMError(
                 f"only {free_servers(host, port, key)} of {count} RPC servers with key "
-                f"{key!r} registered at {host}:{port} within {timeout:.0f} s")
+                f"{key!r} registered at {host}:{port} within {timeout:.0f} s"
+            )
         time.sleep(0.1)
 
 
@@ -185,7 +188,7 @@ class RemoteTracker:
     def address(self) -> tuple[str, int]:
         return self.host, int(self.port)
 
-    def __enter__(self) -> "RemoteTracker":
+    def __enter__(self) -> RemoteTracker:
         require_servers(self.host, self.port, self.key)
         return self
 
@@ -235,15 +238,18 @@ class LocalRPC:
         with ``key_per_server``, else ``key`` once)."""
         return device_keys(key, self.servers) if self.key_per_server else [key]
 
-    def start(self, timeout: float = 30.0) -> "LocalRPC":
+    def start(self, timeout: float = 30.0) -> LocalRPC:
         from tvm.rpc.tracker import Tracker
 
         try:
             if self.tracker is None:
                 low, high = (self.port, self.port + 1) if self.port else TRACKER_PORTS
                 self._tracker = Tracker(self.host, low, high, silent=True)
-            registered = {name: 1 if self.key_per_server else self.servers
-                          for key in self.keys for name in self.server_keys(key)}
+            registered = {
+                name: 1 if self.key_per_server else self.servers
+                for key in self.keys
+                for name in self.server_keys(key)
+            }
             for name, count in registered.items():
                 for _ in range(count):
                     self.add_server(name)
@@ -262,9 +268,14 @@ class LocalRPC:
         log = None if self.log_dir is None else Path(self.log_dir) / f"{key}.log"
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
-        server = Server(self.host, *SERVER_PORTS, tracker_addr=self.address, key=key,
-                        silent=log is None,
-                        server_init_callback=partial(_log_sessions_to, str(log)) if log else None)
+        server = Server(
+            self.host,
+            *SERVER_PORTS,
+            tracker_addr=self.address,
+            key=key,
+            silent=log is None,
+            server_init_callback=partial(_log_sessions_to, str(log)) if log else None,
+        )
         self._servers[server] = key
         return server
 
@@ -279,8 +290,10 @@ class LocalRPC:
         for server, registered in self._servers.items():
             if registered == key:
                 return server
-        raise KeyError(f"no server of this LocalRPC registers under {key!r}; "
-                       f"keys: {sorted(set(self._servers.values()))}")
+        raise KeyError(
+            f"no server of this LocalRPC registers under {key!r}; "
+            f"keys: {sorted(set(self._servers.values()))}"
+        )
 
     def stop(self) -> None:
         for server in self._servers:
@@ -290,7 +303,7 @@ class LocalRPC:
             self._tracker.terminate()
             self._tracker = None
 
-    def __enter__(self) -> "LocalRPC":
+    def __enter__(self) -> LocalRPC:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -10,7 +10,8 @@ server key it has measured on.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from simpletvm.remote.rpc import DeviceGrant, require_servers
 
@@ -25,8 +26,9 @@ class DeviceRunner:
             servers registered under ``server_key``.
     """
 
-    def __init__(self, tracker: tuple[str, int], device: DeviceGrant,
-                 make_runner: Callable[[str], Any]) -> None:
+    def __init__(
+        self, tracker: tuple[str, int], device: DeviceGrant, make_runner: Callable[[str], Any]
+    ) -> None:
         self.tracker = tracker
         self.device = device
         self.make_runner = make_runner
@@ -55,8 +57,11 @@ def rpc_runner(options, device_type: str, tracker: tuple[str, int], device_key: 
     mode = resolve_cache_mode(options.cache_flush, device_type=device_type, local=False)
     return ms.runner.RPCRunner(
         rpc_config=ms.runner.RPCConfig(
-            tracker_host=tracker[0], tracker_port=int(tracker[1]), tracker_key=device_key,
-            session_timeout_sec=max(1, int(timeout))),
+            tracker_host=tracker[0],
+            tracker_port=int(tracker[1]),
+            tracker_key=device_key,
+            session_timeout_sec=max(1, int(timeout)),
+        ),
         evaluator_config=evaluator_config(options, mode),
         max_workers=1,
     )

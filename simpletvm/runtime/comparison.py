@@ -34,6 +34,7 @@ def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runne
         interpreter.set_tensor(source, example)
         interpreter.invoke()
         return interpreter.get_tensor(result)
+
     return infer
 
 
@@ -41,8 +42,10 @@ def tflite_runners(flatbuffer: bytes, example: np.ndarray, threads: int) -> dict
     """TFLite on ``threads`` threads and, when that is more than one, on 1, keyed by the
     count: SimpleTVM's module runs on whichever count is faster for it on this machine
     (:mod:`simpletvm.runtime.threads`), so a fair comparison takes TFLite's faster too."""
-    return {count: tflite_runner(flatbuffer, example, count)
-            for count in sorted({threads, 1}, reverse=True)}
+    return {
+        count: tflite_runner(flatbuffer, example, count)
+        for count in sorted({threads, 1}, reverse=True)
+    }
 
 
 def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
@@ -67,12 +70,14 @@ def simpletvm_runner(stvm, example: np.ndarray) -> Runner:
     def infer() -> np.ndarray:
         np.copyto(staged, example)
         return as_numpy(main(data))
+
     return infer
 
 
 @contextmanager
-def simpletvm_runners(stvm, example: np.ndarray,
-                      counts: Iterable[int] | None = None) -> Iterator[dict[int, Runner]]:
+def simpletvm_runners(
+    stvm, example: np.ndarray, counts: Iterable[int] | None = None
+) -> Iterator[dict[int, Runner]]:
     """The module on each of the thread ``counts``, keyed by the count, as
     :func:`tflite_runners` gives TFLite's; by default on every core and on one, or only
     on the count the context pins (``num_threads``). The faster count is the host's state
@@ -97,15 +102,22 @@ def simpletvm_runners(stvm, example: np.ndarray,
                 set_runtime_threads(count)
                 current = count
             return infer()
+
         return run
+
     try:
         yield {count: on(count) for count in sorted(set(counts), reverse=True)}
     finally:
         set_runtime_threads(before)
 
 
-def time_side_by_side(runners: dict[Hashable, Runner], rounds: int, calls: int, warmup: int,
-                      warmup_s: float = MIN_WARMUP_S) -> dict[Hashable, list[float]]:
+def time_side_by_side(
+    runners: dict[Hashable, Runner],
+    rounds: int,
+    calls: int,
+    warmup: int,
+    warmup_s: float = MIN_WARMUP_S,
+) -> dict[Hashable, list[float]]:
     """Per-call seconds of every runner, the runners taking turns round by round, so
     drift on a shared machine hits all alike.
 

@@ -65,6 +65,7 @@ def time_vm(vm, device, inputs: list, warmup: int, repeat: int, number: int) -> 
     vm.set_input("main", *inputs)
     warm_up(lambda: vm.invoke_stateful("main"), warmup)
     device.sync()
-    timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat,
-                              min_repeat_ms=0)
+    timer = vm.time_evaluator(
+        "invoke_stateful", device, number=number, repeat=repeat, min_repeat_ms=0
+    )
     return [float(s) for s in timer("main").results]

@@ -110,14 +110,31 @@ def compiled_library(cache_dir: Path | None = None) -> Path:
         built = Path(scratch) / library.name
         try:
             result = subprocess.run(
-                [compiler, "-O2", "-std=gnu11", "-shared", "-fPIC", "-pthread", str(SOURCE),
-                 "-o", str(built), "-ldl"], capture_output=True, text=True, check=False)
+                [
+                    compiler,
+                    "-O2",
+                    "-std=gnu11",
+                    "-shared",
+                    "-fPIC",
+                    "-pthread",
+                    str(SOURCE),
+                    "-o",
+                    str(built),
+                    "-ldl",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         except OSError as error:
-            raise PoolUnavailable(f"no C compiler ({compiler}: {error.strerror}); kernels "
-                                  "keep TVM's pool: install gcc, or set CC") from error
+            raise PoolUnavailable(
+                f"no C compiler ({compiler}: {error.strerror}); kernels "
+                "keep TVM's pool: install gcc, or set CC"
+            ) from error
         if result.returncode != 0:
-            raise PoolUnavailable(f"{compiler} could not compile {SOURCE.name}: "
-                                  f"{result.stderr.strip()[-400:]}")
+            raise PoolUnavailable(
+                f"{compiler} could not compile {SOURCE.name}: {result.stderr.strip()[-400:]}"
+            )
         built.replace(library)  # atomic: processes compiling at once each keep a whole file
     return library
 

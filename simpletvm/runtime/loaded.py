@@ -15,16 +15,24 @@ def use_fork_join_pool(library_file, host_cores: int) -> str:
     """Point the loaded kernels' parallel loops at SimpleTVM's pool
     (:mod:`simpletvm.runtime.fork_join`). Returns which pool runs them, and why TVM's
     when ours cannot be had."""
-    from simpletvm.runtime.fork_join import (PoolDeclined, PoolUnavailable, pool_of,
-                                             pool_threads, use_for_loaded_kernels)
+    from simpletvm.runtime.fork_join import (
+        PoolDeclined,
+        PoolUnavailable,
+        pool_of,
+        pool_threads,
+        use_for_loaded_kernels,
+    )
 
     try:
         use_for_loaded_kernels(pool_threads() or host_cores)
         return pool_of(library_file)
     except PoolUnavailable as error:
         if not isinstance(error, PoolDeclined):
-            warnings.warn(f"the module's parallel loops run on TVM's pool, slower for "
-                          f"models of many short kernels: {error}", stacklevel=4)
+            warnings.warn(
+                f"the module's parallel loops run on TVM's pool, slower for "
+                f"models of many short kernels: {error}",
+                stacklevel=4,
+            )
         return f"tvm ({error})"
 
 

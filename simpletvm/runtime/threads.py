@@ -13,8 +13,9 @@ count and keeps the fastest, unless the context pins ``num_threads``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from statistics import median
-from typing import Any, Callable
+from typing import Any
 
 from simpletvm.runtime.evaluation import warm_up
 
@@ -76,8 +77,10 @@ def _keep_fastest(samples: dict[int, list[float]]) -> dict[str, Any]:
     medians = {count: median(values) for count, values in samples.items()}
     chosen = min(medians, key=medians.get)
     set_runtime_threads(chosen)
-    return {"threads": chosen,
-            "median_ms": {str(count): round(seconds * 1e3, 4) for count, seconds in medians.items()}}
+    return {
+        "threads": chosen,
+        "median_ms": {str(count): round(seconds * 1e3, 4) for count, seconds in medians.items()},
+    }
 
 
 def _timed_calls(call: Callable[[], Any]) -> list[float]:

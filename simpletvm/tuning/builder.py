@@ -23,8 +23,8 @@ from simpletvm._process.scratch import make_scratch_dir
 
 
 def _worker_init(target_kind: str) -> None:
-    from simpletvm.targets import load_tensor_intrinsics
     from simpletvm._process.orphans import exit_with_parent
+    from simpletvm.targets import load_tensor_intrinsics
 
     exit_with_parent()
     load_tensor_intrinsics(target_kind)
@@ -36,8 +36,7 @@ def compile_candidate(mod, target):
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod),
-                     target=target)
+    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
 def _worker_build(mod, target, artifact_dir: str, link: bool) -> str:
@@ -71,8 +70,13 @@ class PersistentBuilder(PyBuilder):
             runner links on its own machine.
     """
 
-    def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
-                 timeout_sec: float = 60.0, link: bool = False):
+    def __init__(
+        self,
+        target_kind: str = "llvm",
+        max_workers: int | None = None,
+        timeout_sec: float = 60.0,
+        link: bool = False,
+    ):
         super().__init__()
         self.max_workers = max_workers or os.cpu_count() or 1
         self.timeout_sec = timeout_sec
@@ -95,8 +99,9 @@ class PersistentBuilder(PyBuilder):
             try:
                 results.append(BuilderResult(future.result(), None))
             except TimeoutError:
-                results.append(BuilderResult(
-                    None, f"PersistentBuilder: timeout after {self.timeout_sec} s"))
+                results.append(
+                    BuilderResult(None, f"PersistentBuilder: timeout after {self.timeout_sec} s")
+                )
             except Exception as error:  # noqa: BLE001 - a bad candidate is data, not a crash
                 results.append(BuilderResult(None, f"{type(error).__name__}: {error}"))
         return results

@@ -48,7 +48,11 @@ def tuning_curve(context: Any) -> pd.DataFrame:
         if stage.get("best_latency_s") is not None:
             best[name] = stage["best_latency_s"]
         estimate = built_estimate(best, weights, rivals)
-        rows.append({"trials": sum(trials_by_task.values()), "elapsed_s": stage["end"] - start,
-                     "estimated_latency_ms": estimate * 1e3})
+        rows.append(
+            {
+                "trials": sum(trials_by_task.values()),
+                "elapsed_s": stage["end"] - start,
+                "estimated_latency_ms": estimate * 1e3,
+            }
+        )
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
-

@@ -37,8 +37,9 @@ class RecordDatabase(PyDatabase):
         run_id: the run that committed records belong to (and ``"run"`` reads).
     """
 
-    def __init__(self, records: RecordStore, target, *, scope: str = "all",
-                 run_id: str | None = None):
+    def __init__(
+        self, records: RecordStore, target, *, scope: str = "all", run_id: str | None = None
+    ):
         super().__init__()
         if scope not in SCOPES:
             raise ValueError(f"unknown record scope {scope!r}; valid: {', '.join(SCOPES)}")
@@ -73,28 +74,42 @@ class RecordDatabase(PyDatabase):
         key = workload_key(record.workload.mod)
         if key not in self._workload_json:
             self._workload_json[key] = record.workload.as_json()
-        self.records.add(key, self._workload_json[key], [record_as_json(record)],
-                         run_id=self.run_id, remeasured=remeasured)
+        self.records.add(
+            key,
+            self._workload_json[key],
+            [record_as_json(record)],
+            run_id=self.run_id,
+            remeasured=remeasured,
+        )
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k <= 0:
             return []
         key = workload_key(workload.mod)
-        rows = self.records.top(key, self.target_key, top_k, best_only=self.scope == "best",
-                                run_id=self.run_id if self.scope == "run" else None)
+        rows = self.records.top(
+            key,
+            self.target_key,
+            top_k,
+            best_only=self.scope == "best",
+            run_id=self.run_id if self.scope == "run" else None,
+        )
         return [TuningRecord.from_json(row, workload) for row in rows]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         records = []
         for key in self.records.workload_keys(self.target_key):
             workload = self._workloads.get(key) or Workload.from_json(
-                self.records.workload_json(key))
+                self.records.workload_json(key)
+            )
             records += self.get_top_k(workload, len(self))
         return records
 
     def __len__(self) -> int:
-        return self.records.count(run_id=self.run_id if self.scope == "run" else None,
-                                  target=self.target_key, best_only=self.scope == "best")
+        return self.records.count(
+            run_id=self.run_id if self.scope == "run" else None,
+            target=self.target_key,
+            best_only=self.scope == "best",
+        )
 
 
 def record_as_json(record: TuningRecord) -> list:
@@ -139,11 +154,13 @@ def records_database(records: str, store: RecordStore, target, run_id: str) -> R
     if records in ("global", "best"):
         return RecordDatabase(store, target, scope="all" if records == "global" else "best")
     if records == "run" or store.has_run(records):
-        return RecordDatabase(store, target, scope="run",
-                              run_id=run_id if records == "run" else records)
+        return RecordDatabase(
+            store, target, scope="run", run_id=run_id if records == "run" else records
+        )
     if Path(records).expanduser().exists():
         return RecordDatabase(open_records(records), target)
     raise RunNotFoundError(
         f"build(records={records!r}): no run with that id has tuning records in "
         f"{store.path}, and no such path; use 'global', 'best', 'run', a run id, a "
-        "records file or store directory, or none (untuned)")
+        "records file or store directory, or none (untuned)"
+    )

@@ -15,19 +15,26 @@ import os
 import time
 import uuid
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm._process.interrupts import raise_if_interrupted
 from simpletvm._process.scratch import sweep_orphans
-from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
+from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm.compiler.winograd import register_schedule_rules
+from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import StageSpec, TuningPlan
 from simpletvm.tuning.records import RecordStore
 from simpletvm.tuning.tasks import TaskProgress
-from simpletvm.tuning.timing import (alloc_arguments, evaluator_config, model_footprint_bytes, resolve_cache_mode,
-                     run_evaluator, warmed_up)
+from simpletvm.tuning.timing import (
+    alloc_arguments,
+    evaluator_config,
+    model_footprint_bytes,
+    resolve_cache_mode,
+    run_evaluator,
+    warmed_up,
+)
 
 CLIENT = "client"
 
@@ -80,8 +87,7 @@ class TuningJob:
     ):
         from tvm.s_tir import meta_schedule as ms
 
-        from simpletvm.compiler.lowering import extract_tasks
-        from simpletvm.compiler.lowering import workload_key
+        from simpletvm.compiler.lowering import extract_tasks, workload_key
         from simpletvm.tuning.database import RecordDatabase
 
         load_tensor_intrinsics(target.kind)
@@ -99,27 +105,39 @@ class TuningJob:
         self._num_threads = num_threads or "physical"
         forms = fused_mod if isinstance(fused_mod, ConvForms) else None
         self.tasks = extract_tasks(forms.modules() if forms else fused_mod, target)
-        self.cache_mode = resolve_cache_mode(options.cache_flush, device_type=target.device_type,
-                                             local=runner is None)
+        self.cache_mode = resolve_cache_mode(
+            options.cache_flush, device_type=target.device_type, local=runner is None
+        )
         self.model_bytes = model_footprint_bytes(forms.default if forms else fused_mod)
         measured_before = records.run_counts(self.run_id)
         self._keys = [workload_key(t.dispatched[0]) for t in self.tasks]
         index = {key: i for i, key in enumerate(self._keys)}
         self.plan = TuningPlan(
-            [t.task_name for t in self.tasks], [int(t.weight) for t in self.tasks],
-            [task_flops(t) for t in self.tasks], options,
+            [t.task_name for t in self.tasks],
+            [int(t.weight) for t in self.tasks],
+            [task_flops(t) for t in self.tasks],
+            options,
             measured_before=[measured_before.get(key, 0) for key in self._keys],
-            rivals=[([index[k] for k in r.default_tasks], [index[k] for k in r.variant_tasks])
-                    for r in (forms.rivalries if forms else [])])
+            rivals=[
+                ([index[k] for k in r.default_tasks], [index[k] for k in r.variant_tasks])
+                for r in (forms.rivalries if forms else [])
+            ],
+        )
         self._database = RecordDatabase(
-            records, self._tvm_target, run_id=self.run_id,
-            scope="all" if options.transfer_learning else "run")
-        self._own_records = RecordDatabase(records, self._tvm_target, scope="run",
-                                           run_id=self.run_id)
+            records,
+            self._tvm_target,
+            run_id=self.run_id,
+            scope="all" if options.transfer_learning else "run",
+        )
+        self._own_records = RecordDatabase(
+            records, self._tvm_target, scope="run", run_id=self.run_id
+        )
         self._cost_model = (
             ms.cost_model.XGBModel(
-                extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True)
-            if options.cost_model == "xgb" else ms.cost_model.RandomModel()
+                extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True
+            )
+            if options.cost_model == "xgb"
+            else ms.cost_model.RandomModel()
         )
         self._builder = builder
         self._own_builder = builder is None  # ours to start and to close
@@ -145,7 +163,9 @@ class TuningJob:
                 f"total_trials={options.total_trials} cannot measure all {len(self.tasks)} "
                 "tasks of this model; the unmeasured ones keep naive default schedules. "
                 f"Give total_trials at least {len(self.tasks)} (several times more to tune "
-                "well).", stacklevel=3)
+                "well).",
+                stacklevel=3,
+            )
 
     # ---- the load-awareness answers -------------------------------------------------
     def next_stage(self) -> StageSpec | None:
@@ -182,17 +202,23 @@ class TuningJob:
         if self.context is not None:
             progress = self.progress[spec.task]
             self.context.record_stage(
-                task=spec.task, task_name=spec.task_name, iteration=spec.iteration,
-                stage=spec.kind, resource=str(self.device_resource) if spec.on_device else CLIENT,
-                start=start, end=end,
-                best_latency_s=(progress.best_latency_s
-                                if math.isfinite(progress.best_latency_s) else None),
-                trials=progress.trials, **({"remeasure": True} if spec.remeasure else {}),
+                task=spec.task,
+                task_name=spec.task_name,
+                iteration=spec.iteration,
+                stage=spec.kind,
+                resource=str(self.device_resource) if spec.on_device else CLIENT,
+                start=start,
+                end=end,
+                best_latency_s=(
+                    progress.best_latency_s if math.isfinite(progress.best_latency_s) else None
+                ),
+                trials=progress.trials,
+                **({"remeasure": True} if spec.remeasure else {}),
                 **extra,
             )
         return spec
 
-    def run(self, on_stage: Callable[["TuningJob"], None] | None = None) -> None:
+    def run(self, on_stage: Callable[[TuningJob], None] | None = None) -> None:
         """Run every stage in order, then finalize (what a job without a scheduler does);
         ``on_stage`` is called with the job after each stage (progress displays)."""
         while not self.is_complete():
@@ -237,7 +263,7 @@ class TuningJob:
             return {"candidates": 0, "errors": 1}
         if offered and not fresh:  # all measured already: ask again
             return {"candidates": 0, "measured_before": offered}
-        fresh = fresh[:self.plan.selected(len(fresh))]
+        fresh = fresh[: self.plan.selected(len(fresh))]
         self._measured[index].update(digest for digest, _ in fresh)
         self._candidates = [candidate for _, candidate in fresh]
         return {"candidates": len(self._candidates), **({"sampled": True} if self._sampled else {})}
@@ -255,7 +281,8 @@ class TuningJob:
                 link=self._runs_locally,  # the local runner loads a linked library as it is
             )
         self._build_results = self._builder.build(
-            [BuilderInput(c.sch.mod, self._tvm_target) for c in self._candidates])
+            [BuilderInput(c.sch.mod, self._tvm_target) for c in self._candidates]
+        )
         errors = sum(1 for r in self._build_results if r.error_msg)
         self._note_errors(r.error_msg for r in self._build_results)
         self.plan.built(errors)
@@ -278,10 +305,12 @@ class TuningJob:
         for (index, _), future in zip(built, futures):
             results[index] = future.result()
         self._run_results = results
-        errors = sum(1 for r, b in zip(results, self._build_results)
-                     if r.error_msg and not b.error_msg)
-        self._note_errors(r.error_msg for r, b in zip(results, self._build_results)
-                          if not b.error_msg)
+        errors = sum(
+            1 for r, b in zip(results, self._build_results) if r.error_msg and not b.error_msg
+        )
+        self._note_errors(
+            r.error_msg for r, b in zip(results, self._build_results) if not b.error_msg
+        )
         self.plan.profiled(errors)
         return {"candidates": len(results), "errors": errors}
 
@@ -301,8 +330,9 @@ class TuningJob:
             latency = _mean_seconds(result.run_secs)
             latencies.append(latency)
             if latency is not None:
-                record = ms.database.TuningRecord(candidate.sch.trace, workload,
-                                                  result.run_secs, self._tvm_target, args_info)
+                record = ms.database.TuningRecord(
+                    candidate.sch.trace, workload, result.run_secs, self._tvm_target, args_info
+                )
                 self._database.commit_tuning_record(record)  # stored at once, under the run id
         self._candidates, self._build_results, self._run_results = [], [], []
         self.plan.measured(latencies, self._last_error)
@@ -317,9 +347,13 @@ class TuningJob:
         tried = self._remeasure_tried.setdefault(index, set())
         try:
             workload = self._workload(index)
-            records = [record for record in self._own_records.get_top_k(
-                workload, self.options.remeasure + len(tried))
-                if str(record.trace) not in tried][:self.options.remeasure]
+            records = [
+                record
+                for record in self._own_records.get_top_k(
+                    workload, self.options.remeasure + len(tried)
+                )
+                if str(record.trace) not in tried
+            ][: self.options.remeasure]
             candidates = [record.as_measure_candidate() for record in records]
         except Exception as error:  # noqa: BLE001 - the task keeps its search's timings
             self._last_error = f"{type(error).__name__}: {_first_line(error)}"
@@ -342,23 +376,35 @@ class TuningJob:
             latency = _mean_seconds(result.run_secs)
             latencies.append(latency)
             if latency is not None:
-                self._own_records.commit_remeasured(TuningRecord(
-                    record.trace, record.workload, result.run_secs, record.target,
-                    record.args_info))
+                self._own_records.commit_remeasured(
+                    TuningRecord(
+                        record.trace,
+                        record.workload,
+                        result.run_secs,
+                        record.target,
+                        record.args_info,
+                    )
+                )
                 done.add(str(record.trace))
         best = self._own_records.get_top_k(self._workload(index), 1)
         self._best_records, self._candidates, self._build_results, self._run_results = (
-            [], [], [], [])
-        self.plan.remeasured(latencies, _mean_seconds(best[0].run_secs) if best else None,
-                             bool(best) and str(best[0].trace) in done)
+            [],
+            [],
+            [],
+            [],
+        )
+        self.plan.remeasured(
+            latencies,
+            _mean_seconds(best[0].run_secs) if best else None,
+            bool(best) and str(best[0].trace) in done,
+        )
         return {"candidates": sum(1 for latency in latencies if latency is not None)}
 
     # ---- helpers --------------------------------------------------------------------
     def _workload(self, index: int):
         """The task's workload in the record database (committed once per task)."""
         if index not in self._workloads:
-            self._workloads[index] = self._database.commit_workload(
-                self.tasks[index].dispatched[0])
+            self._workloads[index] = self._database.commit_workload(self.tasks[index].dispatched[0])
         return self._workloads[index]
 
     def _start_task(self, index: int) -> None:
@@ -376,17 +422,24 @@ class TuningJob:
             strategy = options.search_strategy
         seed = -1 if options.seed is None else options.seed + index
         context = ms.TuneContext(
-            mod=task.dispatched[0], target=self._tvm_target,
-            space_generator="post-order-apply", search_strategy=strategy,
-            task_name=task.task_name, rand_state=seed, num_threads=self._num_threads,
+            mod=task.dispatched[0],
+            target=self._tvm_target,
+            space_generator="post-order-apply",
+            search_strategy=strategy,
+            task_name=task.task_name,
+            rand_state=seed,
+            num_threads=self._num_threads,
         )
         workload = self._workload(index)
         self._measured[index] = self._modules_measured_before(index, workload)
         spaces = context.generate_design_space()
-        context.pre_tuning(max_trials=self.plan.task_budget(),
-                           num_trials_per_iter=options.candidates_per_iteration,
-                           design_spaces=spaces, database=self._database,
-                           cost_model=self._cost_model)
+        context.pre_tuning(
+            max_trials=self.plan.task_budget(),
+            num_trials_per_iter=options.candidates_per_iteration,
+            design_spaces=spaces,
+            database=self._database,
+            cost_model=self._cost_model,
+        )
         self._tune_contexts[index] = context
         self._defaults[index] = self._default_candidate(context)
         if options.transfer_learning:
@@ -405,8 +458,9 @@ class TuningJob:
             return default_candidate(context.mod, self._tvm_target, context=context)
         except Exception as error:  # noqa: BLE001 - the search still has its own
             if self.context is not None:
-                self.context.logger.warning("%s has no default schedule: %s",
-                                            context.task_name, _first_line(error))
+                self.context.logger.warning(
+                    "%s has no default schedule: %s", context.task_name, _first_line(error)
+                )
             return None
 
     def _with_default(self, index: int, fresh: list) -> list:
@@ -432,8 +486,9 @@ class TuningJob:
             if draws and len(fresh) == len(draws):
                 return len(draws), fresh, True
             self._samplers.pop(index).post_tuning()
-        offered = list(self._tune_contexts[index].search_strategy.generate_measure_candidates()
-                       or [])
+        offered = list(
+            self._tune_contexts[index].search_strategy.generate_measure_candidates() or []
+        )
         return len(offered), self._not_measured_before(index, offered), False
 
     def _cold_sampler(self, index: int, context, spaces: list):
@@ -446,13 +501,21 @@ class TuningJob:
         options = self.options
         seed = -1 if options.seed is None else options.seed + len(self.tasks) + index
         sampler = ms.TuneContext(
-            mod=context.mod, target=self._tvm_target, space_generator="post-order-apply",
-            search_strategy=ms.search_strategy.ReplayTrace(), task_name=context.task_name,
-            rand_state=seed, num_threads=self._num_threads)
-        sampler.pre_tuning(max_trials=self.plan.task_budget(),
-                           num_trials_per_iter=options.candidates_per_iteration,
-                           design_spaces=spaces, database=self._database,
-                           cost_model=self._cost_model)
+            mod=context.mod,
+            target=self._tvm_target,
+            space_generator="post-order-apply",
+            search_strategy=ms.search_strategy.ReplayTrace(),
+            task_name=context.task_name,
+            rand_state=seed,
+            num_threads=self._num_threads,
+        )
+        sampler.pre_tuning(
+            max_trials=self.plan.task_budget(),
+            num_trials_per_iter=options.candidates_per_iteration,
+            design_spaces=spaces,
+            database=self._database,
+            cost_model=self._cost_model,
+        )
         return sampler
 
     def _cost_model_is_cold(self) -> bool:
@@ -469,8 +532,10 @@ class TuningJob:
         count = self.plan.measured_before[index]
         if not count:
             return set()
-        return {_module_hash(record.as_measure_candidate().sch.mod)
-                for record in self._own_records.get_top_k(workload, count)}
+        return {
+            _module_hash(record.as_measure_candidate().sch.mod)
+            for record in self._own_records.get_top_k(workload, count)
+        }
 
     def _not_measured_before(self, index: int, candidates: list) -> list[tuple[int, Any]]:
         """The candidates neither this job nor a stopped run under its id measured, each
@@ -492,8 +557,10 @@ class TuningJob:
         records = self._database.get_top_k(workload, TRANSFER_RECORDS)
         if records:
             self._cost_model.update(
-                context, [r.as_measure_candidate() for r in records],
-                [RunnerResult(list(r.run_secs), None) for r in records])
+                context,
+                [r.as_measure_candidate() for r in records],
+                [RunnerResult(list(r.run_secs), None) for r in records],
+            )
             self.plan.known_best(min(_mean_seconds(r.run_secs) or math.inf for r in records))
 
     def _note_errors(self, messages) -> None:
@@ -508,8 +575,9 @@ class TuningJob:
                 self._close_task(index)
 
     def _close_task(self, index: int) -> None:
-        for context in filter(None, (self._tune_contexts.pop(index),
-                                     self._samplers.pop(index, None))):
+        for context in filter(
+            None, (self._tune_contexts.pop(index), self._samplers.pop(index, None))
+        ):
             try:
                 context.post_tuning()
             except Exception:  # noqa: BLE001 - a skipped task's search state may be broken
@@ -518,16 +586,29 @@ class TuningJob:
             progress = self.progress[index]
             if progress.skipped:
                 self.context.logger.warning(
-                    "task %d/%d %s skipped, it keeps TVM's default schedule: %s", index + 1,
-                    len(self.tasks), progress.name, progress.skipped,
-                    extra={"tuning_task": True})
+                    "task %d/%d %s skipped, it keeps TVM's default schedule: %s",
+                    index + 1,
+                    len(self.tasks),
+                    progress.name,
+                    progress.skipped,
+                    extra={"tuning_task": True},
+                )
             else:
-                best = (f"{progress.best_latency_s * 1e3:.4f} ms"
-                        if math.isfinite(progress.best_latency_s) else "none")
+                best = (
+                    f"{progress.best_latency_s * 1e3:.4f} ms"
+                    if math.isfinite(progress.best_latency_s)
+                    else "none"
+                )
                 self.context.logger.info(
-                    "task %d/%d %s tuned: %d trials, %d errors, best %s", index + 1,
-                    len(self.tasks), progress.name, progress.trials, progress.errors, best,
-                    extra={"tuning_task": True})  # a progress display may leave these out
+                    "task %d/%d %s tuned: %d trials, %d errors, best %s",
+                    index + 1,
+                    len(self.tasks),
+                    progress.name,
+                    progress.trials,
+                    progress.errors,
+                    best,
+                    extra={"tuning_task": True},
+                )  # a progress display may leave these out
 
     def _ensure_runner(self):
         if self._runner is None:

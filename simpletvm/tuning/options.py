@@ -82,31 +82,38 @@ class TuningOptions:
         if self.total_trials is not None and self.total_trials < 1:
             raise ValueError(f"total_trials must be at least 1, got {self.total_trials}")
         if self.search_strategy not in SEARCH_STRATEGIES:
-            raise ValueError(f"unknown search_strategy {self.search_strategy!r}: "
-                             f"choose one of {list(SEARCH_STRATEGIES)}")
+            raise ValueError(
+                f"unknown search_strategy {self.search_strategy!r}: "
+                f"choose one of {list(SEARCH_STRATEGIES)}"
+            )
         if self.task_scheduler not in TASK_SCHEDULERS:
-            raise ValueError(f"unknown task_scheduler {self.task_scheduler!r}: "
-                             f"choose one of {list(TASK_SCHEDULERS)}")
+            raise ValueError(
+                f"unknown task_scheduler {self.task_scheduler!r}: "
+                f"choose one of {list(TASK_SCHEDULERS)}"
+            )
         if self.cost_model not in COST_MODELS:
-            raise ValueError(f"unknown cost_model {self.cost_model!r}: "
-                             f"choose one of {list(COST_MODELS)}")
+            raise ValueError(
+                f"unknown cost_model {self.cost_model!r}: choose one of {list(COST_MODELS)}"
+            )
         if self.early_stopping is not None and self.early_stopping < 1:
             raise ValueError("early_stopping must be a positive number of trials or None")
         if self.candidates_per_iteration is None:  # what grids say for "default"
             self.candidates_per_iteration = TuningOptions.candidates_per_iteration
         if self.candidates_per_iteration < 1:
-            raise ValueError("candidates_per_iteration must be at least 1, got "
-                             f"{self.candidates_per_iteration}")
+            raise ValueError(
+                f"candidates_per_iteration must be at least 1, got {self.candidates_per_iteration}"
+            )
         if self.minutes is not None and self.minutes < MIN_MINUTES:
-            raise ValueError(f"minutes must be at least {MIN_MINUTES} (0.6 s), got "
-                             f"{self.minutes}")
+            raise ValueError(f"minutes must be at least {MIN_MINUTES} (0.6 s), got {self.minutes}")
         if self.remeasure < 0:
             raise ValueError(f"remeasure must be 0 (off) or more records, got {self.remeasure}")
         self.cache_flush = cache_mode(self.cache_flush)
         if self.cache_flush != "off" and self.number != 1:
-            raise ValueError(f"cache_flush {self.cache_flush!r} sets the caches before every "
-                             f"run, so it needs number=1 (got number={self.number}); use "
-                             "repeat for more samples, or cache_flush='off'")
+            raise ValueError(
+                f"cache_flush {self.cache_flush!r} sets the caches before every "
+                f"run, so it needs number=1 (got number={self.number}); use "
+                "repeat for more samples, or cache_flush='off'"
+            )
 
     def per_task_trials(self) -> int:
         """The most trials one task may measure."""
@@ -115,7 +122,9 @@ class TuningOptions:
         return UNCAPPED_TRIALS if (self.total_trials or self.minutes) else DEFAULT_TRIALS
 
     def resolved_timeout(self, device_type: str) -> float:
-        return self.timeout if self.timeout is not None else (5.0 if device_type == "cuda" else 20.0)
+        return (
+            self.timeout if self.timeout is not None else (5.0 if device_type == "cuda" else 20.0)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
 
 from simpletvm.compiler.winograd.policy import second_form_built
 from simpletvm.errors import SimpleTVMError
@@ -28,8 +29,7 @@ from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.tasks import TaskProgress, next_task
 
 
-
-class Phase(str, Enum):
+class Phase(StrEnum):
     """The stage a task's iteration is in: a closed set, entered in this order, each
     left only by the event that ends it (a str, so ``phase == "select"`` reads as the
     stage's name does in records and traces)."""
@@ -38,9 +38,6 @@ class Phase(str, Enum):
     BUILD = "build"
     PROFILE = "profile"
     UPDATE = "update"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class PlanOrderError(SimpleTVMError):
@@ -52,8 +49,10 @@ class PlanOrderError(SimpleTVMError):
         self.event, self.phase, self.expected = event, phase, expected
 
     def __str__(self) -> str:
-        return (f"tuning plan: {self.event}() arrived in the {self.phase} phase; "
-                f"it ends the {self.expected} phase")
+        return (
+            f"tuning plan: {self.event}() arrived in the {self.phase} phase; "
+            f"it ends the {self.expected} phase"
+        )
 
 
 STAGES = tuple(phase.value for phase in Phase)
@@ -92,12 +91,16 @@ class StageSpec:
         return self.kind in DEVICE_STAGES
 
 
-def built_estimate(latency: Mapping[Any, float], weights: Mapping[Any, int],
-                   rivals: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> float:
+def built_estimate(
+    latency: Mapping[Any, float],
+    weights: Mapping[Any, int],
+    rivals: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+) -> float:
     """The model's estimate: calls x best latency over the measured tasks (``latency``
     has those only), leaving out of each pair of rival task groups the form the build
     does not take (:func:`second_form_built`; a form counts once all its tasks are
     measured). The plan's summary and the tuning curve both use it."""
+
     def cost(group) -> float | None:
         if not all(task in latency for task in group):
             return None
@@ -106,8 +109,9 @@ def built_estimate(latency: Mapping[Any, float], weights: Mapping[Any, int],
     left_out = set()
     for first, second in rivals:
         left_out.update(first if second_form_built(cost(first), cost(second)) else second)
-    return sum(weights.get(task, 1) * seconds for task, seconds in latency.items()
-               if task not in left_out)
+    return sum(
+        weights.get(task, 1) * seconds for task, seconds in latency.items() if task not in left_out
+    )
 
 
 def first_round_trials(flops: Sequence[float], options: TuningOptions) -> list[int]:
@@ -142,15 +146,20 @@ class TuningPlan:
         clock: seconds (``time.time``); tests pass their own.
     """
 
-    def __init__(self, names: Sequence[str], weights: Sequence[int], flops: Sequence[float],
-                 options: TuningOptions, measured_before: Sequence[int] | None = None,
-                 rivals: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        names: Sequence[str],
+        weights: Sequence[int],
+        flops: Sequence[float],
+        options: TuningOptions,
+        measured_before: Sequence[int] | None = None,
+        rivals: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
+        clock: Callable[[], float] = time.time,
+    ):
         self.options = options
         self.rivals = [(list(a), list(b)) for a, b in rivals]
         self.progress = [TaskProgress(name, int(weight)) for name, weight in zip(names, weights)]
-        self.first_round = first_round_trials(
-            [f * int(w) for f, w in zip(flops, weights)], options)
+        self.first_round = first_round_trials([f * int(w) for f, w in zip(flops, weights)], options)
         self.measured_before = list(measured_before or [0] * len(self.progress))
         for progress, before in zip(self.progress, self.measured_before):
             progress.trials = before
@@ -170,8 +179,13 @@ class TuningPlan:
         if self.task is None:
             return None
         progress = self.progress[self.task]
-        return StageSpec(self.phase, self.task, progress.name,
-                         progress.iterations + progress.remeasure_rounds, self.remeasuring)
+        return StageSpec(
+            self.phase,
+            self.task,
+            progress.name,
+            progress.iterations + progress.remeasure_rounds,
+            self.remeasuring,
+        )
 
     def is_complete(self) -> bool:
         return self.task is None
@@ -226,7 +240,8 @@ class TuningPlan:
         """Whether the search has spent its part of a ``minutes`` budget (the rest is
         the closing round's)."""
         return self._deadline is not None and (
-            self._clock() >= self._deadline - self.closing_reserve())
+            self._clock() >= self._deadline - self.closing_reserve()
+        )
 
     def task_budget(self) -> int:
         """The trials the current task may still measure (its search's max_trials)."""
@@ -332,17 +347,20 @@ class TuningPlan:
             progress.last_error = last_error
         progress.record_iteration()
         if progress.trials >= FAILED_CANDIDATES_TO_SKIP and not math.isfinite(
-                progress.best_latency_s):
-            self.task_failed(f"all {progress.trials} candidates failed; the last: "
-                             f"{progress.last_error}")
+            progress.best_latency_s
+        ):
+            self.task_failed(
+                f"all {progress.trials} candidates failed; the last: {progress.last_error}"
+            )
         elif self.task_spent():
             self.finish_task()
         else:
             self.phase = Phase.SELECT
             self.task = self._choose_task()
 
-    def remeasured(self, latencies: Sequence[float | None], best_latency_s: float | None,
-                   best_remeasured: bool) -> None:
+    def remeasured(
+        self, latencies: Sequence[float | None], best_latency_s: float | None, best_remeasured: bool
+    ) -> None:
         """The closing round timed the current task's best records again: ``latencies``
         (None: it failed), its best latency now (``best_remeasured``: that of a record
         measured again). The task is settled when its best was re-measured, or after
@@ -406,8 +424,11 @@ class TuningPlan:
             best = progress.best_latency_s
             return progress.weight * best if math.isfinite(best) else 0.0
 
-        tuned = [index for index, progress in enumerate(self.progress)
-                 if progress.trials and not progress.skipped]
+        tuned = [
+            index
+            for index, progress in enumerate(self.progress)
+            if progress.trials and not progress.skipped
+        ]
         self._remeasure_queue = sorted(tuned, key=weighted, reverse=True)
 
     def _group_latency(self, group: Sequence[int]) -> float:
@@ -428,9 +449,11 @@ class TuningPlan:
     def _handicaps(self) -> dict[int, float]:
         if self.options.task_scheduler != "gradient":
             return {}
-        settled = [(first, second) for first, second in self.rivals
-                   if all(self.progress[i].iterations >= RIVAL_MIN_ITERATIONS
-                          for i in [*first, *second])]
+        settled = [
+            (first, second)
+            for first, second in self.rivals
+            if all(self.progress[i].iterations >= RIVAL_MIN_ITERATIONS for i in [*first, *second])
+        ]
         return self._losers(settled)
 
     # ---- what it amounts to -----------------------------------------------------------
@@ -438,32 +461,50 @@ class TuningPlan:
         """Per-task trials, errors and best latency, the weighted model estimate (of the
         tuned tasks; before the closing round too), and the tasks skipped because they
         could not be tuned."""
+
         def finite(seconds: float | None) -> float | None:
             return seconds if seconds is not None and math.isfinite(seconds) else None
 
         tasks = [
-            {"task": p.name, "weight": p.weight, "trials": p.trials, "errors": p.errors,
-             "iterations": p.iterations, "best_latency_s": finite(p.best_latency_s),
-             "search_best_latency_s": finite(p.search_best_s), "remeasured": p.remeasured,
-             "skipped": p.skipped}
+            {
+                "task": p.name,
+                "weight": p.weight,
+                "trials": p.trials,
+                "errors": p.errors,
+                "iterations": p.iterations,
+                "best_latency_s": finite(p.best_latency_s),
+                "search_best_latency_s": finite(p.search_best_s),
+                "remeasured": p.remeasured,
+                "skipped": p.skipped,
+            }
             for p in self.progress
         ]
         weights = {i: p.weight for i, p in enumerate(self.progress)}
 
         def estimate(best: Sequence[float | None]) -> float:
-            return built_estimate({i: s for i, s in enumerate(best) if finite(s) is not None},
-                                  weights, self.rivals)
+            return built_estimate(
+                {i: s for i, s in enumerate(best) if finite(s) is not None}, weights, self.rivals
+            )
 
-        rivals = [[[self.progress[i].name for i in group] for group in pair]
-                  for pair in self.rivals]
-        return {"tasks": tasks, "num_tasks": len(self.progress), "trials": self.trials,
-                "rivals": rivals,
-                "errors": sum(p.errors for p in self.progress),
-                "estimated_latency_s": estimate([p.best_latency_s for p in self.progress]),
-                # the search's own estimate, before its best records were timed again
-                "search_estimated_latency_s": estimate(
-                    [p.best_latency_s if p.search_best_s is None else p.search_best_s
-                     for p in self.progress]),
-                "remeasured": sum(p.remeasured for p in self.progress),
-                "skipped_tasks": [{"task": p.name, "error": p.skipped}
-                                  for p in self.progress if p.skipped]}
+        rivals = [
+            [[self.progress[i].name for i in group] for group in pair] for pair in self.rivals
+        ]
+        return {
+            "tasks": tasks,
+            "num_tasks": len(self.progress),
+            "trials": self.trials,
+            "rivals": rivals,
+            "errors": sum(p.errors for p in self.progress),
+            "estimated_latency_s": estimate([p.best_latency_s for p in self.progress]),
+            # the search's own estimate, before its best records were timed again
+            "search_estimated_latency_s": estimate(
+                [
+                    p.best_latency_s if p.search_best_s is None else p.search_best_s
+                    for p in self.progress
+                ]
+            ),
+            "remeasured": sum(p.remeasured for p in self.progress),
+            "skipped_tasks": [
+                {"task": p.name, "error": p.skipped} for p in self.progress if p.skipped
+            ],
+        }

@@ -19,13 +19,14 @@ import hashlib
 import json
 import math
 import os
-import sqlite3
 import shutil
+import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from simpletvm._process.scratch import make_scratch_dir
 
@@ -119,8 +120,14 @@ class RecordStore:
         self.__init__(state["path"])
 
     # ---- writing --------------------------------------------------------------------
-    def add(self, workload_key: str, workload_json: Any, records: Iterable[list],
-            run_id: str | None = None, remeasured: bool = False) -> int:
+    def add(
+        self,
+        workload_key: str,
+        workload_json: Any,
+        records: Iterable[list],
+        run_id: str | None = None,
+        remeasured: bool = False,
+    ) -> int:
         """Add measured records (TuningRecord JSON) of one workload in one transaction;
         returns how many were new. Records without a measurement are not kept.
 
@@ -151,35 +158,52 @@ class RecordStore:
         row = self._one("SELECT json FROM workloads WHERE key = ?", key)
         return json.loads(row[0]) if row else None
 
-    def top(self, workload_key: str, target: str, limit: int, *,
-            run_id: str | None = None, best_only: bool = False) -> list[list]:
+    def top(
+        self,
+        workload_key: str,
+        target: str,
+        limit: int,
+        *,
+        run_id: str | None = None,
+        best_only: bool = False,
+    ) -> list[list]:
         """The fastest records of a workload on a target key, fastest first: of all
         runs, of one run, or only the best one."""
         if best_only:
-            sql = ("SELECT r.json FROM best b JOIN records r ON r.id = b.record_id "
-                   "JOIN workloads w ON w.id = b.workload_id "
-                   "WHERE w.key = ? AND b.target_key = ? LIMIT ?")
+            sql = (
+                "SELECT r.json FROM best b JOIN records r ON r.id = b.record_id "
+                "JOIN workloads w ON w.id = b.workload_id "
+                "WHERE w.key = ? AND b.target_key = ? LIMIT ?"
+            )
             args: tuple = (workload_key, target, limit)
         elif run_id is not None:
-            sql = ("SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
-                   "WHERE r.run_id = ? AND w.key = ? AND r.target_key = ? "
-                   "ORDER BY r.latency_s LIMIT ?")
+            sql = (
+                "SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
+                "WHERE r.run_id = ? AND w.key = ? AND r.target_key = ? "
+                "ORDER BY r.latency_s LIMIT ?"
+            )
             args = (run_id, workload_key, target, limit)
         else:
-            sql = ("SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
-                   "WHERE w.key = ? AND r.target_key = ? ORDER BY r.latency_s LIMIT ?")
+            sql = (
+                "SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
+                "WHERE w.key = ? AND r.target_key = ? ORDER BY r.latency_s LIMIT ?"
+            )
             args = (workload_key, target, limit)
-        return [json.loads(text) for text, in self._connection().execute(sql, args)]
+        return [json.loads(text) for (text,) in self._connection().execute(sql, args)]
 
     def best(self, target: str | None = None) -> dict[tuple[str, str], float]:
         """(workload key, target key) -> the best latency, for one target key or all."""
-        sql = ("SELECT w.key, b.target_key, b.latency_s FROM best b "
-               "JOIN workloads w ON w.id = b.workload_id")
+        sql = (
+            "SELECT w.key, b.target_key, b.latency_s FROM best b "
+            "JOIN workloads w ON w.id = b.workload_id"
+        )
         args: tuple = ()
         if target is not None:
             sql, args = sql + " WHERE b.target_key = ?", (target,)
-        return {(key, target_key_): latency
-                for key, target_key_, latency in self._connection().execute(sql, args)}
+        return {
+            (key, target_key_): latency
+            for key, target_key_, latency in self._connection().execute(sql, args)
+        }
 
     def workload_keys(self, target: str | None = None) -> list[str]:
         """Keys of the workloads that have records (on one target key, or any)."""
@@ -187,10 +211,11 @@ class RecordStore:
         args: tuple = ()
         if target is not None:
             sql, args = sql + " WHERE b.target_key = ?", (target,)
-        return [key for key, in self._connection().execute(sql, args)]
+        return [key for (key,) in self._connection().execute(sql, args)]
 
-    def count(self, *, run_id: str | None = None, target: str | None = None,
-              best_only: bool = False) -> int:
+    def count(
+        self, *, run_id: str | None = None, target: str | None = None, best_only: bool = False
+    ) -> int:
         """How many records (of one run, of one target key, or best ones) there are."""
         table = "best" if best_only else "records"
         clauses, args = [], []
@@ -212,13 +237,15 @@ class RecordStore:
         args: tuple = ()
         if run_id is not None:
             sql, args = sql + " WHERE run_id = ?", (run_id,)
-        return sorted(key for key, in self._connection().execute(sql, args))
+        return sorted(key for (key,) in self._connection().execute(sql, args))
 
     def run_counts(self, run_id: str) -> dict[str, int]:
         """Workload key -> records one run measured (what a resumed run has done)."""
         rows = self._connection().execute(
             "SELECT w.key, COUNT(*) FROM records r JOIN workloads w ON w.id = r.workload_id "
-            "WHERE r.run_id = ? GROUP BY r.workload_id", (run_id,))
+            "WHERE r.run_id = ? GROUP BY r.workload_id",
+            (run_id,),
+        )
         return dict(rows.fetchall())
 
     def has_run(self, run_id: str) -> bool:
@@ -245,8 +272,7 @@ class RecordStore:
             from simpletvm.store import file_lock
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
-                                         isolation_level=None)
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             # switching a new file to WAL answers "database is locked" at once, without
             # the busy timeout, when another process does the same: set up one at a time
             with file_lock(self.path):
@@ -258,7 +284,6 @@ class RecordStore:
             connection.execute("PRAGMA synchronous = NORMAL")
             local.connection, local.pid = connection, os.getpid()
         return local.connection
-
 
 
 class RecordBuffer(RecordStore):
@@ -278,8 +303,14 @@ class RecordBuffer(RecordStore):
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["path"])
 
-    def add(self, workload_key: str, workload_json: Any, records: Iterable[list],
-            run_id: str | None = None, remeasured: bool = False) -> int:
+    def add(
+        self,
+        workload_key: str,
+        workload_json: Any,
+        records: Iterable[list],
+        run_id: str | None = None,
+        remeasured: bool = False,
+    ) -> int:
         records = list(records)
         self._pending.append((workload_key, workload_json, records, run_id, remeasured))
         if self._own is None:
@@ -307,8 +338,15 @@ class RecordBuffer(RecordStore):
             shutil.rmtree(self._own.path.parent, ignore_errors=True)
             self._own = None
 
-    def top(self, workload_key: str, target: str, limit: int, *,
-            run_id: str | None = None, best_only: bool = False) -> list[list]:
+    def top(
+        self,
+        workload_key: str,
+        target: str,
+        limit: int,
+        *,
+        run_id: str | None = None,
+        best_only: bool = False,
+    ) -> list[list]:
         found = super().top(workload_key, target, limit, run_id=run_id, best_only=best_only)
         if run_id is None or self._own is None:
             return found
@@ -324,8 +362,9 @@ class RecordBuffer(RecordStore):
     def has_run(self, run_id: str) -> bool:
         return super().has_run(run_id) or (self._own is not None and self._own.has_run(run_id))
 
-    def count(self, *, run_id: str | None = None, target: str | None = None,
-              best_only: bool = False) -> int:
+    def count(
+        self, *, run_id: str | None = None, target: str | None = None, best_only: bool = False
+    ) -> int:
         """The store's count, or for the run's own records the copy's when it has more
         (those not drained, or on a machine whose store never gets them)."""
         found = super().count(run_id=run_id, target=target, best_only=best_only)
@@ -334,8 +373,11 @@ class RecordBuffer(RecordStore):
         return max(found, self._own.count(run_id=run_id, target=target))
 
 
-def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str | None, float]],
-           workloads: dict[str, Any]) -> int:
+def insert(
+    connection: sqlite3.Connection,
+    rows: Iterable[tuple[str, list, str | None, float]],
+    workloads: dict[str, Any],
+) -> int:
     """Insert ``(workload key, record JSON, run id, time)`` rows inside the caller's
     transaction and keep ``best`` current; ``workloads`` holds the JSON of workloads the
     database may not know yet. Returns how many records were new."""
@@ -353,16 +395,19 @@ def insert(connection: sqlite3.Connection, rows: Iterable[tuple[str, list, str |
         cursor = connection.execute(
             "INSERT INTO records (workload_id, target_key, latency_s, run_id, time, identity,"
             " json) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (identity) DO NOTHING",
-            (ids[key], target, latency, run_id, at, identity, text))
+            (ids[key], target, latency, run_id, at, identity, text),
+        )
         if cursor.rowcount == 1:
             connection.execute(_UPDATE_BEST, (ids[key], target, cursor.lastrowid, latency))
             added += 1
     return added
 
 
-def replace_measurements(connection: sqlite3.Connection,
-                         rows: Iterable[tuple[str, list, str | None, float]],
-                         workloads: dict[str, Any]) -> int:
+def replace_measurements(
+    connection: sqlite3.Connection,
+    rows: Iterable[tuple[str, list, str | None, float]],
+    workloads: dict[str, Any],
+) -> int:
     """Like :func:`insert`, for new measurements of records the rows' runs added: each
     replaces the latency, JSON and identity of the run's row with the same trace and
     target, and the workload's best is recomputed (a measurement may have risen). A
@@ -375,17 +420,27 @@ def replace_measurements(connection: sqlite3.Connection,
         workload_id = _workload_id(connection, key, workloads.get(key))
         target = target_key(record[2])
         trace = canonical_json(record[0])
-        earlier = next((row_id for row_id, text in connection.execute(
-            "SELECT id, json FROM records WHERE workload_id = ? AND target_key = ? "
-            "AND run_id IS ?", (workload_id, target, run_id))
-            if canonical_json(json.loads(text)[0]) == trace), None)
+        earlier = next(
+            (
+                row_id
+                for row_id, text in connection.execute(
+                    "SELECT id, json FROM records WHERE workload_id = ? AND target_key = ? "
+                    "AND run_id IS ?",
+                    (workload_id, target, run_id),
+                )
+                if canonical_json(json.loads(text)[0]) == trace
+            ),
+            None,
+        )
         if earlier is None:
             added += insert(connection, [(key, record, run_id, at)], workloads)
             continue
         text = canonical_json(record)
         connection.execute(
             "UPDATE OR IGNORE records SET latency_s = ?, json = ?, identity = ?, time = ? "
-            "WHERE id = ?", (latency, text, _identity(key, run_id, text), at, earlier))
+            "WHERE id = ?",
+            (latency, text, _identity(key, run_id, text), at, earlier),
+        )
         connection.execute(_RECOMPUTE_BEST, (workload_id, target))
     return added
 
@@ -405,12 +460,13 @@ def _scope_identities_by_run(connection: sqlite3.Connection) -> None:
     try:
         rows = connection.execute(
             "SELECT r.id, w.key, r.run_id, r.json FROM records r JOIN workloads w "
-            "ON w.id = r.workload_id WHERE r.run_id IS NOT NULL").fetchall()
-        connection.executemany("UPDATE records SET identity = ? WHERE id = ?",
-                               [(_identity(key, run_id, text), row_id)
-                                for row_id, key, run_id, text in rows])
-        connection.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
-                           (IDENTITIES, "by run"))
+            "ON w.id = r.workload_id WHERE r.run_id IS NOT NULL"
+        ).fetchall()
+        connection.executemany(
+            "UPDATE records SET identity = ? WHERE id = ?",
+            [(_identity(key, run_id, text), row_id) for row_id, key, run_id, text in rows],
+        )
+        connection.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (IDENTITIES, "by run"))
     except BaseException:
         connection.execute("ROLLBACK")
         raise
@@ -423,5 +479,6 @@ def _workload_id(connection: sqlite3.Connection, key: str, workload_json: Any) -
         return row[0]
     if workload_json is None:
         raise KeyError(f"workload {key} is not in the record store and no JSON was given")
-    return connection.execute("INSERT INTO workloads (key, json) VALUES (?, ?)",
-                              (key, canonical_json(workload_json))).lastrowid
+    return connection.execute(
+        "INSERT INTO workloads (key, json) VALUES (?, ?)", (key, canonical_json(workload_json))
+    ).lastrowid

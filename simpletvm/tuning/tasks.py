@@ -44,8 +44,11 @@ class TaskProgress:
         self.history.append(self.best_latency_s)
 
 
-def next_task(progress: Sequence[TaskProgress], order: str = "gradient",
-              handicap: Mapping[int, float] | None = None) -> int | None:
+def next_task(
+    progress: Sequence[TaskProgress],
+    order: str = "gradient",
+    handicap: Mapping[int, float] | None = None,
+) -> int | None:
     """Index of the task to measure next, or None when every task is done.
 
     ``handicap``: seconds a task's gain must exceed before it lowers the model's
@@ -60,8 +63,9 @@ def next_task(progress: Sequence[TaskProgress], order: str = "gradient",
     if unmeasured:
         return unmeasured[0]
     handicap = handicap or {}
-    return max(alive, key=lambda index: (
-        expected_gain(progress[index]) - handicap.get(index, 0.0), -index))
+    return max(
+        alive, key=lambda index: (expected_gain(progress[index]) - handicap.get(index, 0.0), -index)
+    )
 
 
 def expected_gain(task: TaskProgress) -> float:

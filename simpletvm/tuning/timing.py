@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from contextlib import suppress
-from functools import lru_cache, partial
+from functools import cache, lru_cache, partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from simpletvm._process.scratch import scratch_directory
 
@@ -97,19 +98,29 @@ def planned_activation_bytes(mod) -> int:
     from tvm import relax
     from tvm.tirx import IntImm
 
-    if not any(gv.name_hint == "main" and isinstance(function, relax.Function)
-               for gv, function in mod.functions.items()):
+    if not any(
+        gv.name_hint == "main" and isinstance(function, relax.Function)
+        for gv, function in mod.functions.items()
+    ):
         return 0
-    planned = tvm.transform.Sequential([
-        relax.transform.LegalizeOps(), relax.transform.RewriteDataflowReshape(),
-        relax.transform.ToNonDataflow(), relax.transform.RemovePurityChecking(),
-        relax.transform.CallTIRRewrite(), relax.transform.StaticPlanBlockMemory(),
-    ])(mod)
+    planned = tvm.transform.Sequential(
+        [
+            relax.transform.LegalizeOps(),
+            relax.transform.RewriteDataflowReshape(),
+            relax.transform.ToNonDataflow(),
+            relax.transform.RemovePurityChecking(),
+            relax.transform.CallTIRRewrite(),
+            relax.transform.StaticPlanBlockMemory(),
+        ]
+    )(mod)
     sizes: list[int] = []
 
     def visit(node) -> None:
-        if (isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op)
-                and node.op.name == "relax.memory.alloc_storage"):
+        if (
+            isinstance(node, relax.Call)
+            and isinstance(node.op, tvm.ir.Op)
+            and node.op.name == "relax.memory.alloc_storage"
+        ):
             size = node.args[0].values[0]
             if isinstance(size, IntImm):
                 sizes.append(int(size))
@@ -151,8 +162,11 @@ def evaluator_config(options, mode: str):
     from tvm.s_tir import meta_schedule as ms
 
     return ms.runner.EvaluatorConfig(
-        number=options.number, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms,
-        enable_cpu_cache_flush=mode == "memory")
+        number=options.number,
+        repeat=options.repeat,
+        min_repeat_ms=options.min_repeat_ms,
+        enable_cpu_cache_flush=mode == "memory",
+    )
 
 
 def run_evaluator(mode: str, model_bytes: int = 0) -> Callable:
@@ -218,8 +232,7 @@ def preprocessor(mode: str, model_bytes: int = 0) -> str:
     return _register_eviction(mode, model_bytes if mode == "model" else 0)
 
 
-def eviction_bytes(mode: str, model_bytes: int, cache_sizes: dict[int, int],
-                   threads: int) -> int:
+def eviction_bytes(mode: str, model_bytes: int, cache_sizes: dict[int, int], threads: int) -> int:
     """Bytes of each of the two buffers every thread of the pool streams before a run
     (one read, one written): a core's L2 (``"l3"``), the L3 over the threads
     (``"memory"``), or the model's own traffic (``"model"``) between those two."""
@@ -231,8 +244,7 @@ def eviction_bytes(mode: str, model_bytes: int, cache_sizes: dict[int, int],
     return min(max(model_bytes, 2 * l2 * threads), 2 * l3) // (2 * threads)
 
 
-def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
-                                ) -> list[float]:
+def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """Times like MetaSchedule's evaluator (the arguments flushed, or the caches left
     alone, as configured), the kernel on the model's pool (runs in the local runner's
     worker process)."""
@@ -240,16 +252,17 @@ def run_evaluator_as_configured(rt_mod, device, evaluator_config, repeated_args
     return _timed_runs(rt_mod, device, evaluator_config, repeated_args, flush)
 
 
-def run_evaluator_evicting(mode: str, model_bytes: int, rt_mod, device, evaluator_config,
-                           repeated_args) -> list[float]:
+def run_evaluator_evicting(
+    mode: str, model_bytes: int, rt_mod, device, evaluator_config, repeated_args
+) -> list[float]:
     """Times like MetaSchedule's evaluator, with the caches set by ``mode``'s preprocessor
     before each run (runs in the local runner's worker process)."""
-    return _timed_runs(rt_mod, device, evaluator_config, repeated_args,
-                       preprocessor(mode, model_bytes))
+    return _timed_runs(
+        rt_mod, device, evaluator_config, repeated_args, preprocessor(mode, model_bytes)
+    )
 
 
-def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
-                ) -> list[float]:
+def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str) -> list[float]:
     """``repeat`` timings per argument set, after WARMUP_RUNS timed runs that are dropped.
 
     A freshly loaded candidate takes a few runs to reach the pace it keeps: its first run
@@ -259,9 +272,13 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
     registered before, too)."""
     _kernels_on_pool()
     evaluator = rt_mod.time_evaluator(
-        func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number,
+        func_name=rt_mod.entry_name,
+        dev=device,
+        number=evaluator_config.number,
         repeat=evaluator_config.repeat + WARMUP_RUNS,
-        min_repeat_ms=evaluator_config.min_repeat_ms, f_preproc=preprocess)
+        min_repeat_ms=evaluator_config.min_repeat_ms,
+        f_preproc=preprocess,
+    )
     costs: list[float] = []
     for args in repeated_args:
         device.sync()
@@ -269,7 +286,7 @@ def _timed_runs(rt_mod, device, evaluator_config, repeated_args, preprocess: str
     return costs
 
 
-@lru_cache(maxsize=None)
+@cache
 def _register_eviction(mode: str, model_bytes: int) -> str:
     """Register the preprocessor of ``mode`` (:func:`preprocessor`): a parallel kernel on
     the runtime's own threads (the ones the timed kernel runs on) reads one buffer and
@@ -283,7 +300,8 @@ def _register_eviction(mode: str, model_bytes: int) -> str:
     threads = _runtime_threads()
     thread_bytes = eviction_bytes(mode, model_bytes, cache_bytes(), threads)
     name = {"l3": EVICT_PRIVATE_CACHES, "memory": EVICT_ALL_CACHES}.get(
-        mode, f"{EVICT_MODEL_FOOTPRINT}_{model_bytes}")
+        mode, f"{EVICT_MODEL_FOOTPRINT}_{model_bytes}"
+    )
     evict, buffers = _eviction_kernel(threads, thread_bytes)
 
     def preprocess(*args: Any) -> None:
@@ -302,8 +320,7 @@ def activations(args: tuple) -> list:
     if not args:
         return []
     output_shape = tuple(args[-1].shape)
-    return [args[0]] + [tensor for tensor in args[1:]
-                        if tuple(tensor.shape) == output_shape]
+    return [args[0]] + [tensor for tensor in args[1:] if tuple(tensor.shape) == output_shape]
 
 
 def _eviction_kernel(threads: int, thread_bytes: int):

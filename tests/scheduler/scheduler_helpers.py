@@ -18,7 +18,8 @@ def by_job(trace: Trace) -> dict[str, list[StageRecord]]:
 def find(trace: Trace, job: str, stage: str, iteration: int = 0, task: int = 0) -> StageRecord:
     """The one record of ``job``'s ``stage`` in (task, iteration)."""
     (record,) = [
-        r for r in trace.records
+        r
+        for r in trace.records
         if r.job == job and r.stage == stage and r.iteration == iteration and r.task == task
     ]
     return record

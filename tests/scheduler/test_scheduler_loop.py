@@ -204,3 +204,28 @@ def test_a_waiting_scheduler_acts_on_a_signal_another_thread_received() -> None:
         sender.join()
         ends.cancel()
         signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_serving_loop_waits_idle_for_jobs_and_ends_on_stop() -> None:
+    import threading
+    import time
+
+    ended: list[str] = []
+    with threads() as scheduler:
+        result: dict = {}
+        loop = threading.Thread(target=lambda: result.update(
+            trace=scheduler.run(on_job_end=lambda job_id, _: ended.append(job_id), serve=True)))
+        loop.start()
+        scheduler.submit(MockJob("first", tasks=1, iterations=1, durations=0.0005))
+        deadline = time.time() + 10
+        while "first" not in ended and time.time() < deadline:
+            time.sleep(0.01)
+        assert ended == ["first"] and loop.is_alive()  # idle, not returned
+        time.sleep(0.3)  # idle for a while, then a job arrives live
+        scheduler.submit(MockJob("later", tasks=1, iterations=2, durations=0.0005))
+        while "later" not in ended and time.time() < deadline:
+            time.sleep(0.01)
+        scheduler.stop()
+        loop.join(10)
+    assert not loop.is_alive() and ended == ["first", "later"]
+    assert set(result["trace"].jobs) == {"first", "later"} and result["trace"].failed == {}

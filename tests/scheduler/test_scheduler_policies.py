@@ -23,7 +23,9 @@ def test_round_robin_gives_each_free_resource_the_longest_waiting_job() -> None:
         state.add_job(job, PROFILE)
     state.add_job("d", SELECT)
     assert RoundRobin().decide(state) == [
-        Start("a", PROFILE, "gpu0"), Start("b", PROFILE, "gpu1"), Start("d", SELECT, "client"),
+        Start("a", PROFILE, "gpu0"),
+        Start("b", PROFILE, "gpu1"),
+        Start("d", SELECT, "client"),
     ]
 
 
@@ -76,7 +78,11 @@ def test_synchronous_waits_for_the_whole_batch_then_oversubscribes_one_device() 
     state.finish("b", PROFILE)
     state.finish("c", PROFILE)
     starts = policy.decide(state)
-    assert [(s.job_id, s.resource_name) for s in starts] == [("a", "gpu0"), ("b", "gpu0"), ("c", "gpu0")]
+    assert [(s.job_id, s.resource_name) for s in starts] == [
+        ("a", "gpu0"),
+        ("b", "gpu0"),
+        ("c", "gpu0"),
+    ]
     assert not Synchronous.exclusive
 
 
@@ -154,8 +160,11 @@ def test_get_policy_accepts_names_and_objects() -> None:
 
 
 def test_unknown_policy_name_lists_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown policy 'fifo'; valid names: predictive, round-robin, "
-                                         r"sequential, synchronous"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown policy 'fifo'; valid names: predictive, round-robin, "
+        r"sequential, synchronous",
+    ):
         get_policy("fifo")
     with pytest.raises(ValueError, match="unknown policy"):
         Scheduler([client()], policy="fifo", backend="threads")

@@ -37,9 +37,9 @@ def candidate(tmp_path_factory):
     add_one = te.create_prim_func([a, te.compute((64,), lambda i: a[i] + 1.0, name="b")])
 
     path = tmp_path_factory.mktemp("candidate") / "candidate.tar"
-    tvm.compile(tvm.IRModule({"main": add_one.with_attr("global_symbol", "main")}),
-                target="llvm").export_library(
-        str(path), fcompile=tar)
+    tvm.compile(
+        tvm.IRModule({"main": add_one.with_attr("global_symbol", "main")}), target="llvm"
+    ).export_library(str(path), fcompile=tar)
     return path, ArgInfo.from_prim_func(add_one)
 
 
@@ -47,9 +47,14 @@ def rpc_runner(tracker, key: str):
     from tvm.s_tir import meta_schedule as ms
 
     return ms.runner.RPCRunner(
-        rpc_config=ms.runner.RPCConfig(tracker_host=tracker[0], tracker_port=tracker[1],
-                                       tracker_key=key, session_timeout_sec=30),
-        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=0))
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=tracker[0],
+            tracker_port=tracker[1],
+            tracker_key=key,
+            session_timeout_sec=30,
+        ),
+        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=0),
+    )
 
 
 class ProfilingJob(Job):
@@ -86,10 +91,10 @@ class ProfilingJob(Job):
         return StageResult()
 
 
-def test_each_profile_runs_on_the_server_of_the_device_it_was_granted(boards, candidate,
-                                                                      tmp_path):
-    jobs = [ProfilingJob(f"job{i}", boards.address, candidate, tmp_path, stages=3)
-            for i in range(2)]
+def test_each_profile_runs_on_the_server_of_the_device_it_was_granted(boards, candidate, tmp_path):
+    jobs = [
+        ProfilingJob(f"job{i}", boards.address, candidate, tmp_path, stages=3) for i in range(2)
+    ]
     with Scheduler([client(), *rpc_devices(KIND, 2)], "round-robin", "threads") as scheduler:
         for job in jobs:
             scheduler.submit(job)
@@ -123,8 +128,9 @@ def test_a_granted_device_whose_server_died_is_a_clear_error(boards, candidate, 
     (record,) = trace.records
     assert record.resource == "board.1" and record.status == StageStatus.ERROR
     host, port = boards.address
-    assert (f"no RPC server with device key 'board.1' is registered at {host}:{port}"
-            in record.error), record.error
+    assert (
+        f"no RPC server with device key 'board.1' is registered at {host}:{port}" in record.error
+    ), record.error
     assert f"--tracker {host}:{port} --key board.1" in record.error
     with pytest.raises(SimpleTVMError, match="'board.1'"):
         job.runner.require_device()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from scheduler_helpers import THESIS, by_job, find
 
 from scheduler import FailureCause, Resource, client, devices
 from scheduler.simulate import simulate
 from scheduler.testing import MockJob
 from scheduler.trace import Trace
-
-from scheduler_helpers import THESIS, by_job, find
 
 EXCLUSIVE_POLICIES = ("round-robin", "sequential", "predictive")
 
@@ -45,11 +44,22 @@ def random_jobs(rng: random.Random) -> tuple[list[MockJob], list[Resource], dict
     for i in range(rng.randint(1, 7)):
         durations = {kind: rng.choice([0.0, rng.uniform(0.1, 50.0)]) for kind in THESIS}
         key = rng.choice(["gpu", "gpu", "arm"])
-        jobs.append(MockJob(f"j{i}", tasks=rng.randint(1, 2), iterations=rng.randint(1, 4),
-                            durations=durations, resources={"profile": f"device:{key}"}))
+        jobs.append(
+            MockJob(
+                f"j{i}",
+                tasks=rng.randint(1, 2),
+                iterations=rng.randint(1, 4),
+                durations=durations,
+                resources={"profile": f"device:{key}"},
+            )
+        )
         if rng.random() < 0.3:
             arrivals[f"j{i}"] = rng.uniform(0, 200)
-    resources = [client(capacity=rng.randint(1, 2)), *devices("gpu", rng.randint(1, 3)), *devices("arm", 1)]
+    resources = [
+        client(capacity=rng.randint(1, 2)),
+        *devices("gpu", rng.randint(1, 3)),
+        *devices("arm", 1),
+    ]
     return jobs, resources, arrivals
 
 
@@ -60,8 +70,10 @@ def check_exclusive_run(trace: Trace, jobs: list[MockJob]) -> None:
     for records in by_job(trace).values():  # a job's stages run one after another
         assert all(a.end <= b.start for a, b in zip(records, records[1:]))
     for resource in trace.resources:  # never more stages than capacity
-        events = sorted([(r.start, 1) for r in trace.records if r.resource == resource.name]
-                        + [(r.end, -1) for r in trace.records if r.resource == resource.name])
+        events = sorted(
+            [(r.start, 1) for r in trace.records if r.resource == resource.name]
+            + [(r.end, -1) for r in trace.records if r.resource == resource.name]
+        )
         level = 0
         for _, step in events:
             level += step
@@ -83,7 +95,11 @@ def test_several_devices_of_one_key_are_all_used() -> None:
     jobs = [MockJob(f"j{i}", iterations=3, durations=THESIS) for i in range(6)]
     trace = simulate(jobs, [client(capacity=4), *devices("default", 3)], "round-robin")
     check_exclusive_run(trace, jobs)
-    assert {r.resource for r in trace.records if r.stage == "profile"} == {"default0", "default1", "default2"}
+    assert {r.resource for r in trace.records if r.stage == "profile"} == {
+        "default0",
+        "default1",
+        "default2",
+    }
 
 
 def test_synchronous_overlaps_on_purpose_and_says_so() -> None:
@@ -100,8 +116,11 @@ def test_synchronous_overlaps_on_purpose_and_says_so() -> None:
 
 def test_sequential_reproduces_the_single_job_idle_fractions() -> None:
     """Thesis 3.4.1 measured 45% client and 55% device idle time; the stage means give 43%/57%."""
-    trace = simulate([MockJob("resnet18", tasks=12, iterations=5, durations=THESIS)],
-                     [client(), *devices()], "sequential")
+    trace = simulate(
+        [MockJob("resnet18", tasks=12, iterations=5, durations=THESIS)],
+        [client(), *devices()],
+        "sequential",
+    )
     utilization = trace.utilization()
     client_idle, device_idle = 1 - utilization["client"], 1 - utilization["default0"]
     assert client_idle == pytest.approx(39.5 / 91.8)
@@ -153,7 +172,9 @@ def test_a_job_arriving_mid_run_joins_the_interleaving() -> None:
     check_exclusive_run(trace, jobs)
     late = by_job(trace)["late"]
     assert late[0].start >= 100.0
-    assert late[0].start < max(r.end for r in trace.records if r.job != "late")  # others still running
+    assert late[0].start < max(
+        r.end for r in trace.records if r.job != "late"
+    )  # others still running
     assert trace.jobs["late"].arrived == 100.0
 
 
@@ -162,15 +183,22 @@ def test_a_stage_that_raises_fails_only_its_job() -> None:
     jobs[1].fail_at = {(0, 1, "build")}
     trace = simulate(jobs, [client(), *devices()], "round-robin")
     assert list(trace.failed) == ["j1"]
-    assert "build on client: RuntimeError: injected failure in build of task 0 iteration 1" in trace.failed["j1"]
+    assert (
+        "build on client: RuntimeError: injected failure in build of task 0 iteration 1"
+        in trace.failed["j1"]
+    )
     assert [r.status for r in trace.records if r.status != "ok"] == ["error"]
     assert {j for j, o in trace.jobs.items() if o.status == "done"} == {"j0", "j2"}
     assert not [r for r in trace.records if r.job == "j1" and r.start > trace.jobs["j1"].finished]
 
 
 def test_a_dead_device_is_taken_out_of_rotation() -> None:
-    jobs = [MockJob(f"j{i}", iterations=3, durations=THESIS, fail_on={"default0"}) for i in range(6)]
-    trace = simulate(jobs, [client(), *devices("default", 2)], "round-robin", max_consecutive_failures=2)
+    jobs = [
+        MockJob(f"j{i}", iterations=3, durations=THESIS, fail_on={"default0"}) for i in range(6)
+    ]
+    trace = simulate(
+        jobs, [client(), *devices("default", 2)], "round-robin", max_consecutive_failures=2
+    )
     assert trace.retired == {"default0": "2 consecutive failed stages"}
     assert len(trace.failed) == 2 and all("default0 is down" in e for e in trace.failed.values())
     failed_on_dead = [r for r in trace.records if r.resource == "default0"]
@@ -195,5 +223,9 @@ def test_a_job_needing_an_unknown_role_fails_and_the_rest_run() -> None:
     assert "no resource in rotation for 'device:tpu'" in trace.failed["tpu"]
     assert trace.jobs["gpu"].status == "done"
     failure = trace.jobs["tpu"].failure
-    assert (failure.stage, failure.resource, failure.cause) == ("profile", None, FailureCause.RESOURCE)
+    assert (failure.stage, failure.resource, failure.cause) == (
+        "profile",
+        None,
+        FailureCause.RESOURCE,
+    )
     assert str(failure) == failure.message == trace.failed["tpu"]

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from scheduler_helpers import THESIS
 
 from scheduler import Failure, FailureCause, client, device, devices
 from scheduler.simulate import simulate
 from scheduler.testing import FakeClock, MockJob
 from scheduler.trace import StageRecord, Trace
-
-from scheduler_helpers import THESIS
 
 
 def small_trace() -> Trace:
@@ -44,8 +43,10 @@ def test_a_trace_json_written_before_failures_had_fields_still_loads(tmp_path: P
     data = trace.to_dict()
     for outcome in data["jobs"].values():  # the earlier shape: a one-line error and a cause
         failure = outcome.pop("failure")
-        outcome.update(error=str(Failure(**failure)) if failure else "",
-                       cause=failure["cause"] if failure else None)
+        outcome.update(
+            error=str(Failure(**failure)) if failure else "",
+            cause=failure["cause"] if failure else None,
+        )
     (tmp_path / "old.json").write_text(json.dumps(data))
     loaded = Trace.from_json(tmp_path / "old.json")
     assert loaded.records == trace.records and loaded.failed == trace.failed
@@ -59,16 +60,21 @@ def test_gantt_png_is_written(tmp_path: Path) -> None:
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
 
 
-def record(job: str, resource: str, start: float, end: float, role: str = "device:gpu") -> StageRecord:
+def record(
+    job: str, resource: str, start: float, end: float, role: str = "device:gpu"
+) -> StageRecord:
     return StageRecord(job, 0, 0, "profile", resource, role, start, end)
 
 
 def test_overlaps_find_concurrent_profiles_on_one_device_only() -> None:
     trace = Trace(
         records=[
-            record("a", "gpu0", 0, 10), record("b", "gpu0", 10, 20),  # back to back: fine
-            record("c", "gpu1", 0, 10), record("d", "gpu1", 5, 6),  # overlap
-            record("e", "client", 0, 10, "client"), record("f", "client", 0, 10, "client"),
+            record("a", "gpu0", 0, 10),
+            record("b", "gpu0", 10, 20),  # back to back: fine
+            record("c", "gpu1", 0, 10),
+            record("d", "gpu1", 5, 6),  # overlap
+            record("e", "client", 0, 10, "client"),
+            record("f", "client", 0, 10, "client"),
         ],
         resources=[device("gpu0", "gpu"), device("gpu1", "gpu"), client(capacity=2)],
     )
@@ -79,13 +85,18 @@ def test_overlaps_find_concurrent_profiles_on_one_device_only() -> None:
 def test_utilization_counts_time_busy_up_to_capacity() -> None:
     trace = Trace(
         records=[
-            record("a", "gpu0", 0, 10), record("b", "gpu0", 5, 15), record("c", "gpu0", 30, 40),
-            record("e", "client", 0, 20, "client"), record("f", "client", 10, 40, "client"),
+            record("a", "gpu0", 0, 10),
+            record("b", "gpu0", 5, 15),
+            record("c", "gpu0", 30, 40),
+            record("e", "client", 0, 20, "client"),
+            record("f", "client", 10, 40, "client"),
         ],
         resources=[device("gpu0", "gpu"), client(capacity=2)],
     )
     assert trace.makespan == 40
-    assert trace.utilization() == pytest.approx({"gpu0": 25 / 40, "client": (10 + 2 * 10 + 20) / 2 / 40})
+    assert trace.utilization() == pytest.approx(
+        {"gpu0": 25 / 40, "client": (10 + 2 * 10 + 20) / 2 / 40}
+    )
 
 
 def test_fake_clock_moves_only_forward_and_only_when_told() -> None:

@@ -13,8 +13,15 @@ from simpletvm.testing import tiny_cnn_onnx
 # real TuningJobs tune the tiny model
 pytestmark = pytest.mark.slow
 
-FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
-        "transfer_learning": False, "remeasure": 0}  # the closing round: test_tuning*.py
+FAST = {
+    "trials": 4,
+    "candidates_per_iteration": 4,
+    "population": 32,
+    "genetic_iterations": 1,
+    "seed": 0,
+    "transfer_learning": False,
+    "remeasure": 0,
+}  # the closing round: test_tuning*.py
 
 
 def test_two_tuning_jobs_interleave_and_profile_on_the_server_of_the_granted_board(tmp_path):
@@ -26,8 +33,18 @@ def test_two_tuning_jobs_interleave_and_profile_on_the_server_of_the_granted_boa
     model = str(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
     store = str(tmp_path / "store")
     with LocalRPC(["boards"], servers=2, key_per_server=True, log_dir=tmp_path / "rpc") as rpc:
-        specs = [TuningJobSpec(f"job{i}", model, rpc.address, "boards", store=store,
-                               run_id=f"{i}" * 32, tuning=FAST) for i in range(2)]
+        specs = [
+            TuningJobSpec(
+                f"job{i}",
+                model,
+                rpc.address,
+                "boards",
+                store=store,
+                run_id=f"{i}" * 32,
+                tuning=FAST,
+            )
+            for i in range(2)
+        ]
         with Scheduler([client(), *rpc_devices("boards", 2)], policy="round-robin") as scheduler:
             for spec in specs:
                 scheduler.submit(spec)
@@ -43,15 +60,22 @@ def test_two_tuning_jobs_interleave_and_profile_on_the_server_of_the_granted_boa
     for spec in specs:
         kinds = [r.stage for r in trace.records if r.job == spec.job_id]
         assert kinds[:4] == ["select", "build", "profile", "update"]
-        context = json.loads((tmp_path / "store" / "runs" / spec.run_id / "context.json")
-                             .read_text())
+        context = json.loads(
+            (tmp_path / "store" / "runs" / spec.run_id / "context.json").read_text()
+        )
         assert context["tuning"]["trials"] >= 5 and context["tuning"]["errors"] == 0
-        candidates.update({(spec.job_id, s["task"], s["iteration"]): s["candidates"]
-                           for s in context["stages"] if s["stage"] == "profile"})
+        candidates.update(
+            {
+                (spec.job_id, s["task"], s["iteration"]): s["candidates"]
+                for s in context["stages"]
+                if s["stage"] == "profile"
+            }
+        )
     # one RPC session per candidate, and one for the stage's warm-up (its first
     # candidate timed twice), on the server of the board each stage was granted
     for board in ("boards.0", "boards.1"):
         sessions = (tmp_path / "rpc" / f"{board}.log").read_text().count("connected from")
-        measured = [candidates[(r.job, r.task, r.iteration)] for r in profiles
-                    if r.resource == board]
+        measured = [
+            candidates[(r.job, r.task, r.iteration)] for r in profiles if r.resource == board
+        ]
         assert sessions == sum(count + 1 for count in measured if count) > 0

@@ -50,9 +50,13 @@ def image():
 def check_verdict():
     """Assert that a printed "tuning made it ..." verdict agrees with the untuned and tuned
     latencies printed beside it: its factor is the one they give, its word their direction."""
+
     def check(text: str, untuned_ms: float, tuned_ms: float) -> None:
-        found = re.search(r"tuning made it (?:([\d.]+)x (faster|slower) than|as fast as) "
-                          r"untuned", text)
+        found = re.search(
+            r"tuning made it (?:([\d.]+)x (faster|slower) than|as fast as) "
+            r"untuned",
+            text,
+        )
         assert found, text
         factor = f"{max(untuned_ms, tuned_ms) / min(untuned_ms, tuned_ms):.2f}"
         if factor == "1.00":
@@ -60,4 +64,5 @@ def check_verdict():
             return
         direction = "faster" if tuned_ms < untuned_ms else "slower"
         assert found.groups() == (factor, direction), (found.group(0), untuned_ms, tuned_ms)
+
     return check

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-
 from simpletvm.testing import tiny_cnn_onnx as make_tiny_cnn_onnx  # noqa: F401 - shared
 
 
-def make_residual_pad_block_keras(size: int = 16, channels: int = 16, out_channels: int = 24,
-                                  seed: int = 0):
+def make_residual_pad_block_keras(
+    size: int = 16, channels: int = 16, out_channels: int = 24, seed: int = 0
+):
     """A BlazeFace-style block whose shortcut is padded to more channels, then a head:
     ``relu(conv1x1(depthwise3x3(x)) + pad_channels(x))`` -> conv1x1.
 
@@ -24,7 +24,8 @@ def make_residual_pad_block_keras(size: int = 16, channels: int = 16, out_channe
     h = keras.layers.Conv2D(out_channels, 1)(h)
     shortcut = keras.layers.Lambda(
         lambda t: tf.pad(t, [[0, 0], [0, 0], [0, 0], [0, out_channels - channels]]),
-        name="pad_channels")(inputs)
+        name="pad_channels",
+    )(inputs)
     h = keras.layers.ReLU()(keras.layers.Add()([h, shortcut]))
     outputs = keras.layers.Conv2D(8, 1, name="head")(h)
     return keras.Model(inputs, outputs)

@@ -20,15 +20,25 @@ def candidates(tiny_onnx):
     load_tensor_intrinsics(target.kind)
     model = import_model(tiny_onnx)
     task = max(extract_tasks(fuse(model.mod, target), target), key=lambda t: t.weight)
-    context = ms.TuneContext(mod=task.dispatched[0], target=target.tvm_target(),
-                             space_generator="post-order-apply",
-                             search_strategy=ms.search_strategy.ReplayTrace(),
-                             task_name=task.task_name, rand_state=0, num_threads=1)
-    context.pre_tuning(max_trials=2, num_trials_per_iter=2,
-                       database=ms.database.MemoryDatabase(),
-                       cost_model=ms.cost_model.RandomModel())
-    return [ms.builder.BuilderInput(c.sch.mod, target.tvm_target())
-            for c in context.search_strategy.generate_measure_candidates()]
+    context = ms.TuneContext(
+        mod=task.dispatched[0],
+        target=target.tvm_target(),
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(),
+        task_name=task.task_name,
+        rand_state=0,
+        num_threads=1,
+    )
+    context.pre_tuning(
+        max_trials=2,
+        num_trials_per_iter=2,
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+    )
+    return [
+        ms.builder.BuilderInput(c.sch.mod, target.tvm_target())
+        for c in context.search_strategy.generate_measure_candidates()
+    ]
 
 
 @pytest.mark.slow

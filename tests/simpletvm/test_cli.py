@@ -51,20 +51,30 @@ def test_compile_then_run_matches_onnxruntime(tmp_path, store, tiny_onnx, x):
     assert printed.exit_code == 0 and "output 0: shape (1, 10)" in flat(printed)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["compile", "missing.onnx", "-o", "out"], "missing.onnx' is neither an existing file"),
-    (["compile", "{onnx}", "--records", "0" * 32, "-o", "out"], "no run with that id"),
-    (["run", "{tmp}", "--input", "x.npy"], "holds no compiled module .* simpletvm compile"),
-    (["tune", "{onnx}", "--input-shape", "x:1,three"], "is not NAME:1,224,224,3"),
-    (["tune", "{onnx}", "--input-shape", "y:1,3,8,8"], "input_shapes names \\['y'\\]"),
-    (["run", "{tmp}", "-i", "x.npy", "--tracker", "127.0.0.1:1", "--device-key", "k"],
-     "cannot reach the RPC tracker at 127.0.0.1:1 .*rpc_tracker` or leave out --tracker"),
-    (["benchmark", "{onnx}", "--tracker", "tracker.lan", "--device-key", "k"],
-     "is not HOST:PORT"),
-    (["tune", "{onnx}", "--tracker", "127.0.0.1:9190"], "give --device-key KEY"),
-    (["run", "{tmp}", "-i", "x.npy", "--device-key", "k"], "needs --tracker HOST:PORT"),
-    (["quickstart", "--threads", "0"], "'--threads': Input should be greater than or equal to 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["compile", "missing.onnx", "-o", "out"], "missing.onnx' is neither an existing file"),
+        (["compile", "{onnx}", "--records", "0" * 32, "-o", "out"], "no run with that id"),
+        (["run", "{tmp}", "--input", "x.npy"], "holds no compiled module .* simpletvm compile"),
+        (["tune", "{onnx}", "--input-shape", "x:1,three"], "is not NAME:1,224,224,3"),
+        (["tune", "{onnx}", "--input-shape", "y:1,3,8,8"], "input_shapes names \\['y'\\]"),
+        (
+            ["run", "{tmp}", "-i", "x.npy", "--tracker", "127.0.0.1:1", "--device-key", "k"],
+            "cannot reach the RPC tracker at 127.0.0.1:1 .*rpc_tracker` or leave out --tracker",
+        ),
+        (
+            ["benchmark", "{onnx}", "--tracker", "tracker.lan", "--device-key", "k"],
+            "is not HOST:PORT",
+        ),
+        (["tune", "{onnx}", "--tracker", "127.0.0.1:9190"], "give --device-key KEY"),
+        (["run", "{tmp}", "-i", "x.npy", "--device-key", "k"], "needs --tracker HOST:PORT"),
+        (
+            ["quickstart", "--threads", "0"],
+            "'--threads': Input should be greater than or equal to 1",
+        ),
+    ],
+)
 def test_bad_input_exits_2_naming_the_fix(tmp_path, store, tiny_onnx, args, message):
     args = [a.format(onnx=tiny_onnx, tmp=tmp_path) for a in args]
     result = invoke(*args, "--store", store)
@@ -73,12 +83,26 @@ def test_bad_input_exits_2_naming_the_fix(tmp_path, store, tiny_onnx, args, mess
 
 
 @pytest.mark.slow
-def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onnx,
-                                                       check_verdict):
+def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onnx, check_verdict):
     done = subprocess.run(
-        [sys.executable, "-m", "simpletvm", "tune", str(tiny_onnx), "--minutes", "0.05",
-         "--seed", "0", "--store", str(store)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"})
+        [
+            sys.executable,
+            "-m",
+            "simpletvm",
+            "tune",
+            str(tiny_onnx),
+            "--minutes",
+            "0.05",
+            "--seed",
+            "0",
+            "--store",
+            str(store),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     output = " ".join(done.stdout.split())
     run_id = re.search(r"run id (\w{32})", output).group(1)
@@ -89,11 +113,17 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     progress = [line for line in lines if line.startswith(f"tuning {tiny_onnx.name}: ")]
     assert len(progress) >= 3, done.stdout
     for line in progress[:-1]:
-        assert re.fullmatch(r"tuning \S+: \d+ trials, (\d+ of \d+ tasks measured(, those sum "
-                            r"to [\d.]+ ms)?|estimate [\d.]+ ms.*?), (starting|.*(left of|over "
-                            r"the) \d+:\d\d( budget: .+)?, ETA \d\d:\d\d:\d\d)", line), line
-    assert re.fullmatch(rf"tuning \S+: {trials} trials, estimate [\d.]+ ms.*, \d+:\d\d "
-                        r"elapsed(, \d+:\d\d over the 0:03 budget: .+)?", progress[-1]), lines
+        assert re.fullmatch(
+            r"tuning \S+: \d+ trials, (\d+ of \d+ tasks measured(, those sum "
+            r"to [\d.]+ ms)?|estimate [\d.]+ ms.*?), (starting|.*(left of|over "
+            r"the) \d+:\d\d( budget: .+)?, ETA \d\d:\d\d:\d\d)",
+            line,
+        ), line
+    assert re.fullmatch(
+        rf"tuning \S+: {trials} trials, estimate [\d.]+ ms.*, \d+:\d\d "
+        r"elapsed(, \d+:\d\d over the 0:03 budget: .+)?",
+        progress[-1],
+    ), lines
     # the command to run next on one line, whatever the terminal's width
     assert f"next     simpletvm compile {tiny_onnx} --records {run_id} -o DIR" in lines
     result = invoke("benchmark", run_id, "--rounds", "2", "--calls", "5", "--store", store)
@@ -104,8 +134,9 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     check_verdict(text, *printed_medians(text, "untuned", f"tuned ({run_id})"))
 
 
-def test_an_unexpected_error_is_one_line_naming_the_runs_log(store, tiny_onnx, tmp_path,
-                                                             monkeypatch):
+def test_an_unexpected_error_is_one_line_naming_the_runs_log(
+    store, tiny_onnx, tmp_path, monkeypatch
+):
     from simpletvm.api import SimpleTVM
 
     def build(self, records="global"):  # fails outside any step: SimpleTVM's own bug
@@ -116,8 +147,11 @@ def test_an_unexpected_error_is_one_line_naming_the_runs_log(store, tiny_onnx, t
     assert result.exit_code == ExitCode.UNEXPECTED == 3, result.output
     text = flat(result)
     assert "Traceback" not in result.output and "second line" not in text
-    found = re.search(r"unexpected RuntimeError: boom inside TVM \(the full traceback is in "
-                      r"(\S+run\.log);", text)
+    found = re.search(
+        r"unexpected RuntimeError: boom inside TVM \(the full traceback is in "
+        r"(\S+run\.log);",
+        text,
+    )
     assert found, text
     log = open(found.group(1)).read()
     assert "Traceback" in log and "boom inside TVM" in log and ", in build" in log
@@ -132,28 +166,36 @@ def test_an_unexpected_error_without_a_run_is_logged_under_the_store(store, monk
     monkeypatch.setattr(RunStore, "run_ids", run_ids)
     result = invoke("runs", "--store", store)
     assert result.exit_code == ExitCode.UNEXPECTED, result.output
-    found = re.search(r"unexpected KeyError: 'no such thing' \(the full traceback is in "
-                      r"(\S+)\.log;", flat(result))
+    found = re.search(
+        r"unexpected KeyError: 'no such thing' \(the full traceback is in "
+        r"(\S+)\.log;",
+        flat(result),
+    )
     assert found, result.output
     path = found.group(1) + ".log"
     assert path.startswith(str(store / "errors")) and "Traceback" in open(path).read()
 
 
-def test_a_step_failing_on_the_model_exits_1_naming_the_step(store, tiny_onnx, tmp_path,
-                                                              monkeypatch):
+def test_a_step_failing_on_the_model_exits_1_naming_the_step(
+    store, tiny_onnx, tmp_path, monkeypatch
+):
     import simpletvm.compiler.lowering as lowering
 
     def compile_fused(*_args, **_kwargs):  # TVM gives up on the model inside the build step
         raise RuntimeError("cannot lower conv2d\nwith a second line")
 
     monkeypatch.setattr(lowering, "compile_fused", compile_fused)
-    result = invoke("compile", tiny_onnx, "--records", "none", "-o", tmp_path / "out",
-                    "--store", store)
+    result = invoke(
+        "compile", tiny_onnx, "--records", "none", "-o", tmp_path / "out", "--store", store
+    )
     assert result.exit_code == ExitCode.FAILED == 1, result.output
     text = flat(result)
     assert "Traceback" not in result.output and "second line" not in text
-    found = re.search(r"error: the build step failed on the model: RuntimeError: cannot lower "
-                      r"conv2d \(the full traceback is in (\S+run\.log)\)", text)
+    found = re.search(
+        r"error: the build step failed on the model: RuntimeError: cannot lower "
+        r"conv2d \(the full traceback is in (\S+run\.log)\)",
+        text,
+    )
     assert found, text
     assert "Traceback" in open(found.group(1)).read()
 
@@ -173,13 +215,16 @@ def test_ctrl_c_exits_130(store, monkeypatch):
 def test_the_command_honours_ctrl_c_when_started_with_sigint_ignored():
     """Background shells and test runners start programs with SIGINT ignored; the entry
     point puts Python's KeyboardInterrupt back, so `kill -INT` still stops a command."""
-    code = ("import signal, simpletvm.cli as cli; "
-            "cli.app = lambda: print(signal.getsignal(signal.SIGINT) is "
-            "signal.default_int_handler); cli.main()")
+    code = (
+        "import signal, simpletvm.cli as cli; "
+        "cli.app = lambda: print(signal.getsignal(signal.SIGINT) is "
+        "signal.default_int_handler); cli.main()"
+    )
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through fork and exec
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
     finally:
         signal.signal(signal.SIGINT, previous)
     assert done.returncode == 0, done.stderr
@@ -202,40 +247,46 @@ def test_a_sigint_handler_someone_installed_stays():
 
 
 def test_importing_the_cli_loads_neither_tvm_nor_numpy():
-    code = ("import sys, simpletvm.cli; print(sorted(m for m in sys.modules if "
-            "m.split('.')[0] in ('tvm', 'tvm_ffi', 'tensorflow', 'numpy', 'pandas', 'onnx')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys, simpletvm.cli; print(sorted(m for m in sys.modules if "
+        "m.split('.')[0] in ('tvm', 'tvm_ffi', 'tensorflow', 'numpy', 'pandas', 'onnx')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("untuned,tuned,verdict", [
-    (1.26, 1.0, "tuning made it 1.26x faster than untuned"),
-    (1.0, 1.26, "tuning made it 1.26x slower than untuned"),
-    (0.79, 1.0, "tuning made it 1.27x slower than untuned"),  # never "0.79x faster"
-    (1.0, 1.004, "tuning made it as fast as untuned"),  # 1.004x rounds to 1.00x
-    (1.0, 1.0, "tuning made it as fast as untuned"),
-])
+@pytest.mark.parametrize(
+    "untuned,tuned,verdict",
+    [
+        (1.26, 1.0, "tuning made it 1.26x faster than untuned"),
+        (1.0, 1.26, "tuning made it 1.26x slower than untuned"),
+        (0.79, 1.0, "tuning made it 1.27x slower than untuned"),  # never "0.79x faster"
+        (1.0, 1.004, "tuning made it as fast as untuned"),  # 1.004x rounds to 1.00x
+        (1.0, 1.0, "tuning made it as fast as untuned"),
+    ],
+)
 def test_the_verdict_on_tuning_is_worded_by_its_direction(untuned, tuned, verdict):
     assert tuning_verdict(untuned, tuned) == verdict
 
 
 def printed_medians(text: str, *names: str) -> list[float]:
     """The median latencies a benchmark printed for the named builds, as printed."""
-    return [float(re.search(re.escape(name) + r" ([\d.]+) ms", text).group(1))
-            for name in names]
+    return [float(re.search(re.escape(name) + r" ([\d.]+) ms", text).group(1)) for name in names]
 
 
 def test_benchmark_verdict_agrees_with_its_numbers_and_hints_print_whole(
-        store, tiny_onnx, monkeypatch, check_verdict):
+    store, tiny_onnx, monkeypatch, check_verdict
+):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # a plain install: no peer
     result = invoke("benchmark", tiny_onnx, "--rounds", "1", "--calls", "2", "--store", store)
     assert result.exit_code == 0, result.output
     text = flat(result)
     # Rich markup would take "[bench]" for a style and drop it
-    assert ("(onnxruntime is not installed, so no peer timing: pip install onnxruntime or "
-            "'simpletvm[bench]')") in text
+    assert (
+        "(onnxruntime is not installed, so no peer timing: pip install onnxruntime or "
+        "'simpletvm[bench]')"
+    ) in text
     untuned, tuned = printed_medians(text, "untuned", "tuned (global)")
     check_verdict(text, untuned, tuned)
     assert re.search(rf"untuned [\d.]+ ms {untuned / tuned:.2f}x tuned", text), text
@@ -263,13 +314,15 @@ def remote(rpc, key=KEY):
     return ["--tracker", f"{host}:{port}", "--device-key", key]
 
 
-def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x,
-                                            check_verdict):
+def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x, check_verdict):
     module = tmp_path / "module"
-    assert invoke("compile", tiny_onnx, "--records", "none", "-o", module,
-                  "--store", store).exit_code == 0
-    result = invoke("run", module, "-i", x, "-o", tmp_path / "y.npy", *remote(rpc),
-                    "--store", store)
+    assert (
+        invoke("compile", tiny_onnx, "--records", "none", "-o", module, "--store", store).exit_code
+        == 0
+    )
+    result = invoke(
+        "run", module, "-i", x, "-o", tmp_path / "y.npy", *remote(rpc), "--store", store
+    )
     assert result.exit_code == 0, result.output
     server = rpc.server_handles[0].port
     assert re.search(rf"ran on RPC server [\d.]+:{server} \(key {KEY}\)", flat(result))
@@ -277,8 +330,9 @@ def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x,
     expected = session.run(None, {"x": np.load(x)})[0]
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
 
-    result = invoke("benchmark", tiny_onnx, "--rounds", "2", "--calls", "5", *remote(rpc),
-                    "--store", store)
+    result = invoke(
+        "benchmark", tiny_onnx, "--rounds", "2", "--calls", "5", *remote(rpc), "--store", store
+    )
     assert result.exit_code == 0, result.output
     text = flat(result)
     assert re.search(rf"median of 10 runs on RPC server [\d.]+:{server} \(key {KEY}\)", text)
@@ -291,19 +345,24 @@ def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x,
 def test_a_tracker_without_a_server_of_the_key_exits_2_naming_the_fix(rpc, store, tiny_onnx):
     result = invoke("benchmark", tiny_onnx, *remote(rpc, "no-such-device"), "--store", store)
     assert result.exit_code == 2, result.output
-    assert re.search(r"no RPC server with device key 'no-such-device' .* start one with "
-                     r"`python -m tvm.exec.rpc_server --tracker", flat(result)), result.output
+    assert re.search(
+        r"no RPC server with device key 'no-such-device' .* start one with "
+        r"`python -m tvm.exec.rpc_server --tracker",
+        flat(result),
+    ), result.output
 
 
 @pytest.mark.slow
 def test_tune_profiles_on_the_trackers_server(rpc, store, tiny_onnx):
     import json
 
-    result = invoke("tune", tiny_onnx, "--total-trials", "6", "--seed", "0", *remote(rpc),
-                    "--store", store)
+    result = invoke(
+        "tune", tiny_onnx, "--total-trials", "6", "--seed", "0", *remote(rpc), "--store", store
+    )
     assert result.exit_code == 0, result.output
     run_id = re.search(r"run id (\w{32})", flat(result)).group(1)
     context = json.loads((store / "runs" / run_id / "context.json").read_text())
     assert context["tuning"]["runner"] == "rpc" and context["tuning"]["device_key"] == KEY
     assert {s["resource"] for s in context["stages"] if s["stage"] == "profile"} == {
-        f"device:{KEY}"}
+        f"device:{KEY}"
+    }

@@ -36,15 +36,26 @@ def run_dirs(store) -> list[str]:
 
 # ---- 1. --input-shape only fills unknown dimensions ---------------------------------------
 def test_input_shape_cannot_change_a_fixed_dimension(store, tiny_onnx, tmp_path):
-    result = invoke("compile", tiny_onnx, "--input-shape", "1,3,16,16", "-o", tmp_path / "o",
-                    "--store", store)
+    result = invoke(
+        "compile", tiny_onnx, "--input-shape", "1,3,16,16", "-o", tmp_path / "o", "--store", store
+    )
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     text = flat(result)
     assert "[1, 3, 32, 32]" in text and "drop --input-shape" in text, text
     assert "give only the unknown dimensions" in text
     # the same value as the model's is no change: accepted
-    same = invoke("compile", tiny_onnx, "--input-shape", "1,3,32,32", "--records", "none",
-                  "-o", tmp_path / "o", "--store", store)
+    same = invoke(
+        "compile",
+        tiny_onnx,
+        "--input-shape",
+        "1,3,32,32",
+        "--records",
+        "none",
+        "-o",
+        tmp_path / "o",
+        "--store",
+        store,
+    )
     assert same.exit_code == 0, same.output
 
 
@@ -55,9 +66,23 @@ def test_input_shape_on_a_tflite_file_is_checked_before_tvm_sees_it(tmp_path, ke
     path = tmp_path / "fixed.tflite"
     path.write_bytes(keras_to_tflite(keras_model))  # input fixed at 1x32x32x3
     done = subprocess.run(
-        [sys.executable, "-m", "simpletvm", "compile", str(path), "--input-shape",
-         "1,16,16,3", "-o", str(tmp_path / "o"), "--store", str(tmp_path / "store")],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "simpletvm",
+            "compile",
+            str(path),
+            "--input-shape",
+            "1,16,16,3",
+            "-o",
+            str(tmp_path / "o"),
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == ExitCode.BAD_INPUT, output
     assert "[?, 32, 32, 3]" in output and "drop --input-shape" in output, output
@@ -74,18 +99,21 @@ def test_compile_counts_the_models_tasks_that_found_a_record(store, tiny_onnx, t
     record = ["trace", [0.001], {"kind": "llvm", "mcpu": "not-this-cpu"}, []]
     records.add("another-workload", {"mod": "none"}, [record], run_id=other_run)
     records.close()
-    result = invoke("compile", tiny_onnx, "--records", other_run, "-o", tmp_path / "o",
-                    "--store", store)
+    result = invoke(
+        "compile", tiny_onnx, "--records", other_run, "-o", tmp_path / "o", "--store", store
+    )
     assert result.exit_code == 0, result.output
     text = flat(result)
     assert "applied" not in text, text
     found = re.search(r"0 of (\d+) tasks tuned", text)
     assert found and int(found.group(1)) > 0, text
-    assert re.search(r"warning: none of the model's \d+ tasks has a record in " + other_run,
-                     text), text
+    assert re.search(
+        r"warning: none of the model's \d+ tasks has a record in " + other_run, text
+    ), text
     assert "another target or CPU" in text, text  # the one record is for another CPU
-    untuned = invoke("compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o",
-                     "--store", store)
+    untuned = invoke(
+        "compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o", "--store", store
+    )
     assert untuned.exit_code == 0, untuned.output
     assert "untuned (no records)" in flat(untuned) and "none records" not in flat(untuned)
 
@@ -95,15 +123,22 @@ def test_only_commands_that_did_something_make_a_listed_run(store, tiny_onnx, tm
     module = tmp_path / "module"
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 3, 32, 32), "float32"))
-    assert invoke("compile", tiny_onnx, "--records", "none", "-o", module,
-                  "--store", store).exit_code == 0
+    assert (
+        invoke("compile", tiny_onnx, "--records", "none", "-o", module, "--store", store).exit_code
+        == 0
+    )
     compiled = run_dirs(store)
     assert len(compiled) == 1
     assert invoke("run", module, "-i", x, "--store", store).exit_code == 0
-    assert invoke("compile", tmp_path / "missing.onnx", "-o", module,
-                  "--store", store).exit_code == 2
-    assert invoke("compile", tiny_onnx, "--records", "0" * 32, "-o", module,
-                  "--store", store).exit_code == 2
+    assert (
+        invoke("compile", tmp_path / "missing.onnx", "-o", module, "--store", store).exit_code == 2
+    )
+    assert (
+        invoke(
+            "compile", tiny_onnx, "--records", "0" * 32, "-o", module, "--store", store
+        ).exit_code
+        == 2
+    )
     assert run_dirs(store) == compiled  # run, and the refused commands, left no run
 
     listed = invoke("runs", "--store", store)
@@ -115,12 +150,10 @@ def test_only_commands_that_did_something_make_a_listed_run(store, tiny_onnx, tm
     assert "compile" in row and "ok" in row and "tiny.onnx" in row, listed.output
 
     data = json.loads(invoke("runs", "--json", "--store", store).output)
-    assert [(r["run_id"], r["kind"], r["status"]) for r in data] == [
-        (compiled[0], "compile", "ok")]
+    assert [(r["run_id"], r["kind"], r["status"]) for r in data] == [(compiled[0], "compile", "ok")]
 
 
-def test_runs_shows_failed_runs_and_prune_removes_them(store, tiny_onnx, tmp_path,
-                                                       monkeypatch):
+def test_runs_shows_failed_runs_and_prune_removes_them(store, tiny_onnx, tmp_path, monkeypatch):
     import simpletvm.compiler.lowering as lowering
 
     def compile_fused(*_args, **_kwargs):
@@ -128,13 +161,24 @@ def test_runs_shows_failed_runs_and_prune_removes_them(store, tiny_onnx, tmp_pat
 
     with monkeypatch.context() as patch:
         patch.setattr(lowering, "compile_fused", compile_fused)
-        assert invoke("compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o",
-                      "--store", store).exit_code == ExitCode.FAILED
+        assert (
+            invoke(
+                "compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o", "--store", store
+            ).exit_code
+            == ExitCode.FAILED
+        )
     (store / "runs" / ("e" * 32)).mkdir(parents=True)  # a run that never wrote anything
-    assert invoke("compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o",
-                  "--store", store).exit_code == 0
-    failed, = [r for r in json.loads(invoke("runs", "--json", "--store", store).output)
-               if r["status"] == "failed"]
+    assert (
+        invoke(
+            "compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o", "--store", store
+        ).exit_code
+        == 0
+    )
+    (failed,) = [
+        r
+        for r in json.loads(invoke("runs", "--json", "--store", store).output)
+        if r["status"] == "failed"
+    ]
     assert failed["kind"] == "compile"
 
     kept = invoke("runs", "--prune", "--store", store, input="n\n")
@@ -144,8 +188,10 @@ def test_runs_shows_failed_runs_and_prune_removes_them(store, tiny_onnx, tmp_pat
     assert pruned.exit_code == 0, pruned.output
     assert failed["run_id"] in pruned.output and "e" * 32 in pruned.output
     left = run_dirs(store)
-    assert len(left) == 1 and json.loads(invoke("runs", "--json", "--store", store).output)[
-        0]["status"] == "ok"
+    assert (
+        len(left) == 1
+        and json.loads(invoke("runs", "--json", "--store", store).output)[0]["status"] == "ok"
+    )
 
 
 def test_a_benchmark_run_is_listed_with_its_tuned_median(store, tiny_onnx, monkeypatch):
@@ -153,11 +199,12 @@ def test_a_benchmark_run_is_listed_with_its_tuned_median(store, tiny_onnx, monke
     result = invoke("benchmark", tiny_onnx, "--rounds", "1", "--calls", "2", "--store", store)
     assert result.exit_code == 0, result.output
     tuned = float(re.search(r"tuned \(global\) +([\d.]+) ms", flat(result)).group(1))
-    row, = json.loads(invoke("runs", "--json", "--store", store).output)
+    (row,) = json.loads(invoke("runs", "--json", "--store", store).output)
     assert (row["kind"], row["status"]) == ("benchmark", "ok")
     assert f"{row['latency_ms']:.3g}" == f"{tuned:.3g}"
-    assert re.search(r"benchmark +ok +tiny\.onnx +[\d.]+ ms",
-                     invoke("runs", "--store", store).output)
+    assert re.search(
+        r"benchmark +ok +tiny\.onnx +[\d.]+ ms", invoke("runs", "--store", store).output
+    )
 
 
 # ---- 4. native library output stays out of the terminal ----------------------------------
@@ -167,12 +214,30 @@ def test_benchmark_keeps_native_library_lines_out_of_the_terminal(tmp_path, kera
 
     path = tmp_path / "m.tflite"
     path.write_bytes(keras_to_tflite(keras_model))
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",
-                                                              "SIMPLETVM_VERBOSE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CPP_MIN_LOG_LEVEL", "SIMPLETVM_VERBOSE")
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "simpletvm", "benchmark", str(path), "--rounds", "1",
-         "--calls", "2", "--store", str(tmp_path / "store")],
-        capture_output=True, text=True, timeout=600, env=env)
+        [
+            sys.executable,
+            "-m",
+            "simpletvm",
+            "benchmark",
+            str(path),
+            "--rounds",
+            "1",
+            "--calls",
+            "2",
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for line in ("absl::InitializeLog", "I0000", "XNNPACK delegate", "oneDNN"):
         assert line not in done.stdout + done.stderr, done.stdout + done.stderr
@@ -207,18 +272,29 @@ def test_threads_on_every_command(command):
 
 
 def test_compile_with_threads_pins_them(store, tiny_onnx, tmp_path):
-    result = invoke("compile", tiny_onnx, "--records", "none", "--threads", "1", "-o",
-                    tmp_path / "o", "--store", store)
+    result = invoke(
+        "compile",
+        tiny_onnx,
+        "--records",
+        "none",
+        "--threads",
+        "1",
+        "-o",
+        tmp_path / "o",
+        "--store",
+        store,
+    )
     assert result.exit_code == 0, result.output
-    run_id, = run_dirs(store)
-    assert json.loads((store / "runs" / run_id / "context.json").read_text())[
-        "num_threads"] == 1
+    (run_id,) = run_dirs(store)
+    assert json.loads((store / "runs" / run_id / "context.json").read_text())["num_threads"] == 1
 
 
 def test_run_names_bad_input_files_and_unknown_input_names(store, tiny_onnx, tmp_path):
     module = tmp_path / "module"
-    assert invoke("compile", tiny_onnx, "--records", "none", "-o", module,
-                  "--store", store).exit_code == 0
+    assert (
+        invoke("compile", tiny_onnx, "--records", "none", "-o", module, "--store", store).exit_code
+        == 0
+    )
     result = invoke("run", module, "-i", tiny_onnx, "--store", store)
     assert result.exit_code == 2, result.output
     text = flat(result)
@@ -231,15 +307,17 @@ def test_run_names_bad_input_files_and_unknown_input_names(store, tiny_onnx, tmp
 
 
 def test_compile_lists_none_among_the_record_choices(store, tiny_onnx, tmp_path):
-    result = invoke("compile", tiny_onnx, "--records", "deadbeef", "-o", tmp_path / "o",
-                    "--store", store)
+    result = invoke(
+        "compile", tiny_onnx, "--records", "deadbeef", "-o", tmp_path / "o", "--store", store
+    )
     assert result.exit_code == 2
     assert "or none" in flat(result) and "None" not in flat(result), result.output
 
 
 def test_image_size_on_a_model_file_names_the_option(store, tiny_onnx, tmp_path):
-    result = invoke("compile", tiny_onnx, "--image-size", "32", "-o", tmp_path / "o",
-                    "--store", store)
+    result = invoke(
+        "compile", tiny_onnx, "--image-size", "32", "-o", tmp_path / "o", "--store", store
+    )
     assert result.exit_code == 2, result.output
     text = flat(result)
     assert "--image-size" in text and "built-in models only" in text, text
@@ -268,8 +346,14 @@ def test_the_readmes_python_examples_run(tmp_path):
         tiny_cnn_onnx(tmp_path / name)
     env = {**os.environ, "SIMPLETVM_HOME": str(tmp_path / "store")}
     for block in (first, scheduler):
-        done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True,
-                              timeout=900, env=env, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-c", block],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, block + done.stdout + done.stderr
         if block is first:
             assert re.search(r"\d+ trials, [\d.]+ ms median", done.stdout), done.stdout
@@ -282,13 +366,15 @@ def test_both_clis_share_option_names_and_limits():
     """--store means one thing in both; --minutes, --threads and --verbose are simpletvm's
     (a grid sets minutes and num_threads per run, bounded as autotune() bounds them)."""
     from simpletvm.cli_options import MIN_MINUTES, STORE_HELP
-    from simpletvm.tuning.options import MIN_MINUTES as AUTOTUNE_MIN_MINUTES, TuningOptions
+    from simpletvm.tuning.options import MIN_MINUTES as AUTOTUNE_MIN_MINUTES
+    from simpletvm.tuning.options import TuningOptions
     from superb.cli import app as superb_app
 
     assert MIN_MINUTES == AUTOTUNE_MIN_MINUTES
     with pytest.raises(ValueError, match="at least 0.01"):
         TuningOptions(minutes=0.005)
     wide = {"COLUMNS": "400"}
+
     def words(text: str) -> str:  # the help wrapped anywhere, boxed or not
         return "".join(text.replace("│", "").split())
 

@@ -11,8 +11,8 @@ import pytest
 
 from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm.compiler.lowering import compile_fused, extract_tasks
-from simpletvm.targets import resolve_target
 from simpletvm.compiler.winograd import ConvSignature, forms_for
+from simpletvm.targets import resolve_target
 
 
 def two_layer_model(seed: int = 0):
@@ -26,13 +26,29 @@ def two_layer_model(seed: int = 0):
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(
-                x, relax.const(weights[0]), padding=1, data_layout="NHWC",
-                kernel_layout="HWIO")))
+            y = bb.emit(
+                relax.op.nn.relu(
+                    relax.op.nn.conv2d(
+                        x,
+                        relax.const(weights[0]),
+                        padding=1,
+                        data_layout="NHWC",
+                        kernel_layout="HWIO",
+                    )
+                )
+            )
             y = bb.emit(relax.op.nn.max_pool2d(y, 2, 2, layout="NHWC"))
-            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(
-                y, relax.const(weights[1]), padding=1, data_layout="NHWC",
-                kernel_layout="HWIO")))
+            y = bb.emit(
+                relax.op.nn.relu(
+                    relax.op.nn.conv2d(
+                        y,
+                        relax.const(weights[1]),
+                        padding=1,
+                        data_layout="NHWC",
+                        kernel_layout="HWIO",
+                    )
+                )
+            )
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get(), weights
@@ -44,7 +60,7 @@ def reference(x, weights):
         out = np.zeros(h.shape[:3] + (w.shape[3],), dtype="float64")
         for i in range(3):
             for j in range(3):
-                out += padded[:, i:i + h.shape[1], j:j + h.shape[2], :] @ w[i, j]
+                out += padded[:, i : i + h.shape[1], j : j + h.shape[2], :] @ w[i, j]
         return np.maximum(out, 0)
 
     h = conv_relu(x, weights[0])
@@ -52,12 +68,17 @@ def reference(x, weights):
     return conv_relu(h, weights[1])
 
 
-@pytest.mark.parametrize("size, forms", [
-    (56, (4,)), (28, (4,)),  # many tiles: F(4,3) only
-    (14, (4, 2)),  # 16 tiles of 4x4: F(2,3) measured too
-    (12, (2, None)),  # 36 tiles of 2x2: direct measured too
-    (7, (None,)), (3, (None,)),  # too few tiles for any Winograd form
-])
+@pytest.mark.parametrize(
+    "size, forms",
+    [
+        (56, (4,)),
+        (28, (4,)),  # many tiles: F(4,3) only
+        (14, (4, 2)),  # 16 tiles of 4x4: F(2,3) measured too
+        (12, (2, None)),  # 36 tiles of 2x2: direct measured too
+        (7, (None,)),
+        (3, (None,)),  # too few tiles for any Winograd form
+    ],
+)
 def test_layers_with_few_tiles_are_tuned_in_the_next_smaller_form_too(size, forms):
     assert forms_for(size, size) == forms
 
@@ -80,11 +101,13 @@ def test_the_contested_layer_gets_a_variant_whose_tasks_rival_the_default_ones()
 
 def chosen_form(forms: ConvForms, latency_by_form):
     """choose() with each task's latency given by its Winograd form in its name."""
+
     def latency_s(task):
         for form, latency in latency_by_form.items():
             if form in task.task_name:
                 return latency
         return 1e-4  # the layers that are not contested
+
     return forms.choose(latency_s)
 
 
@@ -105,8 +128,11 @@ def test_a_form_not_measured_is_not_chosen():
     forms = ConvForms(mod, resolve_target("cpu"))
     module, [choice] = chosen_form(forms, {"winograd_f4": 3e-4, "winograd_f2": None})
     assert choice.chosen == 4 and module is forms.default
-    assert choice.describe() == {"layer": "3x3 16->16 at 14x14", "form": "F(4,3)",
-                                 "estimate_ms": {"F(4,3)": 0.3, "F(2,3)": None}}
+    assert choice.describe() == {
+        "layer": "3x3 16->16 at 14x14",
+        "form": "F(4,3)",
+        "estimate_ms": {"F(4,3)": 0.3, "F(2,3)": None},
+    }
 
 
 def test_without_winograd_nothing_is_contested():
@@ -132,27 +158,38 @@ def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
     mod, weights = two_layer_model()
     forms = ConvForms(mod, target)
     records = RecordStore(tmp_path / "records.sqlite")
-    job = TuningJob(forms, target, TuningOptions(trials=4, candidates_per_iteration=2, population=8),
-                    records=records, builder=fake_builder(), runner=fake_runner(seed=3),
-                    run_id="forms")
+    job = TuningJob(
+        forms,
+        target,
+        TuningOptions(trials=4, candidates_per_iteration=2, population=8),
+        records=records,
+        builder=fake_builder(),
+        runner=fake_runner(seed=3),
+        run_id="forms",
+    )
     job.run()
     [rivalry] = forms.rivalries
     assert len(job.tasks) == len(extract_tasks(forms.default, target)) + 1
     database = RecordDatabase(records, target.tvm_target(), scope="run", run_id="forms")
-    latency = {key: best_latency_s(database, task) for key, task in
-               [*rivalry.default_tasks.items(), *rivalry.variant_tasks.items()]}
+    latency = {
+        key: best_latency_s(database, task)
+        for key, task in [*rivalry.default_tasks.items(), *rivalry.variant_tasks.items()]
+    }
     assert all(latency.values())
     module, [choice] = forms.choose(lambda task: best_latency_s(database, task))
-    default_s, = (latency[k] for k in rivalry.default_tasks)
-    variant_s, = (latency[k] for k in rivalry.variant_tasks)
+    (default_s,) = (latency[k] for k in rivalry.default_tasks)
+    (variant_s,) = (latency[k] for k in rivalry.variant_tasks)
     assert choice.chosen == (2 if variant_s < default_s else 4)
     summary = job.summary()
-    [(loser_key, loser)] = (rivalry.default_tasks if variant_s < default_s
-                            else rivalry.variant_tasks).items()
+    [(loser_key, loser)] = (
+        rivalry.default_tasks if variant_s < default_s else rivalry.variant_tasks
+    ).items()
     every_task = sum(t["weight"] * t["best_latency_s"] for t in summary["tasks"])
     assert summary["estimated_latency_s"] == pytest.approx(
-        every_task - int(loser.weight) * latency[loser_key])
+        every_task - int(loser.weight) * latency[loser_key]
+    )
     vm = relax.VirtualMachine(compile_fused(module, target, database), tvm.cpu())
     x = np.random.default_rng(1).standard_normal((1, 28, 28, 16)).astype("float32")
-    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
-                               reference(x, weights), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        vm["main"](tvm.runtime.tensor(x)).numpy(), reference(x, weights), rtol=1e-4, atol=1e-4
+    )

@@ -31,8 +31,10 @@ def _module(build, inputs):
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(shape=shape, dtype="float32"))
-              for i, shape in enumerate(inputs)]
+    params = [
+        relax.Var(f"x{i}", relax.TensorType(shape=shape, dtype="float32"))
+        for i, shape in enumerate(inputs)
+    ]
     with bb.function("main", params):
         with bb.dataflow():
             out = bb.emit_output(build(bb, *params))
@@ -87,9 +89,17 @@ def _check(mod, inputs, target, *, winograd=False, vector_ops=()):
 def _conv(bb, x, weight, *, stride=1, padding=1, groups=1):
     from tvm import relax
 
-    conv = bb.emit(relax.op.nn.conv2d(x, weight, strides=stride, padding=padding,
-                                      groups=groups, data_layout="NHWC",
-                                      kernel_layout="OHWI"))
+    conv = bb.emit(
+        relax.op.nn.conv2d(
+            x,
+            weight,
+            strides=stride,
+            padding=padding,
+            groups=groups,
+            data_layout="NHWC",
+            kernel_layout="OHWI",
+        )
+    )
     return relax.op.nn.relu(conv)
 
 
@@ -108,8 +118,9 @@ def test_conv_1x1_and_strided(target):
         h = bb.emit(_conv(bb, x, w1, padding=0))
         return _conv(bb, h, w2, stride=2)
 
-    kinds = _check(mod := _module(build, [(1, 16, 16, 32)]), [(1, 16, 16, 32)], target,
-                   vector_ops=("conv2d",))
+    kinds = _check(
+        mod := _module(build, [(1, 16, 16, 32)]), [(1, 16, 16, 32)], target, vector_ops=("conv2d",)
+    )
     assert sum("conv2d" in name for name in kinds) == 2, (mod, kinds)
 
 
@@ -138,8 +149,12 @@ def test_dense_and_matmul(target):
         h = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
         return relax.op.matmul(y, relax.op.reshape(h, (1, 64, 16)))
 
-    _check(_module(build, [(16, 256), (1, 8, 64)]), [(16, 256), (1, 8, 64)], target,
-           vector_ops=("matmul",))
+    _check(
+        _module(build, [(16, 256), (1, 8, 64)]),
+        [(16, 256), (1, 8, 64)],
+        target,
+        vector_ops=("matmul",),
+    )
 
 
 def test_pooling(target):
@@ -150,8 +165,12 @@ def test_pooling(target):
         a = bb.emit(relax.op.nn.avg_pool2d(m, 2, 2, layout="NHWC"))
         return relax.op.mean(a, axis=[1, 2])
 
-    _check(_module(build, [(1, 64, 64, 32)]), [(1, 64, 64, 32)], target,
-           vector_ops=("max_pool", "avg_pool"))
+    _check(
+        _module(build, [(1, 64, 64, 32)]),
+        [(1, 64, 64, 32)],
+        target,
+        vector_ops=("max_pool", "avg_pool"),
+    )
 
 
 def test_reductions_and_softmax(target):
@@ -175,8 +194,12 @@ def test_elementwise_and_layout(target):
         c = bb.emit(relax.op.concat([p, p], axis=1))
         return relax.op.reshape(c, (1, 64, 66 * 66))
 
-    kinds = _check(_module(build, [(1, 64, 64, 32), (1, 64, 64, 32)]),
-                   [(1, 64, 64, 32), (1, 64, 64, 32)], target, vector_ops=("add",))
+    kinds = _check(
+        _module(build, [(1, 64, 64, 32), (1, 64, 64, 32)]),
+        [(1, 64, 64, 32), (1, 64, 64, 32)],
+        target,
+        vector_ops=("add",),
+    )
     assert all(after["parallel"] for _, after in kinds.values()), kinds
 
 
@@ -198,8 +221,10 @@ def test_vector_lanes_of_targets():
 
     assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})).lanes == 16
     assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "skylake"})).lanes == 8
-    assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver3",
-                                          "num-cores": 2})).cores == 2
+    assert (
+        CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})).cores
+        == 2
+    )
 
 
 def test_gpu_targets_unchanged():
@@ -220,7 +245,8 @@ def test_tiny_model_untuned_build_has_no_naive_kernel(tiny_onnx, tmp_path):
     from simpletvm.context import BenchmarkingContext
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(
-        str(tiny_onnx))
+        str(tiny_onnx)
+    )
     fused = stvm.fused_module
     scheduled = apply_records(fused, stvm.target, None)
     heavy = 0
@@ -229,8 +255,11 @@ def test_tiny_model_untuned_build_has_no_naive_kernel(tiny_onnx, tmp_path):
             continue
         assert func.attrs.get("tirx.is_scheduled", False), gvar.name_hint
         if gvar.name_hint in fused.get_global_vars() or True:
-            work = loop_kinds(fused[gvar.name_hint])["work"] if any(
-                g.name_hint == gvar.name_hint for g in fused.get_global_vars()) else 0
+            work = (
+                loop_kinds(fused[gvar.name_hint])["work"]
+                if any(g.name_hint == gvar.name_hint for g in fused.get_global_vars())
+                else 0
+            )
             if work >= SIGNIFICANT_WORK:
                 heavy += 1
                 assert loop_kinds(func)["parallel"], gvar.name_hint
@@ -255,12 +284,24 @@ def test_every_tasks_first_batch_holds_its_default_schedule(tiny_onnx, tmp_path)
     from simpletvm.tuning.records import RecordStore
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(
-        str(tiny_onnx))
-    job = TuningJob(stvm.fused_module, stvm.target,
-                    TuningOptions(candidates_per_iteration=2, seed=0, trials=2, population=16,
-                                  genetic_iterations=1, transfer_learning=False),
-                    records=RecordStore(tmp_path / "records.sqlite"), builder=fake_builder(),
-                    runner=fake_runner(0), run_id="d" * 32)
+        str(tiny_onnx)
+    )
+    job = TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        TuningOptions(
+            candidates_per_iteration=2,
+            seed=0,
+            trials=2,
+            population=16,
+            genetic_iterations=1,
+            transfer_learning=False,
+        ),
+        records=RecordStore(tmp_path / "records.sqlite"),
+        builder=fake_builder(),
+        runner=fake_runner(0),
+        run_id="d" * 32,
+    )
     firsts = {}
     while not job.is_complete():
         spec = job.run_stage()

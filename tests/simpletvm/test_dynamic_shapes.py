@@ -12,8 +12,11 @@ ATOL = 1e-4
 
 
 def untuned(store, source, **kwargs) -> SimpleTVM:
-    return SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
-        source, **kwargs).build(records=None)
+    return (
+        SimpleTVM(BenchmarkingContext("cpu", store=store))
+        .from_model(source, **kwargs)
+        .build(records=None)
+    )
 
 
 def onnx_model(opset: int = 13, image=("N", 3, "H", "W"), extra=None):
@@ -44,9 +47,13 @@ def onnx_model(opset: int = 13, image=("N", 3, "H", "W"), extra=None):
     if extra is not None:
         inputs.append(helper.make_tensor_value_info(extra[0], TensorProto.FLOAT, list(extra[1])))
         nodes.append(helper.make_node("Add", ["g", extra[0]], ["y"]))
-    graph = helper.make_graph(nodes, "dynamic", inputs,
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
-                              weights)
+    graph = helper.make_graph(
+        nodes,
+        "dynamic",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     if opset != 13:
         model = onnx.version_converter.convert_version(model, opset)
@@ -57,8 +64,9 @@ def onnx_model(opset: int = 13, image=("N", 3, "H", "W"), extra=None):
 def onnxruntime_output(model, feeds):
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     return session.run(None, feeds)[0]
 
 
@@ -88,7 +96,9 @@ def test_an_unknown_batch_alone_takes_batch_size(store):
 
 
 def test_input_shapes_for_an_input_the_model_lacks_names_its_inputs(store):
-    with pytest.raises(ModelImportError, match=r"input_shapes names \['image'\].*inputs are \['x'\]"):
+    with pytest.raises(
+        ModelImportError, match=r"input_shapes names \['image'\].*inputs are \['x'\]"
+    ):
         untuned(store, onnx_model(), input_shapes={"image": (1, 3, 16, 16)})
 
 
@@ -113,8 +123,9 @@ def two_signatures(tmp_path_factory):
             self.kernel = tf.Variable(rng.standard_normal((3, 3, 3, 4)).astype("float32"))
             self.dense = tf.Variable(rng.standard_normal((8, 2)).astype("float32"))
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32,
-                                                    name="image")])
+        @tf.function(
+            input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="image")]
+        )
         def conv(self, image):
             return {"y": tf.nn.relu(tf.nn.conv2d(image, self.kernel, 1, "SAME"))}
 
@@ -124,30 +135,36 @@ def two_signatures(tmp_path_factory):
 
     model = Model()
     path = tmp_path_factory.mktemp("tf") / "two_signatures"
-    tf.saved_model.save(model, str(path), signatures={"serving_default": model.conv,
-                                                      "embed": model.embed})
+    tf.saved_model.save(
+        model, str(path), signatures={"serving_default": model.conv, "embed": model.embed}
+    )
     return path, model
 
 
 @pytest.mark.slow
 def test_saved_model_signatures_are_chosen_by_name(store, two_signatures):
     path, model = two_signatures
-    with pytest.raises(ModelImportError, match=r"'image' axis 1, 'image' axis 2.*"
-                                               r"input_shapes=\{'image': \[1, <size>, <size>, 3\]\}"):
+    with pytest.raises(
+        ModelImportError,
+        match=r"'image' axis 1, 'image' axis 2.*"
+        r"input_shapes=\{'image': \[1, <size>, <size>, 3\]\}",
+    ):
         untuned(store, path)
     image = np.random.default_rng(2).standard_normal((1, 12, 10, 3)).astype("float32")
     default = untuned(store, path, input_shapes={"image:0": image.shape})
     np.testing.assert_allclose(default.run(image), model.conv(image)["y"].numpy(), atol=ATOL)
     features = np.random.default_rng(3).standard_normal((2, 8)).astype("float32")
     embed = untuned(store, path, signature="embed", batch_size=2)
-    np.testing.assert_allclose(embed.run(features), model.embed(features)["z"].numpy(),
-                               atol=ATOL)
+    np.testing.assert_allclose(embed.run(features), model.embed(features)["z"].numpy(), atol=ATOL)
     assert embed.context.model["signature"] == "embed"
 
 
 @pytest.mark.slow
 def test_an_unknown_signature_lists_those_the_saved_model_serves(store, two_signatures):
     path, _ = two_signatures
-    with pytest.raises(ModelImportError, match=r"no signature 'predict'; it serves "
-                                               r"\['embed', 'serving_default'\]"):
+    with pytest.raises(
+        ModelImportError,
+        match=r"no signature 'predict'; it serves "
+        r"\['embed', 'serving_default'\]",
+    ):
         untuned(store, path, signature="predict")

@@ -24,34 +24,39 @@ from simpletvm.api import METADATA_FILE
 
 @pytest.fixture
 def built(store, tiny_onnx):
-    return SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx).build(
-        records=None)
+    return (
+        SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx).build(records=None)
+    )
 
 
 def fresh(store) -> SimpleTVM:
     return SimpleTVM(BenchmarkingContext("cpu", store=store))
 
 
-@pytest.mark.parametrize("call,missing", [
-    (lambda s: s.autotune(), "autotune\\(\\) needs a model: call from_model\\(\\) first"),
-    (lambda s: s.build(), "build\\(\\) needs a model: call from_model\\(\\) first"),
-    (lambda s: s.save(), "save\\(\\) needs a built module: call build\\(\\) first"),
-    (lambda s: s.run(np.zeros(1)), "run\\(\\) needs a module: call build\\(\\) or load\\(\\)"),
-    (lambda s: s.evaluate(), "evaluate\\(\\) needs a module: call build\\(\\) or load\\(\\)"),
-])
+@pytest.mark.parametrize(
+    "call,missing",
+    [
+        (lambda s: s.autotune(), "autotune\\(\\) needs a model: call from_model\\(\\) first"),
+        (lambda s: s.build(), "build\\(\\) needs a model: call from_model\\(\\) first"),
+        (lambda s: s.save(), "save\\(\\) needs a built module: call build\\(\\) first"),
+        (lambda s: s.run(np.zeros(1)), "run\\(\\) needs a module: call build\\(\\) or load\\(\\)"),
+        (lambda s: s.evaluate(), "evaluate\\(\\) needs a module: call build\\(\\) or load\\(\\)"),
+    ],
+)
 def test_steps_before_their_prerequisites_say_which_call_is_missing(store, call, missing):
     with pytest.raises(FlowError, match=missing):
         call(fresh(store))
 
 
-def test_a_loaded_module_cannot_be_rebuilt_or_retuned_and_keeps_its_provenance(built, store,
-                                                                             tiny_onnx):
+def test_a_loaded_module_cannot_be_rebuilt_or_retuned_and_keeps_its_provenance(
+    built, store, tiny_onnx
+):
     built.save()
     # from_model(A).load(B): B is what this SimpleTVM holds now, and B is compiled
     loaded = fresh(store).from_model(tiny_onnx).load(built.context.run_id)
     assert loaded.state == "loaded"
     for step in (loaded.build, loaded.autotune):
-        with pytest.raises(FlowError, match="loaded with load\(\).*call from_model\(\)"):
+        with pytest.raises(FlowError, match=r"loaded with load\(\).*call from_model\(\)"):
             step()
     with pytest.raises(FlowError, match="a loaded module is saved already"):
         loaded.save()
@@ -101,8 +106,7 @@ def test_results_are_not_overwritten_by_later_calls(built):
     from simpletvm.runtime.comparison import simpletvm_runner
 
     rng = np.random.default_rng(0)
-    first_input, other = (rng.standard_normal((1, 3, 32, 32)).astype("float32")
-                          for _ in range(2))
+    first_input, other = (rng.standard_normal((1, 3, 32, 32)).astype("float32") for _ in range(2))
     kept = built.run(first_input)
     expected = kept.copy()
     for _ in range(3):
@@ -179,8 +183,7 @@ def test_save_and_load_round_trip(built, store):
     assert later.evaluate(repeat=3).last_evaluation["count"] == 3
 
 
-def test_close_deletes_the_unsaved_export_and_the_session_still_runs_and_saves(store,
-                                                                               tiny_onnx):
+def test_close_deletes_the_unsaved_export_and_the_session_still_runs_and_saves(store, tiny_onnx):
     def exports() -> set[Path]:
         return set(Path(tempfile.gettempdir()).glob(f"simpletvm-module-{os.getpid()}-*"))
 
@@ -240,12 +243,15 @@ def test_the_runtime_uses_the_targets_threads_not_half_the_hardware_threads(tmp_
     import psutil
 
     # TVM alone takes half the hardware threads on x86 (1 of this machine kind's 2)
-    script = ("from simpletvm import BenchmarkingContext, SimpleTVM\n"
-              f"SimpleTVM(BenchmarkingContext('cpu', store={str(tmp_path)!r}))\n"
-              "import tvm\nprint(tvm.runtime.num_threads())\n")
+    script = (
+        "from simpletvm import BenchmarkingContext, SimpleTVM\n"
+        f"SimpleTVM(BenchmarkingContext('cpu', store={str(tmp_path)!r}))\n"
+        "import tvm\nprint(tvm.runtime.num_threads())\n"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "TVM_NUM_THREADS"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) == psutil.cpu_count(logical=False)
 

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_factories import make_residual_pad_block_keras
 
 from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.compiler.lowering import extract_tasks, fuse
 
-from model_factories import make_residual_pad_block_keras
-
-FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
-        "transfer_learning": False, "remeasure": 0}  # the closing round: test_tuning*.py
+FAST = {
+    "trials": 4,
+    "candidates_per_iteration": 4,
+    "population": 32,
+    "genetic_iterations": 1,
+    "seed": 0,
+    "transfer_learning": False,
+    "remeasure": 0,
+}  # the closing round: test_tuning*.py
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +44,12 @@ def design_space_error(stvm, fused, task_name) -> str | None:
     from tvm.s_tir import meta_schedule as ms
 
     [task] = [t for t in extract_tasks(fused, stvm.target) if t.task_name == task_name]
-    context = ms.TuneContext(mod=task.dispatched[0], target=stvm.target.tvm_target(),
-                             space_generator="post-order-apply", task_name=task_name)
+    context = ms.TuneContext(
+        mod=task.dispatched[0],
+        target=stvm.target.tvm_target(),
+        space_generator="post-order-apply",
+        task_name=task_name,
+    )
     try:
         context.generate_design_space()
     except Exception as error:  # noqa: BLE001 - the error is the point

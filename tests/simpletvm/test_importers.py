@@ -6,18 +6,20 @@ import hashlib
 
 import numpy as np
 import pytest
+from model_factories import make_tiny_cnn_onnx
 
 from simpletvm import BenchmarkingContext, ModelImportError, SimpleTVM
 from simpletvm.models import detect_format
-
-from model_factories import make_tiny_cnn_onnx
 
 ATOL = 1e-4
 
 
 def untuned(store, source, **kwargs) -> SimpleTVM:
-    return SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
-        source, **kwargs).build(records=None)
+    return (
+        SimpleTVM(BenchmarkingContext("cpu", store=store))
+        .from_model(source, **kwargs)
+        .build(records=None)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -33,9 +35,11 @@ def tf_files(tmp_path_factory, keras_model):
     keras_model.save(root / "model.h5")
     keras_model.export(str(root / "saved_model"), verbose=False)
     (root / "model.tflite").write_bytes(
-        tf.lite.TFLiteConverter.from_keras_model(keras_model).convert())
+        tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+    )
     function = tf.function(lambda x: keras_model(x)).get_concrete_function(
-        tf.TensorSpec((None, 32, 32, 3), tf.float32, name="x"))
+        tf.TensorSpec((None, 32, 32, 3), tf.float32, name="x")
+    )
     frozen = convert_variables_to_constants_v2(function)
     tf.io.write_graph(frozen.graph.as_graph_def(), str(root), "frozen.pb", as_text=False)
     output_node = frozen.outputs[0].name.split(":")[0]
@@ -53,8 +57,9 @@ def test_tensorflow_files_match_keras(store, tf_files, keras_model, image, name)
 
 @pytest.mark.slow
 def test_frozen_graphdef_with_output_name(store, tf_files, keras_model, image):
-    stvm = untuned(store, tf_files["root"] / "frozen.pb",
-                   output_name=tf_files["output_node"], output_size=5)
+    stvm = untuned(
+        store, tf_files["root"] / "frozen.pb", output_name=tf_files["output_node"], output_size=5
+    )
     assert stvm.model.format == "graphdef"
     np.testing.assert_allclose(stvm.run(image), keras_model(image).numpy(), atol=ATOL)
 
@@ -68,8 +73,12 @@ def test_frozen_graphdef_wrong_output_name_lists_candidates(store, tf_files):
 @pytest.mark.slow
 def test_frozen_graphdef_wrong_output_size(store, tf_files):
     with pytest.raises(ModelImportError, match="output_size"):
-        untuned(store, tf_files["root"] / "frozen.pb", output_name=tf_files["output_node"],
-                output_size=1000)
+        untuned(
+            store,
+            tf_files["root"] / "frozen.pb",
+            output_name=tf_files["output_node"],
+            output_size=1000,
+        )
 
 
 @pytest.mark.slow
@@ -86,14 +95,16 @@ def test_tf_hub_local_module_directory(store, tf_files, keras_model, image):
 
 
 @pytest.mark.slow
-def test_tf_hub_url_resolved_through_the_hub_cache(store, tf_files, keras_model, image,
-                                                   tmp_path, monkeypatch):
+def test_tf_hub_url_resolved_through_the_hub_cache(
+    store, tf_files, keras_model, image, tmp_path, monkeypatch
+):
     import shutil
 
     handle = "https://tfhub.dev/simpletvm/tiny-cnn/1"
     cache = tmp_path / "hub-cache"
-    shutil.copytree(tf_files["root"] / "saved_model",
-                    cache / hashlib.sha1(handle.encode("utf8")).hexdigest())
+    shutil.copytree(
+        tf_files["root"] / "saved_model", cache / hashlib.sha1(handle.encode("utf8")).hexdigest()
+    )
     monkeypatch.setenv("TFHUB_CACHE_DIR", str(cache))
     stvm = untuned(store, handle)
     assert stvm.model.format == "tfhub" and stvm.model.source == handle
@@ -115,12 +126,15 @@ def test_onnx_file_matches_onnxruntime(store, tiny_onnx):
     np.testing.assert_allclose(stvm.run({"x": x}), expected, atol=ATOL)
 
 
-@pytest.mark.parametrize("name,options", [
-    ("mobilenet", {"alpha": 0.25}),
-    ("mobilenetv2", {"alpha": 0.35}),
-    ("resnet18", {}),
-    ("resnet50", {}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("mobilenet", {"alpha": 0.25}),
+        ("mobilenetv2", {"alpha": 0.35}),
+        ("resnet18", {}),
+        ("resnet50", {}),
+    ],
+)
 @pytest.mark.slow
 def test_builtin_models_match_keras(store, name, options):
     from simpletvm.models.zoo import build_keras_model
@@ -143,12 +157,19 @@ def test_the_cache_keeps_each_configuration_of_a_builtin_apart(tmp_path):
     own model back (the configuration's dots, as in alpha=0.35, are not a suffix)."""
     from simpletvm.models import import_model
 
-    shapes = {size: import_model("mobilenetv2", cache_dir=tmp_path, image_size=size,
-                                 alpha=0.35, classes=10).inputs[0].shape for size in (32, 40)}
+    shapes = {
+        size: import_model(
+            "mobilenetv2", cache_dir=tmp_path, image_size=size, alpha=0.35, classes=10
+        )
+        .inputs[0]
+        .shape
+        for size in (32, 40)
+    }
     assert len(list(tmp_path.glob("*.tflite"))) == len(list(tmp_path.glob("*.json"))) == 2
     for size in (32, 40):  # now from the cache
-        cached = import_model("mobilenetv2", cache_dir=tmp_path, image_size=size, alpha=0.35,
-                              classes=10)
+        cached = import_model(
+            "mobilenetv2", cache_dir=tmp_path, image_size=size, alpha=0.35, classes=10
+        )
         assert cached.inputs[0].shape == shapes[size] == (1, size, size, 3)
 
 
@@ -164,8 +185,10 @@ def test_tflite_of_a_builtin_is_the_flatbuffer_its_import_cached(tmp_path, monke
     assert zoo.import_builtin("mobilenetv2", tmp_path, **options) == b"the import's conversion"
     monkeypatch.setattr(zoo, "keras_to_tflite", lambda model: b"converted again")
     assert zoo.builtin_tflite("mobilenetv2", tmp_path, **options) == b"the import's conversion"
-    assert zoo.builtin_tflite("mobilenetv2", tmp_path, **{**options, "image_size": 40}
-                              ) == b"converted again"
+    assert (
+        zoo.builtin_tflite("mobilenetv2", tmp_path, **{**options, "image_size": 40})
+        == b"converted again"
+    )
     assert zoo.builtin_tflite("mobilenetv2", None, **options) == b"converted again"
 
 
@@ -210,10 +233,15 @@ class TestBadSources:
 
         node = helper.make_node("FancyNewOp", ["x"], ["y"], domain="com.example")
         graph = helper.make_graph(
-            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                        helper.make_opsetid("com.example", 1)])
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        )
         path = tmp_path / "custom.onnx"
         onnx.save(model, str(path))
         with pytest.raises(ModelImportError, match="FancyNewOp"):
@@ -233,17 +261,24 @@ def test_an_onnx_model_with_unsupported_operators_names_each_with_count_and_firs
 
     from simpletvm.models import import_model
 
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-             helper.make_node("FancyNorm", ["a"], ["b"], name="fancy_1"),
-             helper.make_node("FancyNorm", ["b"], ["c"], name="fancy_2"),
-             helper.make_node("Warp", ["c"], ["y"], name="warp")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("FancyNorm", ["a"], ["b"], name="fancy_1"),
+        helper.make_node("FancyNorm", ["b"], ["c"], name="fancy_2"),
+        helper.make_node("Warp", ["c"], ["y"], name="warp"),
+    ]
     graph = helper.make_graph(
-        nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        nodes,
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ModelImportError) as caught:
         import_model(model)
     message = str(caught.value)
-    assert ("(ONNX, opset 17): unsupported operators FancyNorm x2 (first: 'fancy_1'), "
-            "Warp x1 (first: 'warp')") in message
+    assert (
+        "(ONNX, opset 17): unsupported operators FancyNorm x2 (first: 'fancy_1'), "
+        "Warp x1 (first: 'warp')"
+    ) in message
     assert "another opset" in message and "Relu" not in message

@@ -15,8 +15,8 @@ import pytest
 import tvm_ffi
 from typer.testing import CliRunner
 
-from simpletvm.cli import app
 from simpletvm._process.interrupts import keep_interrupts, raise_if_interrupted
+from simpletvm.cli import app
 from simpletvm.tuning.record_files import open_records
 
 
@@ -30,9 +30,11 @@ def python_sigint():
 
 def interrupted_inside_tvm() -> None:
     """SIGINT arriving while C++ has called back into Python, as during a profile stage."""
+
     def callback():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # the interrupt is raised in here
+
     tvm_ffi.convert(callback)()
 
 
@@ -72,7 +74,8 @@ def test_an_interrupt_the_body_took_for_an_error_still_ends_the_block(python_sig
 
 
 def test_ctrl_c_while_a_task_starts_stops_the_tuning_not_only_that_task(
-        store, tiny_onnx, monkeypatch, python_sigint):
+    store, tiny_onnx, monkeypatch, python_sigint
+):
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.tuning.job import TuningJob
 
@@ -92,7 +95,8 @@ def test_ctrl_c_while_a_task_starts_stops_the_tuning_not_only_that_task(
 
 
 def test_ctrl_c_inside_tvm_during_a_step_exits_130_with_the_run_saved(
-        store, tiny_onnx, monkeypatch, python_sigint):
+    store, tiny_onnx, monkeypatch, python_sigint
+):
     from simpletvm.api import SimpleTVM
 
     def autotune(self, *args, **kwargs):  # a step whose TVM call is interrupted
@@ -107,16 +111,31 @@ def test_ctrl_c_inside_tvm_during_a_step_exits_130_with_the_run_saved(
     run_id = re.search(r"interrupted: run (\w{32}) saved", text).group(1)
     context = json.loads((store / "runs" / run_id / "context.json").read_text())
     assert [(s["step"], s["status"]) for s in context["steps"]] == [
-        ("from_model", "ok"), ("autotune", "error")]
+        ("from_model", "ok"),
+        ("autotune", "error"),
+    ]
     assert context["steps"][-1]["error"].startswith("KeyboardInterrupt")
 
 
 @pytest.mark.slow
 def test_ctrl_c_during_real_tuning_exits_130_and_keeps_what_was_measured(store, tiny_onnx):
     tuning = subprocess.Popen(
-        [sys.executable, "-m", "simpletvm", "tune", str(tiny_onnx), "--minutes", "10",
-         "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+        [
+            sys.executable,
+            "-m",
+            "simpletvm",
+            "tune",
+            str(tiny_onnx),
+            "--minutes",
+            "10",
+            "--store",
+            str(store),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as in a terminal
     try:
         deadline = time.monotonic() + 300
         while not (store / "records.sqlite").exists() or len(open_records(store)) < 4:

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from simpletvm.compiler.layout import conv2d_layouts, to_nhwc
-from simpletvm.relax_ir import count_calls
 from simpletvm.compiler.lowering import fuse
 from simpletvm.models import import_model
 from simpletvm.models.onnx_rewrite import rewrite_for_import
+from simpletvm.relax_ir import count_calls
 from simpletvm.targets import resolve_target
 
 IMAGE = 16
@@ -38,16 +38,24 @@ def block_model(opset: int, *, nhwc_input: bool = False, seed: int = 0):
     def weight(*shape, scale=0.3):
         return (rng.standard_normal(shape) * scale).astype("float32")
 
-    inits = {"W1": weight(8, 3, 3, 3), "B1": weight(8), "W2": weight(8, 1, 3, 3),
-             "W3": weight(8, 8, 1, 1), "B3": weight(8), "W4": weight(10, 8), "B4": weight(10)}
+    inits = {
+        "W1": weight(8, 3, 3, 3),
+        "B1": weight(8),
+        "W2": weight(8, 1, 3, 3),
+        "W3": weight(8, 8, 1, 1),
+        "B3": weight(8),
+        "W4": weight(10, 8),
+        "B4": weight(10),
+    }
     nodes = []
     constants: dict[str, np.ndarray] = {}
 
     def const(name, value):
         value = np.asarray(value)
         if opset >= 17:
-            nodes.append(helper.make_node("Constant", [], [name],
-                                          value=numpy_helper.from_array(value, name)))
+            nodes.append(
+                helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
+            )
         else:
             constants[name] = value
         return name
@@ -65,7 +73,9 @@ def block_model(opset: int, *, nhwc_input: bool = False, seed: int = 0):
         if opset < 11:
             nodes.append(helper.make_node("Pad", [x], [y], pads=pads, mode="constant"))
         else:
-            nodes.append(helper.make_node("Pad", [x, const(f"{y}_pads", np.array(pads, "int64"))], [y]))
+            nodes.append(
+                helper.make_node("Pad", [x, const(f"{y}_pads", np.array(pads, "int64"))], [y])
+            )
 
     if nhwc_input:
         graph_input = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, IMAGE, IMAGE, 3])
@@ -87,11 +97,14 @@ def block_model(opset: int, *, nhwc_input: bool = False, seed: int = 0):
     nodes.append(helper.make_node("Flatten", ["g"], ["f"]))
     nodes.append(helper.make_node("Gemm", ["f", "W4", "B4"], ["y"], transB=1))
     initializers = [numpy_helper.from_array(v, k) for k, v in {**inits, **constants}.items()]
-    graph = helper.make_graph(nodes, "block", [graph_input],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-                              initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=8)
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [graph_input],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
     onnx.checker.check_model(model)
     return model
 
@@ -104,8 +117,9 @@ def input_for(model, seed: int = 1):
 def onnxruntime_output(model, x):
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     return session.run(None, {model.graph.input[0].name: x})[0]
 
 
@@ -154,8 +168,9 @@ def test_rewrite_is_exact_and_valid(opset):
     assert list(next(a for a in depthwise.attribute if a.name == "pads").ints) == [0, 0, 1, 1]
     x = input_for(model)
     # exact in real numbers; onnxruntime picks other kernels for the padded Conv
-    np.testing.assert_allclose(onnxruntime_output(rewritten, x), onnxruntime_output(model, x),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        onnxruntime_output(rewritten, x), onnxruntime_output(model, x), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_rewrite_leaves_what_it_cannot_prove():
@@ -175,17 +190,27 @@ def test_rewrite_leaves_what_it_cannot_prove():
         helper.make_node("Clip", ["c2", "bound", ""], ["y1"]),
         helper.make_node("Identity", ["r"], ["y2"]),
     ]
-    inits = [w, numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64"), "pads_hw"),
-             numpy_helper.from_array(np.array([0, 1, 0, 0, 0, 1, 0, 0], "int64"), "pads_c"),
-             numpy_helper.from_array(np.array(1.0, "float32"), "one"),
-             numpy_helper.from_array(np.array([0], "int64"), "starts"),
-             numpy_helper.from_array(np.array([4], "int64"), "ends")]
+    inits = [
+        w,
+        numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64"), "pads_hw"),
+        numpy_helper.from_array(np.array([0, 1, 0, 0, 0, 1, 0, 0], "int64"), "pads_c"),
+        numpy_helper.from_array(np.array(1.0, "float32"), "one"),
+        numpy_helper.from_array(np.array([0], "int64"), "starts"),
+        numpy_helper.from_array(np.array([4], "int64"), "ends"),
+    ]
     graph = helper.make_graph(
-        nodes, "kept",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
-         helper.make_tensor_value_info("bound", TensorProto.FLOAT, [])],
-        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)], inits)
+        nodes,
+        "kept",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+            helper.make_tensor_value_info("bound", TensorProto.FLOAT, []),
+        ],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, None),
+        ],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     rewritten, stats = rewrite_for_import(model)
     assert stats["pad"] == 0 and stats["clip"] == 0
@@ -207,9 +232,15 @@ def test_pad_folds_into_max_pool_of_a_relu_only():
         helper.make_node("MaxPool", ["p_any"], ["y2"], kernel_shape=[3, 3], strides=[2, 2]),
     ]
     graph = helper.make_graph(
-        nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 4, 4, 4]),
-         helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 4, 4, 4])], [pads])
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 4, 4, 4]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 4, 4, 4]),
+        ],
+        [pads],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     rewritten, stats = rewrite_for_import(model)
     onnx.checker.check_model(rewritten, full_check=True)
@@ -218,8 +249,10 @@ def test_pad_folds_into_max_pool_of_a_relu_only():
     import onnxruntime
 
     x = input_for(model)
-    got, want = (onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})
-                 for m in (rewritten, model))
+    got, want = (
+        onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+        for m in (rewritten, model)
+    )
     for actual, expected in zip(got, want):
         np.testing.assert_array_equal(actual, expected)
 
@@ -236,18 +269,24 @@ def test_same_auto_pad_and_reshape_chains():
         helper.make_node("Conv", ["x", "W"], ["c_upper"], auto_pad="SAME_UPPER", strides=[2, 2]),
         helper.make_node("Conv", ["x", "W"], ["c_lower"], auto_pad="SAME_LOWER", strides=[2, 2]),
         helper.make_node("Add", ["c_upper", "c_lower"], ["a"]),
-        helper.make_node("GlobalAveragePool", ["a"], ["g"]),              # (1, 6, 1, 1)
-        helper.make_node("Reshape", ["g", "nhwc"], ["t"]),                # (1, 1, 1, 6)
-        helper.make_node("Squeeze", ["t"], ["s"]),                        # (6,)
-        helper.make_node("Reshape", ["s", "nchw"], ["back"]),             # (1, 6, 1, 1)
+        helper.make_node("GlobalAveragePool", ["a"], ["g"]),  # (1, 6, 1, 1)
+        helper.make_node("Reshape", ["g", "nhwc"], ["t"]),  # (1, 1, 1, 6)
+        helper.make_node("Squeeze", ["t"], ["s"]),  # (6,)
+        helper.make_node("Reshape", ["s", "nchw"], ["back"]),  # (1, 6, 1, 1)
         helper.make_node("Mul", ["back", "g"], ["y"]),
     ]
-    inits = [w, numpy_helper.from_array(np.array([1, 1, 1, 6], "int64"), "nhwc"),
-             numpy_helper.from_array(np.array([1, 6, 1, 1], "int64"), "nchw")]
-    graph = helper.make_graph(nodes, "chains",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 1, 1])],
-                              inits)
+    inits = [
+        w,
+        numpy_helper.from_array(np.array([1, 1, 1, 6], "int64"), "nhwc"),
+        numpy_helper.from_array(np.array([1, 6, 1, 1], "int64"), "nchw"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chains",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 1, 1])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     rewritten, stats = rewrite_for_import(model)
     onnx.checker.check_model(rewritten, full_check=True)
@@ -256,17 +295,22 @@ def test_same_auto_pad_and_reshape_chains():
     types = op_types(rewritten)
     assert types["Reshape"] == types["Squeeze"] == types["Transpose"] == 0
     assert types["Identity"] == 1
-    pads = {n.output[0]: list(next(a for a in n.attribute if a.name == "pads").ints)
-            for n in rewritten.graph.node if n.op_type == "Conv"}
+    pads = {
+        n.output[0]: list(next(a for a in n.attribute if a.name == "pads").ints)
+        for n in rewritten.graph.node
+        if n.op_type == "Conv"
+    }
     assert pads == {"c_upper": [0, 0, 1, 1], "c_lower": [1, 1, 0, 0]}
     x = input_for(model)
-    np.testing.assert_allclose(onnxruntime_output(rewritten, x), onnxruntime_output(model, x),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        onnxruntime_output(rewritten, x), onnxruntime_output(model, x), rtol=1e-6, atol=1e-6
+    )
 
 
 # ---- import, NHWC conversion, fuse --------------------------------------------------
-@pytest.mark.parametrize("opset,nhwc_input,transposes", [(10, False, 1), (11, True, 0),
-                                                          (17, False, 1), (17, True, 0)])
+@pytest.mark.parametrize(
+    "opset,nhwc_input,transposes", [(10, False, 1), (11, True, 0), (17, False, 1), (17, True, 0)]
+)
 def test_nhwc_conversion_matches_onnxruntime(opset, nhwc_input, transposes):
     """All convolutions and the pool go NHWC; left is the transpose of an NCHW input
     (none for a tf2onnx-style NHWC input, whose Transpose cancels)."""
@@ -304,8 +348,15 @@ def test_nhwc_module_is_left_as_is():
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(x, relax.const(np.ones((3, 3, 4, 4), "float32")),
-                                           padding=1, data_layout="NHWC", kernel_layout="HWIO"))
+            y = bb.emit(
+                relax.op.nn.conv2d(
+                    x,
+                    relax.const(np.ones((3, 3, 4, 4), "float32")),
+                    padding=1,
+                    data_layout="NHWC",
+                    kernel_layout="HWIO",
+                )
+            )
             out = bb.emit_output(relax.op.nn.relu(y))
         bb.emit_func_output(out)
     mod = bb.get()
@@ -322,8 +373,9 @@ def _raw_transposes(model) -> int:
     from tvm.relax.frontend.onnx import from_onnx
 
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    raw = from_onnx(onnx.shape_inference.infer_shapes(model),
-                    shape_dict={model.graph.input[0].name: dims})
+    raw = from_onnx(
+        onnx.shape_inference.infer_shapes(model), shape_dict={model.graph.input[0].name: dims}
+    )
     return to_nhwc(raw)[1]["permute_dims_after"]
 
 
@@ -359,8 +411,7 @@ def test_mobilenet_v2_through_onnx_converts_fully():
 
     keras_model = build_keras_model("mobilenetv2", image_size=32, alpha=0.35)
     signature = [tf.TensorSpec((1, 32, 32, 3), tf.float32, name="input")]
-    model, _ = tf2onnx.convert.from_keras(keras_model, input_signature=signature,
-                                          opset=ONNX_OPSET)
+    model, _ = tf2onnx.convert.from_keras(keras_model, input_signature=signature, opset=ONNX_OPSET)
     imported = import_model(model)
     converted, stats = to_nhwc(imported.mod)
     assert (stats["conv2d_nchw"], stats["conv2d_converted"]) == (52, 52)

@@ -21,8 +21,9 @@ class Clock:
         return self.now
 
 
-def drive(plan: TuningPlan, clock: Clock, on_stage, stage_s: float = 1.0,
-          max_stages: int = 2000) -> None:
+def drive(
+    plan: TuningPlan, clock: Clock, on_stage, stage_s: float = 1.0, max_stages: int = 2000
+) -> None:
     """Run the plan's stages as an executor would: each takes ``stage_s``; a task's
     candidates get faster with every iteration (never the same order across tasks)."""
     for _ in range(max_stages):
@@ -59,8 +60,9 @@ def test_the_figure_is_labelled_partial_then_only_falls(remeasure):
     the closing round included (its re-timed records, slower here, are the final line's)."""
     clock = Clock()
     names = [f"task_{i}" for i in range(6)]
-    plan = TuningPlan(names, [1] * 6, [1e6] * 6,
-                      TuningOptions(minutes=1.0, remeasure=remeasure), clock=clock)
+    plan = TuningPlan(
+        names, [1] * 6, [1e6] * 6, TuningOptions(minutes=1.0, remeasure=remeasure), clock=clock
+    )
     snapshots = []
     drive(plan, clock, lambda p: snapshots.append(snapshot(p)))
     assert snapshots[-1].done
@@ -92,11 +94,15 @@ def test_time_left_eta_and_why_the_run_goes_past_its_budget():
     over = [s for s in snapshots if s.over_budget and s.unmeasured]
     assert over, "the budget should end before every task is measured"
     text = over[0].text()
-    assert re.search(rf"over the 0:12 budget: every task needs one measurement: "
-                     rf"{over[0].unmeasured} tasks? left", text), text
+    assert re.search(
+        rf"over the 0:12 budget: every task needs one measurement: "
+        rf"{over[0].unmeasured} tasks? left",
+        text,
+    ), text
     # the ETA counts an iteration per task still unmeasured at the pace so far
     assert over[0].eta() == pytest.approx(
-        over[0].now + over[0].unmeasured * over[0].elapsed_s / over[0].iterations)
+        over[0].now + over[0].unmeasured * over[0].elapsed_s / over[0].iterations
+    )
     assert snapshots[-1].done and "elapsed" in snapshots[-1].text()
 
 
@@ -105,14 +111,16 @@ def test_plain_lines_are_whole_periodic_and_end_with_the_final_state():
     names = [f"a_rather_long_fused_conv2d_add_relu_task_name_{i}" for i in range(5)]
     plan = TuningPlan(names, [1] * 5, [1e6] * 5, TuningOptions(minutes=0.5), clock=clock)
     console, out = plain(width=40)
-    with TuningProgress("models/a-model-with-a-long-name.onnx", minutes=0.5,
-                        console=console) as show:
+    with TuningProgress(
+        "models/a-model-with-a-long-name.onnx", minutes=0.5, console=console
+    ) as show:
         assert not show.terminal
         drive(plan, clock, show.on_stage)
     lines = out.getvalue().splitlines()
     assert len(lines) >= 4
-    assert all(line.startswith("tuning models/a-model-with-a-long-name.onnx: ")
-               for line in lines), lines  # none wrapped at 40 columns, none cut
+    assert all(
+        line.startswith("tuning models/a-model-with-a-long-name.onnx: ") for line in lines
+    ), lines  # none wrapped at 40 columns, none cut
     assert "elapsed" in lines[-1] and "estimate" in lines[-1]
     assert len(lines) == len(set(lines))  # the final state once
     # at most one line per interval besides the phase changes
@@ -138,7 +146,12 @@ def test_small_latencies_keep_their_digits():
     from simpletvm.progress import ms_text
 
     assert [ms_text(s) for s in (0, 2.18e-4, 1.234e-5, 4.1e-8, 0.1234)] == [
-        "0.000", "0.218", "0.0123", "0.0000410", "123.400"]
+        "0.000",
+        "0.218",
+        "0.0123",
+        "0.0000410",
+        "123.400",
+    ]
 
 
 def test_latencies_known_from_earlier_runs_count_but_the_budget_still_waits_for_each_task():
@@ -153,8 +166,9 @@ def test_latencies_known_from_earlier_runs_count_but_the_budget_still_waits_for_
     drive(plan, clock, lambda p: snapshots.append(snapshot(p)))
     assert all(s.complete for s in snapshots)
     over = [s for s in snapshots if s.over_budget]
-    assert over and all("every task needs one measurement" in s.text() for s in over
-                        if s.unmeasured), [s.text() for s in over]
+    assert over and all(
+        "every task needs one measurement" in s.text() for s in over if s.unmeasured
+    ), [s.text() for s in over]
     assert any(s.unmeasured for s in over)
 
 

@@ -53,28 +53,38 @@ def test_simpletvm_runners_resize_the_pool_only_when_the_count_changes(monkeypat
 
 @pytest.mark.slow
 def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict):
-    result = CliRunner().invoke(app, ["quickstart", "--image-size", "32", "--minutes", "0.1",
-                                      "--store", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["quickstart", "--image-size", "32", "--minutes", "0.1", "--store", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     # the tuning shows as progress lines, not a log line per task (those are in the log)
     assert not re.search(r"task \d+/\d+ \S+ tuned", result.output), result.output
-    assert re.search(r"^tuning mobilenetv2: \d+ trials, estimate [\d.]+ ms", result.output,
-                     re.MULTILINE), result.output
+    assert re.search(
+        r"^tuning mobilenetv2: \d+ trials, estimate [\d.]+ ms", result.output, re.MULTILINE
+    ), result.output
     output = " ".join(result.output.split())
-    untuned, tuned = (float(re.search(rf"\b{build} \W ([\d.]+) \W [\d.]+ \W [\d.]+ \W",
-                                      output).group(1)) for build in ("untuned", "tuned"))
+    untuned, tuned = (
+        float(re.search(rf"\b{build} \W ([\d.]+) \W [\d.]+ \W [\d.]+ \W", output).group(1))
+        for build in ("untuned", "tuned")
+    )
     # at 32x32 with 6 s of tuning each task measures a first round only, whose best may
     # still lose to TVM's default schedule (0.71x once, under the suite's load); the
     # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md): either way, what
     # it says of tuning is what the medians it printed say
     check_verdict(output, untuned, tuned)
     assert re.search(r"untuned \(median\) after \d+ trials over \d+ tasks", output)
-    match = re.search(r"from Python\): SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its "
-                      r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)",
-                      output)
-    ours, tflite = ({int(count): float(ms) for ms, count in
-                     re.findall(r"([\d.]+) ms on (\d+) threads?", match.group(side))}
-                    for side in (1, 2))
+    match = re.search(
+        r"from Python\): SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its "
+        r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)",
+        output,
+    )
+    ours, tflite = (
+        {
+            int(count): float(ms)
+            for ms, count in re.findall(r"([\d.]+) ms on (\d+) threads?", match.group(side))
+        }
+        for side in (1, 2)
+    )
     cores = psutil.cpu_count(logical=False)  # the target's cores, as SimpleTVM counts them
     # each side on every core and on one: the faster of each counts
     assert set(ours) == set(tflite) == {cores, 1}
@@ -95,6 +105,8 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
     # ... and chose again before the evaluation timed it
     evaluate = context["steps"][-1]
     assert evaluate["step"] == "evaluate" and set(evaluate["runtime_threads"]["median_ms"]) == {
-        str(cores), "1"}
+        str(cores),
+        "1",
+    }
     assert context["evaluation"]["threads"] == evaluate["runtime_threads"]["threads"]
     assert context["steps"][-3]["fork_join_pool"] == "simpletvm"

@@ -71,10 +71,10 @@ def test_best_record_is_kept_per_workload_and_target_on_insert(tmp_path):
     records = RecordStore(tmp_path / "records.sqlite")
     workload = ["w", "{}"]
     assert records.add("w", workload, [_record(1, 0.003), _record(2, 0.002)], run_id="a") == 2
-    assert records.add("w", workload, [_record(3, 0.004), _record(4, 0.001, ZNVER3)],
-                       run_id="b") == 2
-    assert records.best() == {("w", target_key(SKYLAKE)): 0.002,
-                              ("w", target_key(ZNVER3)): 0.001}
+    assert (
+        records.add("w", workload, [_record(3, 0.004), _record(4, 0.001, ZNVER3)], run_id="b") == 2
+    )
+    assert records.best() == {("w", target_key(SKYLAKE)): 0.002, ("w", target_key(ZNVER3)): 0.001}
     assert records.add("w", workload, [_record(5, 0.0015)], run_id="c") == 1
     assert records.best(target_key(SKYLAKE)) == {("w", target_key(SKYLAKE)): 0.0015}
     assert [r[0][1] for r in records.top("w", target_key(SKYLAKE), 10)] == [[5], [2], [1], [3]]
@@ -109,8 +109,10 @@ def test_a_database_of_an_earlier_version_gets_identities_by_run_once(tmp_path):
     RecordStore(path).add("w", ["w", "{}"], [_record(1, 0.002)], run_id="a")
     earlier = sqlite3.connect(path, isolation_level=None)
     text = canonical_json(_record(1, 0.002))
-    earlier.execute("UPDATE records SET identity = ?",
-                    (hashlib.blake2b(f"w\n{text}".encode(), digest_size=16).digest(),))
+    earlier.execute(
+        "UPDATE records SET identity = ?",
+        (hashlib.blake2b(f"w\n{text}".encode(), digest_size=16).digest(),),
+    )
     earlier.execute("DELETE FROM meta")
     earlier.close()
     records = RecordStore(path)
@@ -162,23 +164,38 @@ def test_a_discarded_buffer_deletes_its_private_copy_and_keeps_what_is_not_drain
 def _legacy_store(root) -> None:
     """What the JSON-lines version left: a merged global directory, the best directory,
     and a run killed before its merge whose records are only in its own directory."""
+
     def write(directory, workloads, rows, garbled=False):
         directory.mkdir(parents=True)
         (directory / "workloads.jsonl").write_text(
-            "".join(json.dumps({"workload": w, "json": [w, "{}"]}) + "\n" for w in workloads))
-        lines = [json.dumps({"workload": w, "record": r, "target_key": target_key(r[2]),
-                             "latency_s": r[1][0], "run_id": run, "time": 1.0})
-                 for w, r, run in rows]
+            "".join(json.dumps({"workload": w, "json": [w, "{}"]}) + "\n" for w in workloads)
+        )
+        lines = [
+            json.dumps(
+                {
+                    "workload": w,
+                    "record": r,
+                    "target_key": target_key(r[2]),
+                    "latency_s": r[1][0],
+                    "run_id": run,
+                    "time": 1.0,
+                }
+            )
+            for w, r, run in rows
+        ]
         (directory / "records.jsonl").write_text(
-            "\n".join(lines) + ("\n{\"workload\": \"w1\", torn" if garbled else "\n"))
+            "\n".join(lines) + ('\n{"workload": "w1", torn' if garbled else "\n")
+        )
 
-    merged = [("w1", _record(1, 0.002), "r1"), ("w1", _record(2, 0.001), "r1"),
-              ("w2", _record(3, 0.005), "r1")]
+    merged = [
+        ("w1", _record(1, 0.002), "r1"),
+        ("w1", _record(2, 0.001), "r1"),
+        ("w2", _record(3, 0.005), "r1"),
+    ]
     write(root / "database" / "global", ["w1", "w2"], merged)
     write(root / "database" / "best", ["w1", "w2"], [merged[1], merged[2]])
     write(root / "runs" / "r1" / "tuning", ["w1", "w2"], merged)
-    write(root / "runs" / "r2" / "tuning", ["w2"], [("w2", _record(4, 0.004), None)],
-          garbled=True)
+    write(root / "runs" / "r2" / "tuning", ["w2"], [("w2", _record(4, 0.004), None)], garbled=True)
 
 
 def test_a_json_lines_store_is_imported_once_with_a_message(tmp_path, capfd):
@@ -190,8 +207,10 @@ def test_a_json_lines_store_is_imported_once_with_a_message(tmp_path, capfd):
     assert len(records) == 4
     assert records.run_counts("r1") == {"w1": 2, "w2": 1}
     assert records.run_counts("r2") == {"w2": 1}  # named by its directory
-    assert records.best() == {("w1", target_key(SKYLAKE)): 0.001,
-                              ("w2", target_key(SKYLAKE)): 0.004}
+    assert records.best() == {
+        ("w1", target_key(SKYLAKE)): 0.001,
+        ("w2", target_key(SKYLAKE)): 0.004,
+    }
     assert records.workload_json("w2") == ["w2", "{}"]
     open_records(tmp_path)
     assert capfd.readouterr().err == ""  # once only
@@ -227,12 +246,21 @@ def _matmul_record(run_secs: list[float], mcpu: str = "skylake"):
     c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
-    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                             num_threads=1)
+    context = ms.TuneContext(
+        mod=mod, target=target, space_generator="post-order-apply", num_threads=1
+    )
     schedule = context.generate_design_space()[0]
-    return mod, target, ms.database.TuningRecord(
-        schedule.trace, ms.database.Workload(mod), run_secs, target,
-        ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+    return (
+        mod,
+        target,
+        ms.database.TuningRecord(
+            schedule.trace,
+            ms.database.Workload(mod),
+            run_secs,
+            target,
+            ms.arg_info.ArgInfo.from_prim_func(mod["main"]),
+        ),
+    )
 
 
 def test_record_database_round_trips_records_and_answers_by_target(tmp_path):
@@ -256,8 +284,9 @@ def test_record_database_round_trips_records_and_answers_by_target(tmp_path):
     assert len(reader.get_all_tuning_records()) == 1
     # records of another CPU are not applied here; another run's scope sees none
     _, other_target, _ = _matmul_record([0.001], mcpu="znver3")
-    assert RecordDatabase(records, other_target).query_tuning_record(mod, other_target,
-                                                                     "main") is None
+    assert (
+        RecordDatabase(records, other_target).query_tuning_record(mod, other_target, "main") is None
+    )
     assert len(RecordDatabase(records, target, scope="run", run_id="run2")) == 0
     with pytest.raises(ValueError, match="unknown record scope 'latest'"):
         RecordDatabase(records, target, scope="latest")
@@ -265,7 +294,8 @@ def test_record_database_round_trips_records_and_answers_by_target(tmp_path):
 
 @pytest.mark.slow
 def test_a_tuning_run_commits_each_record_under_its_run_id_and_builds_from_them(
-        tmp_path, tiny_onnx):
+    tmp_path, tiny_onnx
+):
     from simpletvm import BenchmarkingContext, SimpleTVM
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(tiny_onnx)

@@ -8,11 +8,10 @@ import time
 import numpy as np
 import psutil
 import pytest
+from model_factories import make_tiny_cnn_onnx
 
 from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
 from simpletvm.remote.rpc import LocalRPC, wait_for_servers
-
-from model_factories import make_tiny_cnn_onnx
 
 KEY = "eval-device"
 
@@ -50,8 +49,7 @@ def child_cpu_seconds() -> dict[int, float]:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        spent[process.pid] = (times.user + times.system + times.children_user
-                              + times.children_system)
+        spent[process.pid] = times.user + times.system + times.children_user + times.children_system
     return spent
 
 
@@ -86,12 +84,17 @@ def test_evaluate_times_the_model_in_the_servers_process(rpc, store, model_64):
     deadline = time.monotonic() + 30
     while (spent := cpu_spent_since(servers_before)) < 0.5 * timed:  # reaped after the session
         assert time.monotonic() < deadline, (
-            f"the servers spent {spent:.2f} s of CPU on {timed:.2f} s of timed runs")
+            f"the servers spent {spent:.2f} s of CPU on {timed:.2f} s of timed runs"
+        )
         time.sleep(0.2)
     assert own < 0.25 * spent, f"this process spent {own:.2f} s of CPU, the servers {spent:.2f} s"
     where = stvm.context.evaluation["device"]
-    assert where == {"runner": "rpc", "rpc_tracker": list(rpc.address), "device_key": KEY,
-                     "server": [where["server"][0], rpc.server_handles[0].port]}
+    assert where == {
+        "runner": "rpc",
+        "rpc_tracker": list(rpc.address),
+        "device_key": KEY,
+        "server": [where["server"][0], rpc.server_handles[0].port],
+    }
     assert stvm.context.steps[-1]["device"] == where
     assert local.context.evaluation["device"] == {"runner": "local"}
     wait_for_servers(*rpc.address, KEY, 1)  # the session ended with the call

@@ -7,8 +7,14 @@ import pytest
 from simpletvm import BenchmarkingContext, SimpleTVM, SimpleTVMError
 from simpletvm.remote.rpc import DeviceGrant, LocalRPC, device_keys, free_servers, tracker_summary
 
-FAST = {"trials": 4, "candidates_per_iteration": 4, "population": 32, "genetic_iterations": 1, "seed": 0,
-        "remeasure": 1}  # the closing round profiles through the tracker too
+FAST = {
+    "trials": 4,
+    "candidates_per_iteration": 4,
+    "population": 32,
+    "genetic_iterations": 1,
+    "seed": 0,
+    "remeasure": 1,
+}  # the closing round profiles through the tracker too
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +56,9 @@ def test_autotune_profiles_on_the_named_trackers_devices(rpc, store, tiny_onnx):
 def test_tracker_without_a_server_of_the_key_says_how_to_start_one(rpc, store, tiny_onnx):
     ctx = BenchmarkingContext("cpu", device_key="no-such-device", store=store)
     stvm = SimpleTVM(ctx, rpc_tracker=rpc.address).from_model(tiny_onnx)
-    with pytest.raises(SimpleTVMError, match="no RPC server with device key 'no-such-device'"
-                                             ".*rpc_server --tracker"):
+    with pytest.raises(
+        SimpleTVMError, match="no RPC server with device key 'no-such-device'.*rpc_server --tracker"
+    ):
         stvm.autotune(**FAST)
 
 
@@ -76,11 +83,15 @@ def test_a_dead_server_fails_the_profile_stage_which_reruns_on_a_new_server(stor
         ctx = BenchmarkingContext("cpu", device_key="flaky", store=store)
         stvm = SimpleTVM(ctx, rpc_tracker=local.address).from_model(tiny_onnx)
         options = TuningOptions(**FAST)
-        job = TuningJob(stvm.fused_module, stvm.target, options,
-                        records=RecordStore(tmp_records := store / "records.sqlite"),
-                        runner=rpc_runner(options, stvm.target.device_type, local.address, "flaky"),
-                        device_resource="device:flaky",
-                        device_check=partial(require_servers, *local.address, "flaky"))
+        job = TuningJob(
+            stvm.fused_module,
+            stvm.target,
+            options,
+            records=RecordStore(tmp_records := store / "records.sqlite"),
+            runner=rpc_runner(options, stvm.target.device_type, local.address, "flaky"),
+            device_resource="device:flaky",
+            device_check=partial(require_servers, *local.address, "flaky"),
+        )
         while job.next_stage().kind != "profile":
             job.run_stage()
         local.server_handles[0].terminate()

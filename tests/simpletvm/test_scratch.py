@@ -6,7 +6,12 @@ import os
 import subprocess
 import sys
 
-from simpletvm._process.scratch import make_scratch_dir, scratch_directory, scratch_prefix, sweep_orphans
+from simpletvm._process.scratch import (
+    make_scratch_dir,
+    scratch_directory,
+    scratch_prefix,
+    sweep_orphans,
+)
 
 
 def _gone_pid() -> int:
@@ -20,11 +25,16 @@ def test_the_sweep_deletes_the_directories_of_ended_processes_only(tmp_path):
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         gone = _gone_pid()
-        orphans = [tmp_path / f"simpletvm-build-{gone}-x1", tmp_path / f"simpletvm-records-{gone}-x2"]
-        kept = [tmp_path / f"simpletvm-module-{os.getpid()}-x3",  # this process's
-                tmp_path / f"simpletvm-build-{live.pid}-x4",  # a running job's
-                tmp_path / "simpletvm-k2j4x9",  # an earlier version's: whose, unknown
-                tmp_path / f"other-build-{gone}-x5"]
+        orphans = [
+            tmp_path / f"simpletvm-build-{gone}-x1",
+            tmp_path / f"simpletvm-records-{gone}-x2",
+        ]
+        kept = [
+            tmp_path / f"simpletvm-module-{os.getpid()}-x3",  # this process's
+            tmp_path / f"simpletvm-build-{live.pid}-x4",  # a running job's
+            tmp_path / "simpletvm-k2j4x9",  # an earlier version's: whose, unknown
+            tmp_path / f"other-build-{gone}-x5",
+        ]
         for directory in orphans + kept:
             (directory / "sub").mkdir(parents=True)
             (directory / "sub" / "candidate.so").write_bytes(b"\0" * 64)

@@ -34,7 +34,9 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path):
 def _append_many(path: str, writer: int, count: int) -> None:
     for index in range(count):
         # large lines make interleaving likely if appends were not locked
-        append_lines(Path(path), [json.dumps({"writer": writer, "index": index, "pad": "x" * 5000})])
+        append_lines(
+            Path(path), [json.dumps({"writer": writer, "index": index, "pad": "x" * 5000})]
+        )
 
 
 def _in_parallel(target, argument_lists) -> None:
@@ -53,7 +55,9 @@ def test_concurrent_appends_never_tear_or_lose_lines(tmp_path):
     rows = read_json_lines(path)
     assert len(rows) == 240
     assert len(path.read_text().splitlines()) == 240
-    assert {(r["writer"], r["index"]) for r in rows} == {(w, i) for w in range(4) for i in range(60)}
+    assert {(r["writer"], r["index"]) for r in rows} == {
+        (w, i) for w in range(4) for i in range(60)
+    }
 
 
 def test_torn_last_line_is_skipped_and_not_glued_to_the_next(tmp_path):
@@ -71,4 +75,6 @@ def test_target_key_ignores_everything_but_kind_and_arch():
     b = {"kind": "llvm", "mcpu": "skylake", "num-cores": 16, "mtriple": "x86_64"}
     assert target_key(a) == target_key(b)
     assert target_key(a) != target_key({**a, "mcpu": "znver3"})
-    assert target_key({"kind": "cuda", "arch": "sm_90"}) != target_key({"kind": "cuda", "arch": "sm_80"})
+    assert target_key({"kind": "cuda", "arch": "sm_90"}) != target_key(
+        {"kind": "cuda", "arch": "sm_80"}
+    )

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from simpletvm.tuning.plan import MIN_FIRST_ROUND, first_round_trials
 from simpletvm.tuning.options import TuningOptions
+from simpletvm.tuning.plan import MIN_FIRST_ROUND, first_round_trials
 from simpletvm.tuning.tasks import TaskProgress, expected_gain, next_task
 
 
@@ -40,8 +40,7 @@ def test_a_task_tuned_often_yields_to_one_still_improving():
     # recent improvement counts: a task that just fell fast is worth another look
     improving = _task("improving", history=[0.08, 0.06, 0.04, 0.02, 0.02, 0.02, 0.02, 0.02])
     stalled = _task("stalled", history=[0.02] * 8)
-    assert expected_gain(improving) == pytest.approx(
-        0.2 * (0.02 - 0.02) / 3 + 0.8 * 0.02 / 8)
+    assert expected_gain(improving) == pytest.approx(0.2 * (0.02 - 0.02) / 3 + 0.8 * 0.02 / 8)
     improving.history.append(0.01)  # fell by half in its last iteration
     assert next_task([_task("stalled", history=[0.01] * 9), improving]) == 1
     assert next_task([stalled, improving]) == 0  # a slower task still weighs more

@@ -16,8 +16,12 @@ IMAGE = (1, 16, 16, 3)
 
 
 def run_simpletvm(store, path, x):
-    return SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(path).build(
-        records=None).run(x)
+    return (
+        SimpleTVM(BenchmarkingContext("cpu", store=store))
+        .from_model(path)
+        .build(records=None)
+        .run(x)
+    )
 
 
 def run_tflite(flatbuffer: bytes, x):
@@ -44,8 +48,9 @@ def operators(flatbuffer: bytes) -> list[str]:
     for index in range(subgraph.OperatorsLength()):
         code = model.OperatorCodes(subgraph.Operators(index).OpcodeIndex())
         builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        found.append(code.CustomCode().decode() if builtin == BuiltinOperator.CUSTOM
-                     else names[builtin])
+        found.append(
+            code.CustomCode().decode() if builtin == BuiltinOperator.CUSTOM else names[builtin]
+        )
     return found
 
 
@@ -80,8 +85,9 @@ def keras_cnn():
     return model
 
 
-def convert(keras_model, *optimizations, float16=False, representative=False,
-            integer_io=False) -> bytes:
+def convert(
+    keras_model, *optimizations, float16=False, representative=False, integer_io=False
+) -> bytes:
     import tensorflow as tf
 
     from simpletvm._process.native_output import redirected
@@ -121,8 +127,9 @@ def test_sparse_float16_weights_are_densified(store, tmp_path, keras_cnn):
     """DENSIFY feeding DEQUANTIZE: TVM's frontend alone raises a TypeError here."""
     import tensorflow as tf
 
-    flatbuffer = convert(keras_cnn, tf.lite.Optimize.EXPERIMENTAL_SPARSITY,
-                         tf.lite.Optimize.DEFAULT, float16=True)
+    flatbuffer = convert(
+        keras_cnn, tf.lite.Optimize.EXPERIMENTAL_SPARSITY, tf.lite.Optimize.DEFAULT, float16=True
+    )
     ops = operators(flatbuffer)
     assert ops.count("DENSIFY") == 4 and ops.count("DEQUANTIZE") >= 4
     path = tmp_path / "sparse_float16.tflite"
@@ -141,8 +148,9 @@ def test_block_sparse_weights_read_by_the_kernel_are_densified(store, tmp_path):
 
     keras.utils.set_random_seed(1)
     inputs = keras.Input((64,))
-    model = keras.Model(inputs, keras.layers.Dense(16)(
-        keras.layers.Dense(32, activation="relu")(inputs)))
+    model = keras.Model(
+        inputs, keras.layers.Dense(16)(keras.layers.Dense(32, activation="relu")(inputs))
+    )
     rng = np.random.default_rng(1)
     for layer in model.layers[1:]:
         kernel, bias = layer.get_weights()  # (in, out); TFLite blocks 4 inputs of an output
@@ -176,8 +184,7 @@ def test_int8_post_training_quantization(store, tmp_path, keras_cnn):
     x = image()
     expected = run_tflite(flatbuffer, x)
     assert np.abs(expected).max() > 10 * step  # the comparison is not within noise
-    np.testing.assert_allclose(run_simpletvm(store, path, x), expected, rtol=0,
-                               atol=step * 1.001)
+    np.testing.assert_allclose(run_simpletvm(store, path, x), expected, rtol=0, atol=step * 1.001)
 
 
 @pytest.mark.slow
@@ -185,8 +192,7 @@ def test_fully_integer_model(store, tmp_path, keras_cnn):
     """int8 in, int8 out: equal within one quantization step."""
     import tensorflow as tf
 
-    flatbuffer = convert(keras_cnn, tf.lite.Optimize.DEFAULT, representative=True,
-                         integer_io=True)
+    flatbuffer = convert(keras_cnn, tf.lite.Optimize.DEFAULT, representative=True, integer_io=True)
     assert "QUANTIZE" not in operators(flatbuffer)
     path = tmp_path / "full_int8.tflite"
     path.write_bytes(flatbuffer)
@@ -257,8 +263,9 @@ def transpose_conv_options(same: bool, stride: tuple[int, int]) -> bytes:
 def pool_options(same: bool, stride: tuple[int, int], size: tuple[int, int]) -> bytes:
     """TfLitePoolParams {padding, stride_w, stride_h, filter_w, filter_h, activation,
     computed padding (4 ints)}."""
-    return struct.pack("<10i", 1 if same else 2, stride[1], stride[0], size[1], size[0], 0,
-                       0, 0, 0, 0)
+    return struct.pack(
+        "<10i", 1 if same else 2, stride[1], stride[0], size[1], size[0], 0, 0, 0, 0, 0
+    )
 
 
 def custom_operator_code(model, code: str) -> int:
@@ -283,8 +290,10 @@ def mediapipe_transpose_conv_bias(x, weights_ohwi, bias, stride, same):
     TFLite's TRANSPOSE_CONV gives 14), the smaller half before."""
     batch, height, width, _ = x.shape
     channels, kernel_h, kernel_w, _ = weights_ohwi.shape
-    crops = [max(0, k - (size - 1) % stride - 1) if same else 0
-             for size, k in ((height, kernel_h), (width, kernel_w))]
+    crops = [
+        max(0, k - (size - 1) % stride - 1) if same else 0
+        for size, k in ((height, kernel_h), (width, kernel_w))
+    ]
     out_h = stride * (height - 1) + kernel_h - crops[0]
     out_w = stride * (width - 1) + kernel_w - crops[1]
     out = np.broadcast_to(bias, (batch, out_h, out_w, channels)).astype("float32")
@@ -297,8 +306,9 @@ def mediapipe_transpose_conv_bias(x, weights_ohwi, bias, stride, same):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size,padding,stride", [(8, "same", 2), (7, "same", 2),
-                                                 (7, "valid", 2), (7, "same", 1)])
+@pytest.mark.parametrize(
+    "size,padding,stride", [(8, "same", 2), (7, "same", 2), (7, "valid", 2), (7, "same", 1)]
+)
 def test_convolution2d_transpose_bias(store, tmp_path, size, padding, stride):
     """A TRANSPOSE_CONV with its bias (checked against the interpreter), rewritten into
     MediaPipe's custom operator (checked against MediaPipe's kernel, which equals the
@@ -324,14 +334,18 @@ def test_convolution2d_transpose_bias(store, tmp_path, size, padding, stride):
     operator = rewritten.subgraphs[0].operators[0]
     assert len(operator.inputs) == 4  # output shape, weights (OHWI), data, bias
     _, weights, data, bias_index = operator.inputs
-    as_custom_operator(operator, custom_operator_code(rewritten, "Convolution2DTransposeBias"),
-                       [data, weights, bias_index],
-                       transpose_conv_options(padding == "same", (stride, stride)))
+    as_custom_operator(
+        operator,
+        custom_operator_code(rewritten, "Convolution2DTransposeBias"),
+        [data, weights, bias_index],
+        transpose_conv_options(padding == "same", (stride, stride)),
+    )
     path = tmp_path / "transpose_conv_bias.tflite"
     path.write_bytes(flatbuffer_utils.convert_object_to_bytearray(rewritten))
     assert operators(path.read_bytes()) == ["Convolution2DTransposeBias"]
     reference = mediapipe_transpose_conv_bias(
-        x, layer.get_weights()[0].transpose(2, 0, 1, 3), bias, stride, padding == "same")
+        x, layer.get_weights()[0].transpose(2, 0, 1, 3), bias, stride, padding == "same"
+    )
     if reference.shape == expected.shape:
         assert_close(reference, expected)
     assert_close(run_simpletvm(store, path, x), reference)
@@ -386,8 +400,12 @@ def argmax_pool_unpool_model(shape, size, stride, same) -> bytes:
     model.version, model.operatorCodes, model.buffers = 3, [], [schema.BufferT()]
     subgraph = schema.SubGraphT()
     subgraph.tensors = []
-    for name, tensor_shape in (("x", shape), ("pooled", pooled_shape),
-                               ("indices", pooled_shape), ("y", unpooled_shape)):
+    for name, tensor_shape in (
+        ("x", shape),
+        ("pooled", pooled_shape),
+        ("indices", pooled_shape),
+        ("y", unpooled_shape),
+    ):
         tensor = schema.TensorT()
         tensor.name, tensor.shape, tensor.type, tensor.buffer = name, list(tensor_shape), 0, 0
         subgraph.tensors.append(tensor)
@@ -402,11 +420,14 @@ def argmax_pool_unpool_model(shape, size, stride, same) -> bytes:
     return flatbuffer_utils.convert_object_to_bytearray(model)
 
 
-@pytest.mark.parametrize("shape,size,stride,same", [
-    ((1, 8, 8, 3), (2, 2), (2, 2), True),
-    ((1, 7, 9, 2), (2, 2), (2, 2), True),
-    ((1, 9, 9, 2), (3, 3), (2, 2), False),
-])
+@pytest.mark.parametrize(
+    "shape,size,stride,same",
+    [
+        ((1, 8, 8, 3), (2, 2), (2, 2), True),
+        ((1, 7, 9, 2), (2, 2), (2, 2), True),
+        ((1, 9, 9, 2), (3, 3), (2, 2), False),
+    ],
+)
 def test_max_pooling_with_argmax_and_unpooling(store, tmp_path, shape, size, stride, same):
     path = tmp_path / "argmax_unpool.tflite"
     path.write_bytes(argmax_pool_unpool_model(shape, size, stride, same))
@@ -415,8 +436,7 @@ def test_max_pooling_with_argmax_and_unpooling(store, tmp_path, shape, size, str
     pooled, indices = mediapipe_argmax_pool(x, size, stride, same)
     unpooled, found_indices = run_simpletvm(store, path, x)
     np.testing.assert_allclose(found_indices, indices, atol=1e-6)
-    np.testing.assert_allclose(unpooled, mediapipe_unpool(pooled, indices, size, stride),
-                               atol=1e-6)
+    np.testing.assert_allclose(unpooled, mediapipe_unpool(pooled, indices, size, stride), atol=1e-6)
     assert np.count_nonzero(unpooled) >= pooled.size // 2  # the maxima came back
 
 
@@ -424,7 +444,8 @@ def test_custom_options_stored_after_the_flatbuffer(store, tmp_path):
     import tflite
 
     flatbuffer = with_buffers_after_the_flatbuffer(
-        argmax_pool_unpool_model((1, 8, 8, 3), (2, 2), (2, 2), True))
+        argmax_pool_unpool_model((1, 8, 8, 3), (2, 2), (2, 2), True)
+    )
     operator = tflite.Model.GetRootAsModel(flatbuffer, 0).Subgraphs(0).Operators(0)
     assert operator.CustomOptionsLength() == 0 and operator.LargeCustomOptionsOffset() > 1
     path = tmp_path / "argmax_unpool.tflite"
@@ -432,8 +453,9 @@ def test_custom_options_stored_after_the_flatbuffer(store, tmp_path):
     x = image(shape=(1, 8, 8, 3))
     pooled, indices = mediapipe_argmax_pool(x, (2, 2), (2, 2), True)
     unpooled, _ = run_simpletvm(store, path, x)
-    np.testing.assert_allclose(unpooled, mediapipe_unpool(pooled, indices, (2, 2), (2, 2)),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        unpooled, mediapipe_unpool(pooled, indices, (2, 2), (2, 2)), atol=1e-6
+    )
 
 
 # -- what cannot be imported -------------------------------------------------------------
@@ -462,8 +484,7 @@ def test_unsupported_operators_are_named_with_count_and_first_node(tmp_path):
         tensor.name, tensor.shape, tensor.type, tensor.buffer = name, [1, 4], 0, 0
         subgraph.tensors.append(tensor)
     subgraph.operators = []
-    for opcode, inputs, output in ((0, [0], 1), (warp, [1], 2), (warp, [2], 3),
-                                   (1, [3, 1, 0], 4)):
+    for opcode, inputs, output in ((0, [0], 1), (warp, [1], 2), (warp, [2], 3), (1, [3, 1, 0], 4)):
         operator = schema.OperatorT()
         operator.opcodeIndex, operator.inputs, operator.outputs = opcode, inputs, [output]
         subgraph.operators.append(operator)
@@ -474,6 +495,8 @@ def test_unsupported_operators_are_named_with_count_and_first_node(tmp_path):
     with pytest.raises(ModelImportError) as caught:
         import_model(path)
     message = str(caught.value)
-    assert ("(TFLite, schema version 3): unsupported operators DYNAMIC_UPDATE_SLICE x1 "
-            "(first: 'y'), FancyWarp (custom) x2 (first: 'warped_1')") in message
+    assert (
+        "(TFLite, schema version 3): unsupported operators DYNAMIC_UPDATE_SLICE x1 "
+        "(first: 'y'), FancyWarp (custom) x2 (first: 'warped_1')"
+    ) in message
     assert "RELU" not in message and "ONNX" in message and "builtin operators only" in message

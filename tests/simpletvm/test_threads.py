@@ -34,6 +34,7 @@ def model_taking(clock, seconds_on: dict[int, float]):
         count = threads.runtime_threads()
         counts.append(count)
         clock.now += seconds_on[count]
+
     return call, counts
 
 

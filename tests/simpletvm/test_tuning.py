@@ -10,11 +10,11 @@ import pytest
 from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.targets import resolve_target
 from simpletvm.testing import fake_builder, fake_runner
+from simpletvm.tuning.database import RecordDatabase
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.database import RecordDatabase
-from simpletvm.tuning.records import RecordStore
 from simpletvm.tuning.record_files import open_records
+from simpletvm.tuning.records import RecordStore
 
 FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
 
@@ -60,7 +60,7 @@ def test_every_stage_is_recorded_in_order(tuned):
         assert kinds == ["select", "build", "profile", "update"] * (len(kinds) // 4), task
     closing = [s for s in ctx.stages if s.get("remeasure")]  # each task's best timed again
     assert {s["task"] for s in closing if s["stage"] == "update"} == set(by_task)
-    assert not any(s.get("remeasure") for s in ctx.stages[:len(ctx.stages) - len(closing)])
+    assert not any(s.get("remeasure") for s in ctx.stages[: len(ctx.stages) - len(closing)])
     profiled = [s for s in ctx.stages if s["stage"] == "profile"]
     assert all(s["candidates"] >= 1 for s in profiled)
     updates = [s for s in ctx.stages if s["stage"] == "update"]
@@ -87,10 +87,16 @@ def test_records_are_stored_under_the_run_id_with_the_best_per_workload(tuned):
 @pytest.mark.parametrize("source", ["run id", "best", "records file"])
 def test_another_run_builds_with_the_records_through_the_database(tuned, source):
     stvm, store = tuned["stvm"], tuned["store"]
-    records = {"run id": stvm.context.run_id, "best": "best",
-               "records file": str(store / "records.sqlite")}[source]
-    other = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
-        stvm.model.source).build(records=records)
+    records = {
+        "run id": stvm.context.run_id,
+        "best": "best",
+        "records file": str(store / "records.sqlite"),
+    }[source]
+    other = (
+        SimpleTVM(BenchmarkingContext("cpu", store=store))
+        .from_model(stvm.model.source)
+        .build(records=records)
+    )
     build = next(s for s in other.context.steps if s["step"] == "build")
     assert build["records_loaded"] >= 6
     np.testing.assert_allclose(other.run(tuned["x"]), tuned["expected"], atol=1e-4)
@@ -102,8 +108,12 @@ def test_transfer_learning_seeds_the_search_from_every_run(tuned):
 
     def job(transfer: bool, run_id: str) -> TuningJob:
         return TuningJob(
-            stvm.fused_module, stvm.target, TuningOptions(trials=8, transfer_learning=transfer),
-            records=open_records(tuned["store"]), run_id=run_id)
+            stvm.fused_module,
+            stvm.target,
+            TuningOptions(trials=8, transfer_learning=transfer),
+            records=open_records(tuned["store"]),
+            run_id=run_id,
+        )
 
     assert len(job(True, "warm")._database) == stvm.tuning_summary["trials"]
     assert len(job(False, "cold")._database) == 0
@@ -111,11 +121,22 @@ def test_transfer_learning_seeds_the_search_from_every_run(tuned):
 
 def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=64, candidates_per_iteration=4, early_stopping=4, transfer_learning=False,
-                            seed=1, **FAST_SEARCH)
-    job = TuningJob(stvm.fused_module, resolve_target("cpu"), options,
-                    records=RecordStore(tmp_path / "r.sqlite"),
-                    builder=fake_builder(), runner=fake_runner(1))
+    options = TuningOptions(
+        trials=64,
+        candidates_per_iteration=4,
+        early_stopping=4,
+        transfer_learning=False,
+        seed=1,
+        **FAST_SEARCH,
+    )
+    job = TuningJob(
+        stvm.fused_module,
+        resolve_target("cpu"),
+        options,
+        records=RecordStore(tmp_path / "r.sqlite"),
+        builder=fake_builder(),
+        runner=fake_runner(1),
+    )
     job.run()
     assert job.is_complete() and job.next_stage() is None
     for progress in job.progress:
@@ -126,11 +147,22 @@ def test_early_stopping_ends_tasks_without_improvement(tuned, tmp_path):
 
 def test_global_trial_budget_caps_the_job(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=8, total_trials=10, candidates_per_iteration=4, transfer_learning=False,
-                            seed=2, **FAST_SEARCH)
-    job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"),
-                    builder=fake_builder(), runner=fake_runner(2))
+    options = TuningOptions(
+        trials=8,
+        total_trials=10,
+        candidates_per_iteration=4,
+        transfer_learning=False,
+        seed=2,
+        **FAST_SEARCH,
+    )
+    job = TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        options,
+        records=RecordStore(tmp_path / "r.sqlite"),
+        builder=fake_builder(),
+        runner=fake_runner(2),
+    )
     assert job.next_stage().kind == "select" and not job.next_stage().on_device
     job.run()
     assert job.trials <= 10
@@ -142,17 +174,22 @@ def test_a_budget_too_small_for_every_task_is_named(tuned, tmp_path):
     stvm = tuned["stvm"]
     options = TuningOptions(trials=8, total_trials=3, transfer_learning=False, **FAST_SEARCH)
     with pytest.warns(UserWarning, match="total_trials=3 cannot measure all 6 tasks"):
-        TuningJob(stvm.fused_module, stvm.target, options,
-                  records=RecordStore(tmp_path / "r.sqlite"))
+        TuningJob(
+            stvm.fused_module, stvm.target, options, records=RecordStore(tmp_path / "r.sqlite")
+        )
 
 
 def test_a_wall_clock_budget_ends_the_job(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=64, minutes=1e-4, transfer_learning=False, seed=3,
-                            **FAST_SEARCH)
-    job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"),
-                    builder=fake_builder(), runner=fake_runner(3))
+    options = TuningOptions(trials=64, minutes=1e-4, transfer_learning=False, seed=3, **FAST_SEARCH)
+    job = TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        options,
+        records=RecordStore(tmp_path / "r.sqlite"),
+        builder=fake_builder(),
+        runner=fake_runner(3),
+    )
     job.run()
     # the budget ran out during the first iteration, yet every task was measured once
     # (an unmeasured task would keep its naive schedule): then nothing more
@@ -160,15 +197,18 @@ def test_a_wall_clock_budget_ends_the_job(tuned, tmp_path):
     assert [p.iterations for p in job.progress] == [1] * len(job.tasks)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"minutes": 0}, "minutes must be positive"),
-    ({"number": 3}, "cache_flush .* needs number=1"),
-    ({"trials": 0}, "trials must be at least 1"),
-    ({"search_strategy": "annealing"}, "unknown search_strategy 'annealing'.*evolutionary"),
-    ({"cost_model": "mlp"}, "unknown cost_model 'mlp'.*xgb"),
-    ({"early_stopping": 0}, "early_stopping"),
-    ({"candidates_per_iteration": 0}, "candidates_per_iteration"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"minutes": 0}, "minutes must be positive"),
+        ({"number": 3}, "cache_flush .* needs number=1"),
+        ({"trials": 0}, "trials must be at least 1"),
+        ({"search_strategy": "annealing"}, "unknown search_strategy 'annealing'.*evolutionary"),
+        ({"cost_model": "mlp"}, "unknown cost_model 'mlp'.*xgb"),
+        ({"early_stopping": 0}, "early_stopping"),
+        ({"candidates_per_iteration": 0}, "candidates_per_iteration"),
+    ],
+)
 def test_bad_tuning_options_are_named(tuned, kwargs, message):
     with pytest.raises(ValueError, match=message):
         tuned["stvm"].autotune(**kwargs)
@@ -176,28 +216,48 @@ def test_bad_tuning_options_are_named(tuned, kwargs, message):
 
 def test_candidates_that_fail_to_build_are_recorded_and_the_job_goes_on(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=2, candidates_per_iteration=2, build_timeout=0.001,
-                            transfer_learning=False, seed=4, **FAST_SEARCH)
-    job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"),
-                    context=stvm.context)
+    options = TuningOptions(
+        trials=2,
+        candidates_per_iteration=2,
+        build_timeout=0.001,
+        transfer_learning=False,
+        seed=4,
+        **FAST_SEARCH,
+    )
+    job = TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        options,
+        records=RecordStore(tmp_path / "r.sqlite"),
+        context=stvm.context,
+    )
     job.run()
     summary = job.summary()
     assert job.is_complete() and summary["trials"] >= 5
     assert summary["errors"] == summary["trials"]  # every candidate timed out building
     assert len(RecordStore(tmp_path / "r.sqlite")) == 0
-    builds = [s for s in stvm.context.stages[-4 * len(job.tasks):] if s["stage"] == "build"]
+    builds = [s for s in stvm.context.stages[-4 * len(job.tasks) :] if s["stage"] == "build"]
     assert builds and all(s["errors"] == s["candidates"] for s in builds)
 
 
 def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=16, total_trials=32, candidates_per_iteration=4, transfer_learning=False,
-                            seed=5, **FAST_SEARCH)
+    options = TuningOptions(
+        trials=16,
+        total_trials=32,
+        candidates_per_iteration=4,
+        transfer_learning=False,
+        seed=5,
+        **FAST_SEARCH,
+    )
     context = BenchmarkingContext("cpu", store=tmp_path / "store")
-    job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"),
-                    context=context)
+    job = TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        options,
+        records=RecordStore(tmp_path / "r.sqlite"),
+        context=context,
+    )
     job.run()
     updates = [s for s in context.stages if s["stage"] == "update" and not s.get("remeasure")]
     tasks = len(job.tasks)
@@ -217,7 +277,8 @@ def test_gradient_order_measures_every_task_then_the_heaviest(tuned, tmp_path):
 
 
 def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
-        keras_model, image, tmp_path):
+    keras_model, image, tmp_path
+):
     import tvm
     from tvm import relax
 
@@ -225,28 +286,31 @@ def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(keras_model)
     stvm.autotune(trials=2, candidates_per_iteration=2, seed=0, **FAST_SEARCH)
-    database = RecordDatabase(open_records(tmp_path), stvm.target.tvm_target(),
-                              scope="run", run_id=stvm.context.run_id)
+    database = RecordDatabase(
+        open_records(tmp_path), stvm.target.tvm_target(), scope="run", run_id=stvm.context.run_id
+    )
     applied = apply_records(stvm.fused_module, stvm.target, database)
     # the tuned convolutions and the dense read weights and biases in their own layout,
     # repacked at build time: as plain constants, with no tuple of them (folding leaves
     # one per kernel) for the VM to build and take apart on every call
     assert applied["main"].script().count("_prepacked") >= 3
-    values = [binding.value for block in applied["main"].body.blocks
-              for binding in block.bindings]
+    values = [binding.value for block in applied["main"].body.blocks for binding in block.bindings]
     assert values and not any(isinstance(v, (relax.Tuple, relax.TupleGetItem)) for v in values)
     executable = compile_fused(stvm.fused_module, stvm.target, database)
     assert "vm_tir_func" in executable.as_text()  # compiled entry, not bytecode
     # ... unless asked for bytecode, whose calls a VM instrument sees (profiling)
-    assert "vm_tir_func" not in compile_fused(stvm.fused_module, stvm.target, database,
-                                              bytecode=True).as_text()
+    assert (
+        "vm_tir_func"
+        not in compile_fused(stvm.fused_module, stvm.target, database, bytecode=True).as_text()
+    )
     vm = relax.VirtualMachine(executable, stvm.target.device())
     output = vm["main"](tvm.runtime.tensor(image)).numpy()
     np.testing.assert_allclose(output, keras_model(image).numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tmp_path,
-                                                                      monkeypatch):
+def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(
+    tuned, tmp_path, monkeypatch
+):
     import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
@@ -259,13 +323,15 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
 
     def pre_tuning(self, *args, **kwargs):
         if self.task_name == victim:  # as MetaSchedule fails on some fused patterns
-            raise RuntimeError("ScheduleError: An error occurred in the schedule primitive "
-                               "'reverse-compute-at'")
+            raise RuntimeError(
+                "ScheduleError: An error occurred in the schedule primitive 'reverse-compute-at'"
+            )
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(ms.TuneContext, "pre_tuning", pre_tuning)
-    options = TuningOptions(trials=4, candidates_per_iteration=4, transfer_learning=False, seed=6,
-                            **FAST_SEARCH)
+    options = TuningOptions(
+        trials=4, candidates_per_iteration=4, transfer_learning=False, seed=6, **FAST_SEARCH
+    )
     records = RecordStore(tmp_path / "r.sqlite")
     job = TuningJob(stvm.fused_module, stvm.target, options, records=records, run_id="skip")
     job.run()
@@ -275,8 +341,11 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(tuned, tm
     others = [t for t in summary["tasks"] if t["task"] != victim]
     assert all(t["trials"] >= 1 and t["best_latency_s"] for t in others)
     # the skipped task keeps TVM's default schedule; the model builds and is right
-    executable = compile_fused(stvm.fused_module, stvm.target, RecordDatabase(
-        records, stvm.target.tvm_target(), scope="run", run_id="skip"))
+    executable = compile_fused(
+        stvm.fused_module,
+        stvm.target,
+        RecordDatabase(records, stvm.target.tvm_target(), scope="run", run_id="skip"),
+    )
     vm = relax.VirtualMachine(executable, stvm.target.device())
     output = vm["main"](tvm.runtime.tensor(tuned["x"])).numpy()
     np.testing.assert_allclose(output, tuned["expected"], rtol=1e-4, atol=1e-5)
@@ -291,23 +360,31 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
         def run(self, runner_inputs):
             futures = []
             for _ in runner_inputs:
-                future = RunnerFuture(lambda: True,
-                                      lambda: RunnerResult(None, "RuntimeError: device lost"))
+                future = RunnerFuture(
+                    lambda: True, lambda: RunnerResult(None, "RuntimeError: device lost")
+                )
                 futures.append(future)
             return futures
 
     stvm = tuned["stvm"]
-    options = TuningOptions(trials=32, candidates_per_iteration=4, transfer_learning=False, seed=7,
-                            **FAST_SEARCH)
-    job = TuningJob(stvm.fused_module, stvm.target, options,
-                    records=RecordStore(tmp_path / "r.sqlite"),
-                    builder=fake_builder(), runner=LostDevice())
+    options = TuningOptions(
+        trials=32, candidates_per_iteration=4, transfer_learning=False, seed=7, **FAST_SEARCH
+    )
+    job = TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        options,
+        records=RecordStore(tmp_path / "r.sqlite"),
+        builder=fake_builder(),
+        runner=LostDevice(),
+    )
     job.run()
     summary = job.summary()
     assert job.is_complete() and summary["skipped_tasks"]
     for skipped in summary["skipped_tasks"]:
-        assert re.fullmatch(r"all \d+ candidates failed; the last: RuntimeError: device lost",
-                            skipped["error"]), skipped
+        assert re.fullmatch(
+            r"all \d+ candidates failed; the last: RuntimeError: device lost", skipped["error"]
+        ), skipped
     skipped = {s["task"] for s in summary["skipped_tasks"]}
     for task in summary["tasks"]:
         assert task["best_latency_s"] is None
@@ -319,15 +396,24 @@ def test_a_task_whose_candidates_all_fail_is_skipped_after_a_few(tuned, tmp_path
 
 @pytest.mark.slow
 def test_a_buffered_job_builds_from_its_own_records_when_the_store_never_gets_them(
-        tmp_path, tiny_onnx):
+    tmp_path, tiny_onnx
+):
     """A Ray job on a node without the driver's file system: its records go back to the
     driver with each stage and never reach this machine's store, yet its build of the
     run applies them."""
     store = tmp_path / "node-store"
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
-    job = stvm.tuning_job(TuningOptions(trials=4, candidates_per_iteration=4, seed=0, remeasure=0,
-                                        transfer_learning=False, **FAST_SEARCH),
-                          buffer_records=True)
+    job = stvm.tuning_job(
+        TuningOptions(
+            trials=4,
+            candidates_per_iteration=4,
+            seed=0,
+            remeasure=0,
+            transfer_learning=False,
+            **FAST_SEARCH,
+        ),
+        buffer_records=True,
+    )
     job.run()
     stvm.finish_scheduled_tuning(job, None, "local")
     assert job.records.drain()  # what the driver writes into its own store
@@ -347,5 +433,6 @@ def test_autotune_shows_its_progress_when_asked(tiny_onnx, tmp_path, capsys):
     lines = [line for line in err.splitlines() if line.startswith("tuning ")]
     assert len(lines) >= 2, err
     assert re.search(r"\d+ of \d+ tasks measured", lines[0]), lines
-    assert re.search(rf"{stvm.tuning_summary['trials']} trials, estimate [\d.]+ ms.*elapsed",
-                     lines[-1]), lines
+    assert re.search(
+        rf"{stvm.tuning_summary['trials']} trials, estimate [\d.]+ ms.*elapsed", lines[-1]
+    ), lines

@@ -6,8 +6,14 @@ from simpletvm.tuning import tuning_curve
 
 
 def _update(task, trials, best, end):
-    return {"stage": "update", "task_name": task, "trials": trials, "best_latency_s": best,
-            "start": end - 1, "end": end}
+    return {
+        "stage": "update",
+        "task_name": task,
+        "trials": trials,
+        "best_latency_s": best,
+        "start": end - 1,
+        "end": end,
+    }
 
 
 def test_curve_counts_unmeasured_tasks_at_their_first_latency_and_ends_at_the_estimate():
@@ -34,9 +40,14 @@ def test_untuned_run_gives_an_empty_curve_with_the_columns():
 
 def test_of_two_rival_forms_of_a_layer_the_curve_counts_the_faster():
     context = {
-        "tuning": {"tasks": [{"task": "shared", "weight": 1}, {"task": "f4", "weight": 2},
-                             {"task": "direct", "weight": 2}],
-                   "rivals": [[["f4"], ["direct"]]]},
+        "tuning": {
+            "tasks": [
+                {"task": "shared", "weight": 1},
+                {"task": "f4", "weight": 2},
+                {"task": "direct", "weight": 2},
+            ],
+            "rivals": [[["f4"], ["direct"]]],
+        },
         "stages": [
             _update("shared", 2, 0.001, 101.0),
             _update("f4", 2, 0.004, 102.0),

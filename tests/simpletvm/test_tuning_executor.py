@@ -27,16 +27,22 @@ def fused(tiny_onnx, tmp_path_factory):
 
 
 def job_of(stvm, records, run_id, seed=0, **options):
-    return TuningJob(stvm.fused_module, stvm.target,
-                     TuningOptions(candidates_per_iteration=4, seed=seed, **SEARCH, **options),
-                     records=records, builder=fake_builder(), runner=fake_runner(seed),
-                     run_id=run_id)
+    return TuningJob(
+        stvm.fused_module,
+        stvm.target,
+        TuningOptions(candidates_per_iteration=4, seed=seed, **SEARCH, **options),
+        records=records,
+        builder=fake_builder(),
+        runner=fake_runner(seed),
+        run_id=run_id,
+    )
 
 
 def measured(path, run_id) -> list[tuple[int, str]]:
     with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT workload_id, json FROM records WHERE run_id = ?",
-                          (run_id,)).fetchall()
+        rows = db.execute(
+            "SELECT workload_id, json FROM records WHERE run_id = ?", (run_id,)
+        ).fetchall()
     return [(workload, json.dumps(json.loads(text)[0])) for workload, text in rows]
 
 
@@ -62,10 +68,16 @@ def test_selects_sample_the_design_space_until_the_cost_model_can_predict(fused,
     search takes over. The two never offer a module the run measured."""
     context = BenchmarkingContext("cpu", store=tmp_path / "store")
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "e" * 32
-    job = TuningJob(fused.fused_module, fused.target,
-                    TuningOptions(candidates_per_iteration=16, seed=0, total_trials=140, **SEARCH),
-                    records=records, builder=fake_builder(), runner=fake_runner(0),
-                    context=context, run_id=run_id)
+    job = TuningJob(
+        fused.fused_module,
+        fused.target,
+        TuningOptions(candidates_per_iteration=16, seed=0, total_trials=140, **SEARCH),
+        records=records,
+        builder=fake_builder(),
+        runner=fake_runner(0),
+        context=context,
+        run_id=run_id,
+    )
     job.run()
     measured_before, sampled, evolved = 0, [], []  # selects, by the trials measured before
     for stage in context.stages:
@@ -95,8 +107,7 @@ def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_pa
     assert second.trials == len(after)
 
 
-def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_records(
-        fused, tmp_path):
+def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_records(fused, tmp_path):
     from simpletvm.compiler.lowering import workload_key
     from simpletvm.tuning.records import record_latency, target_key
 
@@ -107,7 +118,7 @@ def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_recor
         stages.append(job.run_stage())
     summary = job.finalize()
     closing = [stage for stage in stages if stage.remeasure]
-    assert closing and not any(stage.remeasure for stage in stages[:-len(closing)])
+    assert closing and not any(stage.remeasure for stage in stages[: -len(closing)])
     assert {stage.kind for stage in closing} == {"select", "build", "profile", "update"}
     assert records.count(run_id=run_id) == 20  # new timings replace, they add no record
     target = target_key(json.loads(str(job.target.tvm_target())))
@@ -120,8 +131,7 @@ def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_recor
     assert summary["estimated_latency_s"] > summary["search_estimated_latency_s"]
 
 
-def test_each_profile_stage_times_its_first_candidate_twice_and_drops_the_first(
-        fused, tmp_path):
+def test_each_profile_stage_times_its_first_candidate_twice_and_drops_the_first(fused, tmp_path):
     """A stage's first timing runs slow (BENCHMARKS.md): it must not reach the records."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
@@ -134,18 +144,27 @@ def test_each_profile_stage_times_its_first_candidate_twice_and_drops_the_first(
     class FirstSlowRunner(PyRunner):
         def run(self, runner_inputs):
             calls.append([str(item.artifact_path) for item in runner_inputs])
-            return [finished_future(RunnerResult([1.0 if i == 0 else 1e-3 * (1 + i)], None))
-                    for i in range(len(runner_inputs))]
+            return [
+                finished_future(RunnerResult([1.0 if i == 0 else 1e-3 * (1 + i)], None))
+                for i in range(len(runner_inputs))
+            ]
 
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "d" * 32
-    job = TuningJob(fused.fused_module, fused.target,
-                    TuningOptions(candidates_per_iteration=4, seed=0, total_trials=12, **SEARCH),
-                    records=records, builder=fake_builder(), runner=FirstSlowRunner(),
-                    run_id=run_id)
+    job = TuningJob(
+        fused.fused_module,
+        fused.target,
+        TuningOptions(candidates_per_iteration=4, seed=0, total_trials=12, **SEARCH),
+        records=records,
+        builder=fake_builder(),
+        runner=FirstSlowRunner(),
+        run_id=run_id,
+    )
     job.run()
     assert calls and all(len(inputs) >= 2 and inputs[0] == inputs[1] for inputs in calls)
     assert job.trials == 12 == records.count(run_id=run_id)
     with sqlite3.connect(tmp_path / "records.sqlite") as db:
-        latencies = [json.loads(text)[1][0] for (text,) in db.execute(
-            "SELECT json FROM records WHERE run_id = ?", (run_id,))]
+        latencies = [
+            json.loads(text)[1][0]
+            for (text,) in db.execute("SELECT json FROM records WHERE run_id = ?", (run_id,))
+        ]
     assert len(latencies) == 12 and max(latencies) < 0.1

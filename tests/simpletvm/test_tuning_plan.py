@@ -9,9 +9,17 @@ import sys
 import pytest
 
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.plan import (FAILED_CANDIDATES_TO_SKIP, MIN_FIRST_ROUND,
-                                   REMEASURE_MARGIN, REMEASURE_ROUNDS, RIVAL_MIN_ITERATIONS,
-                                   Phase, PlanOrderError, TuningPlan, first_round_trials)
+from simpletvm.tuning.plan import (
+    FAILED_CANDIDATES_TO_SKIP,
+    MIN_FIRST_ROUND,
+    REMEASURE_MARGIN,
+    REMEASURE_ROUNDS,
+    RIVAL_MIN_ITERATIONS,
+    Phase,
+    PlanOrderError,
+    TuningPlan,
+    first_round_trials,
+)
 
 
 class Clock:
@@ -24,12 +32,12 @@ class Clock:
 
 def plan_of(latencies_s, options, weights=None, flops=None, **kwargs) -> TuningPlan:
     names = [f"t{i}" for i in range(len(latencies_s))]
-    return TuningPlan(names, weights or [1] * len(names), flops or [1e6] * len(names),
-                      options, **kwargs)
+    return TuningPlan(
+        names, weights or [1] * len(names), flops or [1e6] * len(names), options, **kwargs
+    )
 
 
-def iterate(plan: TuningPlan, latency_of, offered: int = 64,
-            remeasured_as=None) -> tuple[int, int]:
+def iterate(plan: TuningPlan, latency_of, offered: int = 64, remeasured_as=None) -> tuple[int, int]:
     """One iteration of the current task: select, build, profile, update; returns
     (task, candidates measured). In the closing round the best records offered are
     timed at ``remeasured_as(task)`` (default: ``latency_of``) and each round settles
@@ -124,8 +132,7 @@ def test_a_task_whose_candidates_all_fail_is_skipped_and_the_budget_goes_on():
     # a failing task has nothing to reason from: it waits until no other task promises
     # a gain, then fails until it is skipped
     assert [task for task, _ in iterations][:2] == [0, 1]
-    assert plan.progress[0].skipped.startswith(f"all {FAILED_CANDIDATES_TO_SKIP} candidates "
-                                               "failed")
+    assert plan.progress[0].skipped.startswith(f"all {FAILED_CANDIDATES_TO_SKIP} candidates failed")
     assert plan.progress[0].trials == FAILED_CANDIDATES_TO_SKIP
     assert plan.progress[1].trials == 12 and plan.is_complete()
     assert plan.summary()["skipped_tasks"][0]["task"] == "t0"
@@ -147,7 +154,9 @@ def test_an_exhausted_search_space_ends_its_task():
 
 
 def test_sequential_order_tunes_each_task_to_its_end():
-    plan = plan_of([0, 0], TuningOptions(trials=8, candidates_per_iteration=4, task_scheduler="sequential"))
+    plan = plan_of(
+        [0, 0], TuningOptions(trials=8, candidates_per_iteration=4, task_scheduler="sequential")
+    )
     tasks = [task for task, _ in run_to_end(plan, lambda task: 0.001)]
     assert tasks == sorted(tasks) and tasks[0] == 0 and tasks[-1] == 1
 
@@ -168,7 +177,10 @@ def test_rival_forms_count_once_and_the_slower_one_gets_less_budget():
     with_rivals, without = run_to_end(rivals, latency), run_to_end(plain, latency)
     assert rivals.summary()["estimated_latency_s"] == pytest.approx(3e-3)  # t0 + t1
     assert plain.summary()["estimated_latency_s"] == pytest.approx(8e-3)
-    measured = lambda iterations, task: sum(n for t, n in iterations if t == task)
+
+    def measured(iterations, task):
+        return sum(n for t, n in iterations if t == task)
+
     assert 0 < measured(with_rivals, 2) < measured(without, 2)
     # the slower form is handicapped only once each form had a few iterations
     assert sum(task == 2 for task, _ in with_rivals) >= RIVAL_MIN_ITERATIONS
@@ -177,8 +189,9 @@ def test_rival_forms_count_once_and_the_slower_one_gets_less_budget():
 
 def test_the_faster_rival_is_the_one_the_estimate_counts():
     latency = {0: 1e-3, 1: 4e-3, 2: 1.5e-3}.__getitem__  # the alternative form wins
-    plan = plan_of([0, 0, 0], TuningOptions(total_trials=60, candidates_per_iteration=8),
-                   rivals=[([1], [2])])
+    plan = plan_of(
+        [0, 0, 0], TuningOptions(total_trials=60, candidates_per_iteration=8), rivals=[([1], [2])]
+    )
     run_to_end(plan, latency)
     assert plan.summary()["estimated_latency_s"] == pytest.approx(2.5e-3)
 
@@ -193,8 +206,11 @@ def test_an_unmeasured_rival_form_is_left_out_of_the_estimate():
 
 def test_the_closing_round_times_each_tasks_best_records_again_heaviest_first():
     latency = {0: 1e-3, 1: 4e-3, 2: 2e-3}.__getitem__
-    plan = plan_of([0, 0, 0], TuningOptions(trials=8, candidates_per_iteration=4, remeasure=3),
-                   weights=[5, 1, 1])
+    plan = plan_of(
+        [0, 0, 0],
+        TuningOptions(trials=8, candidates_per_iteration=4, remeasure=3),
+        weights=[5, 1, 1],
+    )
     while not plan.remeasuring:
         iterate(plan, latency)
     closing = []
@@ -228,7 +244,9 @@ def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settle
 
 def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
     clock = Clock()
-    plan = plan_of([0, 0], TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3), clock=clock)
+    plan = plan_of(
+        [0, 0], TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3), clock=clock
+    )
     assert plan.closing_reserve() == 60  # a tenth, until the search has timed candidates
     for _ in range(2):  # each build and profile stage takes 2 s: 0.5 s per candidate ...
         plan.stage_started()
@@ -274,7 +292,10 @@ def test_the_phases_follow_the_stages_and_refuse_an_event_out_of_order():
     with pytest.raises(PlanOrderError) as refused:
         plan.measured([1e-3] * 4)
     assert (refused.value.event, refused.value.phase, refused.value.expected) == (
-        "measured", Phase.BUILD, Phase.UPDATE)
+        "measured",
+        Phase.BUILD,
+        Phase.UPDATE,
+    )
     plan.built(0)
     assert plan.next_stage().kind is Phase.PROFILE and plan.next_stage().on_device
     plan.profiled(0)

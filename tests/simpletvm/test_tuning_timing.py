@@ -10,15 +10,25 @@ from simpletvm.tuning import timing
 from simpletvm.tuning.options import TuningOptions
 
 
-@pytest.mark.parametrize("value, mode", [
-    (True, "memory"), (False, "off"), ("auto", "auto"), ("l3", "l3"), ("memory", "memory"),
-    ("model", "model")])
+@pytest.mark.parametrize(
+    "value, mode",
+    [
+        (True, "memory"),
+        (False, "off"),
+        ("auto", "auto"),
+        ("l3", "l3"),
+        ("memory", "memory"),
+        ("model", "model"),
+    ],
+)
 def test_cache_modes_and_the_old_switch_are_understood(value, mode):
     assert TuningOptions(cache_flush=value).cache_flush == mode
 
 
 def test_an_unknown_cache_mode_is_named_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown cache_flush 'l2'.*'auto', 'model', 'memory', 'l3'"):
+    with pytest.raises(
+        ValueError, match=r"unknown cache_flush 'l2'.*'auto', 'model', 'memory', 'l3'"
+    ):
         TuningOptions(cache_flush="l2")
 
 
@@ -46,17 +56,21 @@ def test_a_remote_or_gpu_device_is_never_timed_with_the_eviction_kernels():
     assert timing.resolve_cache_mode("auto", device_type="cuda", local=False) == "off"
 
 
-@pytest.mark.parametrize("model_mb, thread_mb", [
-    (1, 1),  # a small model: as much as the "l3" mode, every core's L2 pushed out
-    (46, 11.5),  # its own bytes, split over two buffers and two threads
-    (300, 16),  # more than the L3 holds: as much as the "memory" mode
-])
+@pytest.mark.parametrize(
+    "model_mb, thread_mb",
+    [
+        (1, 1),  # a small model: as much as the "l3" mode, every core's L2 pushed out
+        (46, 11.5),  # its own bytes, split over two buffers and two threads
+        (300, 16),  # more than the L3 holds: as much as the "memory" mode
+    ],
+)
 def test_the_model_mode_streams_the_models_bytes_between_the_other_modes(model_mb, thread_mb):
     sizes = {2: 1 << 20, 3: 32 << 20}
     assert timing.eviction_bytes("l3", 0, sizes, 2) == 1 << 20
     assert timing.eviction_bytes("memory", 0, sizes, 2) == 16 << 20
     assert timing.eviction_bytes("model", int(model_mb * (1 << 20)), sizes, 2) == int(
-        thread_mb * (1 << 20))
+        thread_mb * (1 << 20)
+    )
 
 
 def test_model_weight_bytes_counts_each_tensor_constant_once():
@@ -99,8 +113,10 @@ def test_the_memory_plan_counts_a_buffer_reused_by_tensors_that_never_live_at_on
 def test_activations_are_the_input_and_what_has_the_outputs_shape():
     import tvm
 
-    data, weight, residual, out = (tvm.runtime.tensor(np.zeros(shape, "float32")) for shape
-                                   in [(1, 8, 8, 4), (3, 3, 4, 4), (1, 8, 8, 4), (1, 8, 8, 4)])
+    data, weight, residual, out = (
+        tvm.runtime.tensor(np.zeros(shape, "float32"))
+        for shape in [(1, 8, 8, 4), (3, 3, 4, 4), (1, 8, 8, 4), (1, 8, 8, 4)]
+    )
     assert timing.activations((data, weight, residual, out)) == [data, residual, out]
     assert timing.activations(()) == []
 
@@ -120,17 +136,24 @@ def test_the_local_runner_times_a_kernel_in_each_mode(tmp_path, mode):
     total = te.reduce_axis((0, 256), name="row")
     sums = te.compute((64,), lambda j: te.sum(source[total, j], axis=total), name="sums")
     tvm.compile(te.create_prim_func([source, sums]), target={"kind": "llvm"}).export_library(
-        str(tmp_path / "kernel.so"))
+        str(tmp_path / "kernel.so")
+    )
     options = TuningOptions(repeat=3)
-    runner = ms.runner.LocalRunner(evaluator_config=timing.evaluator_config(options, mode),
-                                   f_alloc_argument=timing.alloc_arguments,
-                                   f_run_evaluator=timing.run_evaluator(mode, 8 << 20))
+    runner = ms.runner.LocalRunner(
+        evaluator_config=timing.evaluator_config(options, mode),
+        f_alloc_argument=timing.alloc_arguments,
+        f_run_evaluator=timing.run_evaluator(mode, 8 << 20),
+    )
     args = [TensorInfo("float32", [256, 64]), TensorInfo("float32", [64])]
-    results = [future.result() for future in runner.run(
-        [RunnerInput(str(tmp_path / "kernel.so"), "cpu", args)] * 2)]
+    results = [
+        future.result()
+        for future in runner.run([RunnerInput(str(tmp_path / "kernel.so"), "cpu", args)] * 2)
+    ]
     assert [result.error_msg for result in results] == [None, None]
-    assert all(len(result.run_secs) == 3 and all(0 < float(s) < 0.01 for s in result.run_secs)
-               for result in results)
+    assert all(
+        len(result.run_secs) == 3 and all(0 < float(s) < 0.01 for s in result.run_secs)
+        for result in results
+    )
 
 
 def test_each_evicting_mode_has_an_evaluator_and_a_registered_preprocessor():
@@ -141,8 +164,12 @@ def test_each_evicting_mode_has_an_evaluator_and_a_registered_preprocessor():
     assert [e.args for e in evaluators.values()] == [("l3", 0), ("memory", 0), ("model", 8 << 20)]
     assert timing.run_evaluator("off") is timing.run_evaluator_as_configured
     assert timing.preprocessor("off") == ""
-    names = [timing.preprocessor("l3"), timing.preprocessor("memory"),
-             timing.preprocessor("model", 8 << 20), timing.preprocessor("model", 9 << 20)]
+    names = [
+        timing.preprocessor("l3"),
+        timing.preprocessor("memory"),
+        timing.preprocessor("model", 8 << 20),
+        timing.preprocessor("model", 9 << 20),
+    ]
     for name in names:
         assert tvm.get_global_func(name, allow_missing=True) is not None
     assert len(set(names)) == 4  # one per mode, and per model size
@@ -182,8 +209,10 @@ def test_candidate_arguments_are_filled_on_the_callers_thread_as_metaschedule_sh
     import tvm
 
     repeated = timing.alloc_arguments(
-        tvm.cpu(), [["TENSOR", "float32", [64, 8]], ["TENSOR", "float16", [3]],
-                    ["TENSOR", "int32", [5]]], 2)
+        tvm.cpu(),
+        [["TENSOR", "float32", [64, 8]], ["TENSOR", "float16", [3]], ["TENSOR", "int32", [5]]],
+        2,
+    )
     assert len(repeated) == 2 and all(len(args) == 3 for args in repeated)
     weights, halves, indices = (arg.numpy() for arg in repeated[0])
     assert weights.shape == (64, 8) and weights.dtype == np.float32
@@ -209,7 +238,8 @@ def test_each_candidates_first_timed_runs_are_dropped():
             self.asked = (func_name, number, repeat, f_preproc)
             warmup = [9.0] * timing.WARMUP_RUNS
             return lambda *args: SimpleNamespace(
-                results=warmup + [float(args[0])] * (repeat - timing.WARMUP_RUNS))
+                results=warmup + [float(args[0])] * (repeat - timing.WARMUP_RUNS)
+            )
 
     module, device = Module(), SimpleNamespace(sync=lambda: None)
     config = timing.evaluator_config(TuningOptions(repeat=4), "memory")

@@ -10,25 +10,45 @@ import numpy as np
 import pytest
 
 from simpletvm.compiler.lowering import compile_fused, extract_tasks, fuse
+from simpletvm.compiler.winograd import (
+    apply_winograd,
+    tile_size_for,
+    transform_weight,
+    winograd_eligible,
+)
 from simpletvm.targets import resolve_target
-from simpletvm.compiler.winograd import (apply_winograd, tile_size_for, transform_weight,
-                                winograd_eligible)
 
 KERNEL_SHAPES = {  # (input channels per group, output channels, kernel size) -> shape
-    "HWIO": lambda ci, co, k: (k, k, ci, co), "OHWI": lambda ci, co, k: (co, k, k, ci),
-    "OIHW": lambda ci, co, k: (co, ci, k, k), "HWOI": lambda ci, co, k: (k, k, co, ci),
+    "HWIO": lambda ci, co, k: (k, k, ci, co),
+    "OHWI": lambda ci, co, k: (co, k, k, ci),
+    "OIHW": lambda ci, co, k: (co, ci, k, k),
+    "HWOI": lambda ci, co, k: (k, k, co, ci),
 }
 
 
-def conv_model(h, w, ci, co, padding=(1, 1, 1, 1), *, kernel=3, strides=1, groups=1,
-               data_layout="NHWC", kernel_layout="HWIO", residual=False, seed=0,
-               weight_as_input=False):
+def conv_model(
+    h,
+    w,
+    ci,
+    co,
+    padding=(1, 1, 1, 1),
+    *,
+    kernel=3,
+    strides=1,
+    groups=1,
+    data_layout="NHWC",
+    kernel_layout="HWIO",
+    residual=False,
+    seed=0,
+    weight_as_input=False,
+):
     """conv2d -> bias add -> ReLU (-> + input when ``residual``), one Relax function."""
     from tvm import relax
 
     rng = np.random.default_rng(seed)
-    weight = (rng.standard_normal(KERNEL_SHAPES[kernel_layout](ci // groups, co, kernel))
-              .astype("float32") / np.sqrt(kernel * kernel * ci / groups))
+    weight = rng.standard_normal(KERNEL_SHAPES[kernel_layout](ci // groups, co, kernel)).astype(
+        "float32"
+    ) / np.sqrt(kernel * kernel * ci / groups)
     bias = rng.standard_normal(co).astype("float32")
     in_shape = (1, h, w, ci) if data_layout == "NHWC" else (1, ci, h, w)
     x = relax.Var("x", relax.TensorType(in_shape, "float32"))
@@ -41,9 +61,17 @@ def conv_model(h, w, ci, co, padding=(1, 1, 1, 1), *, kernel=3, strides=1, group
     bb = relax.BlockBuilder()
     with bb.function("main", params):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(
-                x, weight_expr, strides=strides, padding=padding, groups=groups,
-                data_layout=data_layout, kernel_layout=kernel_layout))
+            y = bb.emit(
+                relax.op.nn.conv2d(
+                    x,
+                    weight_expr,
+                    strides=strides,
+                    padding=padding,
+                    groups=groups,
+                    data_layout=data_layout,
+                    kernel_layout=kernel_layout,
+                )
+            )
             bias_shape = (co,) if data_layout == "NHWC" else (co, 1, 1)
             y = bb.emit(relax.op.add(y, relax.const(bias.reshape(bias_shape))))
             y = bb.emit(relax.op.nn.relu(y))
@@ -58,8 +86,11 @@ def run(mod_or_executable, x):
     import tvm
     from tvm import relax
 
-    executable = (tvm.compile(mod_or_executable, target="llvm")
-                  if isinstance(mod_or_executable, tvm.IRModule) else mod_or_executable)
+    executable = (
+        tvm.compile(mod_or_executable, target="llvm")
+        if isinstance(mod_or_executable, tvm.IRModule)
+        else mod_or_executable
+    )
     return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
@@ -83,13 +114,16 @@ def block_names(prim_mod) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("h,w,ci,co,padding,kernel_layout", [
-    (7, 7, 16, 16, (1, 1, 1, 1), "HWIO"),     # 'same', one tile short of 8
-    (14, 14, 16, 32, (0, 0, 0, 0), "HWIO"),   # 'valid': 12x12 out, whole tiles
-    (13, 9, 24, 16, (1, 1, 1, 1), "OHWI"),    # odd, not square, ConvertLayout's kernel
-    (13, 9, 16, 16, (0, 0, 0, 0), "HWIO"),    # 'valid', odd: 11x7 out
-    (6, 10, 16, 16, (0, 1, 2, 1), "HWIO"),    # asymmetric padding
-])
+@pytest.mark.parametrize(
+    "h,w,ci,co,padding,kernel_layout",
+    [
+        (7, 7, 16, 16, (1, 1, 1, 1), "HWIO"),  # 'same', one tile short of 8
+        (14, 14, 16, 32, (0, 0, 0, 0), "HWIO"),  # 'valid': 12x12 out, whole tiles
+        (13, 9, 24, 16, (1, 1, 1, 1), "OHWI"),  # odd, not square, ConvertLayout's kernel
+        (13, 9, 16, 16, (0, 0, 0, 0), "HWIO"),  # 'valid', odd: 11x7 out
+        (6, 10, 16, 16, (0, 1, 2, 1), "HWIO"),  # asymmetric padding
+    ],
+)
 @pytest.mark.parametrize("tile_size", [4, 2])
 def test_winograd_matches_direct_convolution(h, w, ci, co, padding, kernel_layout, tile_size):
     same = ci == co and padding == (1, 1, 1, 1)
@@ -125,13 +159,17 @@ def test_convert_layout_weight_permutation_is_folded():
     assert relative_error(run(rewritten, x), run(mod, x)) < 1e-4
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"strides": 2},
-    {"kernel": 1, "padding": (0, 0, 0, 0)},
-    {"groups": 16, "kernel_layout": "HWOI"},
-    {"data_layout": "NCHW", "kernel_layout": "OIHW"},
-    {"weight_as_input": True},
-], ids=["stride2", "1x1", "depthwise", "nchw", "weight-not-constant"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"strides": 2},
+        {"kernel": 1, "padding": (0, 0, 0, 0)},
+        {"groups": 16, "kernel_layout": "HWOI"},
+        {"data_layout": "NCHW", "kernel_layout": "OIHW"},
+        {"weight_as_input": True},
+    ],
+    ids=["stride2", "1x1", "depthwise", "nchw", "weight-not-constant"],
+)
 def test_ineligible_convolutions_are_left_alone(kwargs):
     import tvm
 
@@ -141,11 +179,20 @@ def test_ineligible_convolutions_are_left_alone(kwargs):
     tvm.ir.assert_structural_equal(rewritten, mod)
 
 
-@pytest.mark.parametrize("h,w,tile", [
-    (56, 56, 4), (28, 28, 4), (14, 14, 4), (13, 13, 4),  # at least 16 tiles of 4x4
-    (12, 12, 2), (11, 11, 2),  # 9 tiles of 4x4: F(2,3) reuses each weight 36 times
-    (7, 7, None), (6, 6, None), (4, 10, None),  # under 32 tiles of 2x2: direct
-])
+@pytest.mark.parametrize(
+    "h,w,tile",
+    [
+        (56, 56, 4),
+        (28, 28, 4),
+        (14, 14, 4),
+        (13, 13, 4),  # at least 16 tiles of 4x4
+        (12, 12, 2),
+        (11, 11, 2),  # 9 tiles of 4x4: F(2,3) reuses each weight 36 times
+        (7, 7, None),
+        (6, 6, None),
+        (4, 10, None),  # under 32 tiles of 2x2: direct
+    ],
+)
 def test_the_tile_is_chosen_by_how_often_each_weight_is_reused(h, w, tile):
     mod = conv_model(h, w, 16, 16)  # 'same' padding: the output is h x w
     assert tile_size_for(h, w) == tile
@@ -156,9 +203,14 @@ def test_the_tile_is_chosen_by_how_often_each_weight_is_reused(h, w, tile):
         from tvm import relax
 
         weights = []
-        relax.analysis.post_order_visit(rewritten["main"], lambda e: weights.append(
-            tuple(e.value.shape)) if isinstance(e, tvm.ir.expr.GenericConst)
-            and len(e.value.shape) == 4 else None)
+        relax.analysis.post_order_visit(
+            rewritten["main"],
+            lambda e: (
+                weights.append(tuple(e.value.shape))
+                if isinstance(e, tvm.ir.expr.GenericConst) and len(e.value.shape) == 4
+                else None
+            ),
+        )
         assert weights == [(tile + 2, tile + 2, 16, 16)]
 
 
@@ -182,8 +234,9 @@ def test_fuse_puts_bias_relu_and_residual_into_the_winograd_task():
     names = block_names(tasks[0].dispatched[0])
     assert {"data_pack", "bgemm", "inverse", "compute"} <= names  # compute: the ReLU
     assert sum(name.startswith("T_add") for name in names) == 2  # bias, residual
-    assert "bgemm" not in block_names(extract_tasks(fuse(mod, target, winograd=False),
-                                                    target)[0].dispatched[0])
+    assert "bgemm" not in block_names(
+        extract_tasks(fuse(mod, target, winograd=False), target)[0].dispatched[0]
+    )
 
 
 @pytest.mark.slow
@@ -199,17 +252,31 @@ def test_tuned_winograd_task_builds_and_matches(tmp_path):
     mod = conv_model(14, 14, 16, 16, residual=True)
     fused = fuse(mod, target)
     records = RecordStore(tmp_path / "records.sqlite")
-    job = TuningJob(fused, target, TuningOptions(
-        trials=4, candidates_per_iteration=4, population=16, genetic_iterations=1,
-        transfer_learning=False, seed=0, remeasure=0), records=records)
+    job = TuningJob(
+        fused,
+        target,
+        TuningOptions(
+            trials=4,
+            candidates_per_iteration=4,
+            population=16,
+            genetic_iterations=1,
+            transfer_learning=False,
+            seed=0,
+            remeasure=0,
+        ),
+        records=records,
+    )
     job.run()
     assert len(job.tasks) == 1 and "winograd" in job.tasks[0].task_name
     assert len(records) >= 1  # at least one candidate built and ran
     database = RecordDatabase(records, target.tvm_target(), scope="run", run_id=job.run_id)
     with target.tvm_target(), database:  # the record is found for the fused function
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
-    assert any(func.attrs.get("tirx.is_scheduled", False)
-               for gvar, func in applied.functions_items() if "winograd" in gvar.name_hint)
+    assert any(
+        func.attrs.get("tirx.is_scheduled", False)
+        for gvar, func in applied.functions_items()
+        if "winograd" in gvar.name_hint
+    )
     x = np.random.default_rng(4).standard_normal((1, 14, 14, 16)).astype("float32")
     tuned = run(compile_fused(fused, target, database), x)
     assert relative_error(tuned, run(mod, x)) < 1e-4
@@ -221,16 +288,21 @@ def sampled_schedules(prim_mod, target, seeds):
     left out so that the arguments keep their shapes."""
     from tvm.s_tir import meta_schedule as ms
 
-    from simpletvm.targets import load_tensor_intrinsics
     from simpletvm.compiler.winograd import register_schedule_rules
+    from simpletvm.targets import load_tensor_intrinsics
 
     load_tensor_intrinsics(target.kind)
     register_schedule_rules()
     schedules = []
     for seed in seeds:
-        context = ms.TuneContext(mod=prim_mod, target=target.tvm_target(),
-                                 space_generator="post-order-apply", task_name="winograd",
-                                 rand_state=seed, num_threads=1)
+        context = ms.TuneContext(
+            mod=prim_mod,
+            target=target.tvm_target(),
+            space_generator="post-order-apply",
+            task_name="winograd",
+            rand_state=seed,
+            num_threads=1,
+        )
         for schedule in context.generate_design_space():  # one per bgemm tiling structure
             for postproc in context.space_generator.postprocs:
                 if "RewriteLayout" not in str(postproc):
@@ -264,8 +336,10 @@ def test_every_sampled_schedule_computes_the_operator(tile_size):
     (task,) = extract_tasks(fuse(winograd, target, winograd=False), target)
     base = task.dispatched[0]
     rng = np.random.default_rng(3)
-    arrays = [rng.standard_normal([int(d) for d in info.shape]).astype(info.dtype)
-              for info in ArgInfo.from_prim_func(base["main"])]
+    arrays = [
+        rng.standard_normal([int(d) for d in info.shape]).astype(info.dtype)
+        for info in ArgInfo.from_prim_func(base["main"])
+    ]
 
     def output(prim_mod):
         tensors = [tvm.runtime.tensor(array) for array in arrays]

@@ -30,6 +30,7 @@ def write_grid(tmp_path):
         path = tmp_path / name
         path.write_text(textwrap.dedent(text).lstrip("\n"))
         return path
+
     return write
 
 
@@ -42,4 +43,5 @@ def cli():
 
     def call(*args):
         return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
     return call

@@ -19,13 +19,22 @@ def superb_command(*args) -> list[str]:
 
 def superb_env() -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""),
-            "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
 
 
 def run_superb(*args, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(superb_command(*args), cwd=REPO, env=superb_env(), text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        superb_command(*args),
+        cwd=REPO,
+        env=superb_env(),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def alive(process: int | psutil.Process) -> bool:

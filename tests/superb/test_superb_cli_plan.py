@@ -30,13 +30,23 @@ def test_plan_prints_the_runs_and_their_count(cli, grid, store):
 
 
 def test_plan_json_and_command_line_axes(cli, grid, store):
-    result = cli("plan", grid, "--store", store, "--json", "-p", "evaluate_warmup=0,1,2",
-                 "--param", "evaluate_number=2")
+    result = cli(
+        "plan",
+        grid,
+        "--store",
+        store,
+        "--json",
+        "-p",
+        "evaluate_warmup=0,1,2",
+        "--param",
+        "evaluate_number=2",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["count"] == 3 * 3 - 1 and len(data["runs"]) == 8
-    assert all(run["params"]["evaluate_number"] == 2 and run["done"] is False
-               for run in data["runs"])
+    assert all(
+        run["params"]["evaluate_number"] == 2 and run["done"] is False for run in data["runs"]
+    )
 
 
 def test_run_refuses_bad_input_before_running(cli, write_grid, store, tiny_onnx):
@@ -90,8 +100,10 @@ def test_unknown_cpu_arch_is_refused(cli, write_grid, store, tiny_onnx):
     path = write_grid(f"fixed: {{model: {tiny_onnx}, cpu_arch: skylakee, autotune: false}}\n")
     result = cli("plan", path, "--store", store)
     assert result.exit_code == 2
-    assert f"{path}:1: LLVM does not know the CPU 'skylakee' (did you mean 'skylake'?)" \
+    assert (
+        f"{path}:1: LLVM does not know the CPU 'skylakee' (did you mean 'skylake'?)"
         in result.stderr
+    )
 
 
 def test_cuda_without_a_gpu_is_refused(cli, write_grid, store, tiny_onnx):
@@ -99,8 +111,9 @@ def test_cuda_without_a_gpu_is_refused(cli, write_grid, store, tiny_onnx):
 
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a GPU")
-    path = write_grid(f"fixed: {{model: {tiny_onnx}, autotune: false}}\n"
-                      "grid: {target: [cpu, cuda]}\n")
+    path = write_grid(
+        f"fixed: {{model: {tiny_onnx}, autotune: false}}\ngrid: {{target: [cpu, cuda]}}\n"
+    )
     result = cli("run", path, "--store", store)
     assert result.exit_code == 2
     assert f"{path}:2: target cuda needs an NVIDIA GPU" in result.stderr

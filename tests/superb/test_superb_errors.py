@@ -24,11 +24,13 @@ def fake_runs(monkeypatch):
 
     def run_sweep(plan, **options):
         return real(plan, job_factory=FakeRunSpec, **options)
+
     monkeypatch.setattr(superb.sweep, "run_sweep", run_sweep)
 
 
 def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
-        cli, write_grid, store, tiny_onnx, fake_runs, monkeypatch):
+    cli, write_grid, store, tiny_onnx, fake_runs, monkeypatch
+):
     grid = write_grid(f"""
         name: buggy
         fixed: {{model: {tiny_onnx}, autotune: false}}
@@ -41,6 +43,7 @@ def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
         if len(calls) == 2:
             raise RuntimeError("a bug in superb\nsecond line")
         return real_detail(row)
+
     monkeypatch.setattr(superb.sweep, "_detail", detail)
 
     result = cli("run", grid, "--store", store, "--plain")
@@ -49,11 +52,15 @@ def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
     assert result.exit_code == ExitCode.UNEXPECTED, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2, result.stderr
-    assert lines[0] == ("error: superb stopped on an unexpected error (a bug, not your "
-                        "input): RuntimeError: a bug in superb")
+    assert lines[0] == (
+        "error: superb stopped on an unexpected error (a bug, not your "
+        "input): RuntimeError: a bug in superb"
+    )
     log = experiment.dir / "superb-errors.log"
-    assert lines[1].startswith(f"full traceback in {log}; the 2 runs recorded are in "
-                               f"{experiment.runs_csv}; repeat the same command")
+    assert lines[1].startswith(
+        f"full traceback in {log}; the 2 runs recorded are in "
+        f"{experiment.runs_csv}; repeat the same command"
+    )
     assert "Traceback" not in result.output
     logged = log.read_text()
     assert "Traceback (most recent call last)" in logged and "in detail" in logged
@@ -69,10 +76,10 @@ def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
     assert len(pd.read_csv(experiment.runs_csv)) == 3
 
 
-def test_a_bug_in_any_command_is_one_line_and_a_logged_traceback(tmp_path, monkeypatch,
-                                                                 capsys):
+def test_a_bug_in_any_command_is_one_line_and_a_logged_traceback(tmp_path, monkeypatch, capsys):
     def broken(*_args, **_kwargs):
         raise KeyError("column")
+
     monkeypatch.setattr(Experiment, "find", broken)
     monkeypatch.setenv("SIMPLETVM_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(sys, "argv", ["superb", "report", str(tmp_path / "anything")])
@@ -84,28 +91,33 @@ def test_a_bug_in_any_command_is_one_line_and_a_logged_traceback(tmp_path, monke
     captured = capsys.readouterr()
     log = tmp_path / "home" / "superb" / "superb-errors.log"
     assert captured.err.strip().splitlines() == [
-        "error: superb stopped on an unexpected error (a bug, not your input): "
-        "KeyError: 'column'",
-        f"full traceback in {log}"]
+        "error: superb stopped on an unexpected error (a bug, not your input): KeyError: 'column'",
+        f"full traceback in {log}",
+    ]
     assert "Traceback (most recent call last)" in log.read_text()
     assert "superb report" in log.read_text()
 
 
-def test_ctrl_c_in_a_sweep_exits_130_saying_how_to_resume(cli, write_grid, store, tiny_onnx,
-                                                          monkeypatch):
+def test_ctrl_c_in_a_sweep_exits_130_saying_how_to_resume(
+    cli, write_grid, store, tiny_onnx, monkeypatch
+):
     def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(superb.sweep, "run_sweep", interrupted)
     grid = write_grid(f"fixed: {{model: {tiny_onnx}, autotune: false}}\n")
     result = cli("run", grid, "--store", store, "--plain")
     assert result.exit_code == ExitCode.INTERRUPTED == 130, result.output
-    assert result.stderr.strip() == ("interrupted: repeat the same command to resume; runs "
-                                     "in flight continue under their run ids")
+    assert result.stderr.strip() == (
+        "interrupted: repeat the same command to resume; runs "
+        "in flight continue under their run ids"
+    )
 
 
 def test_ctrl_c_in_any_command_exits_130(cli, tmp_path, monkeypatch):
     def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(Experiment, "find", interrupted)
     result = cli("report", tmp_path / "anything")
     assert result.exit_code == ExitCode.INTERRUPTED, result.output

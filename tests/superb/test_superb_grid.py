@@ -36,15 +36,17 @@ def test_product_with_zip_and_exclude_counts():
     assert len(plan.runs) == 12 - 2 - 3
     pairs = {(r.params["image_size"], r.params["alpha"]) for r in plan.runs}
     assert pairs == {(96, 0.35), (64, 0.5), (32, 1.0)}
-    assert all(r.params["evaluate_repeat"] == 30 and r.params["model"] == "mobilenetv2"
-               for r in plan.runs)
+    assert all(
+        r.params["evaluate_repeat"] == 30 and r.params["model"] == "mobilenetv2" for r in plan.runs
+    )
     assert [r.index for r in plan.runs] == list(range(1, 8))
     assert plan.varying == ["image_size", "alpha", "trials", "transfer_learning"]
 
 
 def test_plain_product_and_repetitions():
-    plan = plan_of("fixed: {model: m.onnx}\ngrid: {trials: [1, 2, 3], batch_size: [4, 8]}\n"
-                   "repetitions: 2\n")
+    plan = plan_of(
+        "fixed: {model: m.onnx}\ngrid: {trials: [1, 2, 3], batch_size: [4, 8]}\nrepetitions: 2\n"
+    )
     assert len(plan.runs) == 12
     assert [r.repetition for r in plan.runs] == [1] * 6 + [2] * 6  # every config once first
     assert len({r.key for r in plan.runs}) == 12
@@ -60,9 +62,13 @@ def test_keys_are_stable_and_survive_more_repetitions():
 
 def test_command_line_params_add_and_replace_axes():
     grid = parse_grid("fixed: {model: m.onnx, trials: 8}\ngrid: {batch_size: [4, 8]}\n")
-    grid = grid.with_overrides([parse_override("trials=8,16,32"),
-                                parse_override("batch_size=2"),
-                                parse_override("transfer_learning=false")])
+    grid = grid.with_overrides(
+        [
+            parse_override("trials=8,16,32"),
+            parse_override("batch_size=2"),
+            parse_override("transfer_learning=false"),
+        ]
+    )
     grid.validate()
     plan = build_plan(grid)
     assert len(plan.runs) == 3  # batch_size replaced by one value, trials became an axis
@@ -72,26 +78,39 @@ def test_command_line_params_add_and_replace_axes():
     assert parse_override("timeout=null,2.5") == ("timeout", [None, 2.5])
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("grid:\n  trials: [8, 16\n  model: [a]\n", r"grid.yaml:3:\d+: malformed YAML"),
-    ("fixed: {model: m.onnx}\ngrid:\n  trails: [8, 16]\n",
-     r"grid.yaml:3: unknown parameter 'trails' \(did you mean 'trials'\?\); known parameters: "
-     r"target, "),
-    ("fixed: {model: m.onnx}\ngrid:\n  trials: []\n", r"grid.yaml:3: axis 'trials' is empty"),
-    ("fixed: {model: m.onnx}\ngrid:\n  trials:\n    - 8\n    - eight\n",
-     r"grid.yaml:5: trials must be an integer, got 'eight'"),
-    ("fixed: {model: m.onnx}\ngrid: {trials: [8], batch_size: [1, 2]}\n"
-     "zip: [[trials, batch_size]]\n",
-     r"grid.yaml:3: zipped axes need the same number of values, got trials: 1, batch_size: 2"),
-    ("fixed: {model: m.onnx}\ngrid: {trials: [8]}\nexclude:\n  - {trails: 8}\n",
-     r"grid.yaml:4: exclude names 'trails', which the grid does not set \(did you mean 'trials'"),
-    ("fixed: {model: m.onnx}\ngrid: {trials: [8]}\nexclude: [{trials: 8}]\n",
-     r"exclude patterns remove every combination"),
-    ("grid:\n  trials: [8]\n  trials: [16]\n", r"grid.yaml:3: 'trials' appears twice"),
-    ("grids:\n  trials: [8]\n", r"grid.yaml:1: unknown key 'grids' \(did you mean 'grid'\?\)"),
-    ("grid: {trials: [8]}\n", r"no model: set 'model' under fixed or grid"),
-    ("- a\n- b\n", r"a grid file is a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("grid:\n  trials: [8, 16\n  model: [a]\n", r"grid.yaml:3:\d+: malformed YAML"),
+        (
+            "fixed: {model: m.onnx}\ngrid:\n  trails: [8, 16]\n",
+            r"grid.yaml:3: unknown parameter 'trails' \(did you mean 'trials'\?\); known parameters: "
+            r"target, ",
+        ),
+        ("fixed: {model: m.onnx}\ngrid:\n  trials: []\n", r"grid.yaml:3: axis 'trials' is empty"),
+        (
+            "fixed: {model: m.onnx}\ngrid:\n  trials:\n    - 8\n    - eight\n",
+            r"grid.yaml:5: trials must be an integer, got 'eight'",
+        ),
+        (
+            "fixed: {model: m.onnx}\ngrid: {trials: [8], batch_size: [1, 2]}\n"
+            "zip: [[trials, batch_size]]\n",
+            r"grid.yaml:3: zipped axes need the same number of values, got trials: 1, batch_size: 2",
+        ),
+        (
+            "fixed: {model: m.onnx}\ngrid: {trials: [8]}\nexclude:\n  - {trails: 8}\n",
+            r"grid.yaml:4: exclude names 'trails', which the grid does not set \(did you mean 'trials'",
+        ),
+        (
+            "fixed: {model: m.onnx}\ngrid: {trials: [8]}\nexclude: [{trials: 8}]\n",
+            r"exclude patterns remove every combination",
+        ),
+        ("grid:\n  trials: [8]\n  trials: [16]\n", r"grid.yaml:3: 'trials' appears twice"),
+        ("grids:\n  trials: [8]\n", r"grid.yaml:1: unknown key 'grids' \(did you mean 'grid'\?\)"),
+        ("grid: {trials: [8]}\n", r"no model: set 'model' under fixed or grid"),
+        ("- a\n- b\n", r"a grid file is a mapping"),
+    ],
+)
 def test_bad_grids_name_file_and_line(tmp_path, text, expected):
     path = tmp_path / "grid.yaml"
     path.write_text(text)
@@ -116,9 +135,20 @@ def test_bad_command_line_params():
 
 
 def test_parameters_reach_their_calls():
-    calls = calls_for({"model": "m.onnx", "target": "cpu", "cpu_arch": "znver3",
-                       "model_batch_size": 2, "image_size": 64, "trials": 8, "batch_size": 4,
-                       "profile_number": 2, "evaluate_repeat": 7, "save": True})
+    calls = calls_for(
+        {
+            "model": "m.onnx",
+            "target": "cpu",
+            "cpu_arch": "znver3",
+            "model_batch_size": 2,
+            "image_size": 64,
+            "trials": 8,
+            "batch_size": 4,
+            "profile_number": 2,
+            "evaluate_repeat": 7,
+            "save": True,
+        }
+    )
     assert calls["context"] == {"target": "cpu", "cpu_arch": "znver3"}
     assert calls["from_model"] == {"source": "m.onnx", "batch_size": 2, "image_size": 64}
     assert calls["autotune"] == {"trials": 8, "candidates_per_iteration": 4, "number": 2}

@@ -13,21 +13,41 @@ LIGHT = ("simpletvm", "simpletvm.exit_codes", "simpletvm.cli_options")
 
 
 def test_cli_import_is_light():
-    code = ("import sys, superb.cli; heavy = [m for m in sys.modules if m.split('.')[0] in "
-            "%r and m not in %r]; print(heavy)" % (HEAVY, LIGHT))
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=superb_env(),
-                            capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, superb.cli; heavy = [m for m in sys.modules if m.split('.')[0] in "
+        f"{HEAVY!r} and m not in {LIGHT!r}]; print(heavy)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=superb_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
 def test_help_lists_the_commands():
-    result = subprocess.run(superb_command("--help"), cwd=REPO, env=superb_env(),
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        superb_command("--help"),
+        cwd=REPO,
+        env=superb_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0
     for command in ("run", "plan", "report", "compare", "tracker", "server", "parameters"):
         assert command in result.stdout
-    run_help = subprocess.run(superb_command("run", "--help"), cwd=REPO, env=superb_env(),
-                              capture_output=True, text=True, timeout=60)
+    run_help = subprocess.run(
+        superb_command("run", "--help"),
+        cwd=REPO,
+        env=superb_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     for option in ("--param", "--fail-fast", "--tracker", "--store", "--run-timeout"):
         assert option in run_help.stdout

@@ -21,15 +21,24 @@ def sweep(tmp_path, grid: str, **options):
 
 
 def test_every_ending_is_a_row(tmp_path):
-    plan, summary = sweep(tmp_path, UNTUNED + "name: endings\n"
-                          "grid: {model: [fine, fail, crash, exit, hang]}\n", run_timeout=3)
+    plan, summary = sweep(
+        tmp_path,
+        UNTUNED + "name: endings\ngrid: {model: [fine, fail, crash, exit, hang]}\n",
+        run_timeout=3,
+    )
     rows = summary.experiment.state().rows
     found = {rows[run.key]["param:model"].rsplit("/", 1)[-1]: rows[run.key] for run in plan.runs}
     assert {model: row["status"] for model, row in found.items()} == {
-        "fine": "ok", "fail": "failed", "crash": "crashed", "exit": "crashed", "hang": "timeout"}
+        "fine": "ok",
+        "fail": "failed",
+        "crash": "crashed",
+        "exit": "crashed",
+        "hang": "timeout",
+    }
     assert found["fail"]["error"] == "ModelImportError: a fake failure"
-    assert found["crash"]["error"].startswith("the run's process died (killed by SIGSEGV); "
-                                              "last output: fake run")
+    assert found["crash"]["error"].startswith(
+        "the run's process died (killed by SIGSEGV); last output: fake run"
+    )
     assert found["exit"]["error"].startswith("the run's process died (exit code 3)")
     assert found["hang"]["error"] == "the run took longer than 3 s and was stopped"
     assert 3 <= found["hang"]["wall_s"] < 15
@@ -56,19 +65,26 @@ def test_one_superb_per_experiment(tmp_path):
         holder.release()
 
 
-def test_jobs_keep_runs_in_flight_and_evaluations_never_share_a_device_with_a_profile(
-        tmp_path):
+def test_jobs_keep_runs_in_flight_and_evaluations_never_share_a_device_with_a_profile(tmp_path):
     """Three tuned runs, --jobs 2: the third starts the moment the first ends (no batch
     barrier), and on the one device no evaluation overlaps another run's profile."""
     # the fakes profile nowhere: a tracker address keeps superb from starting one
-    _, summary = sweep(tmp_path, "name: flight\nfixed: {device_key: fake}\n"
-                       "grid: {model: [a@0.05, b@0.15, c@0.05]}\n",
-                       jobs=2, policy="round-robin", tracker=("127.0.0.1", 9))
+    _, summary = sweep(
+        tmp_path,
+        "name: flight\nfixed: {device_key: fake}\ngrid: {model: [a@0.05, b@0.15, c@0.05]}\n",
+        jobs=2,
+        policy="round-robin",
+        tracker=("127.0.0.1", 9),
+    )
     assert summary.ok and summary.ran == 3
     trace = Trace.from_csv(next(summary.experiment.dir.glob("trace-*.csv")))
-    spans = {job: (min(r.start for r in trace.records if r.job == job),
-                   max(r.end for r in trace.records if r.job == job))
-             for job in {r.job for r in trace.records}}
+    spans = {
+        job: (
+            min(r.start for r in trace.records if r.job == job),
+            max(r.end for r in trace.records if r.job == job),
+        )
+        for job in {r.job for r in trace.records}
+    }
     by_start = sorted(spans, key=lambda job: spans[job][0])
     third_job = by_start[2]
     ended_first = min(spans, key=lambda job: spans[job][1])
@@ -80,8 +96,12 @@ def test_jobs_keep_runs_in_flight_and_evaluations_never_share_a_device_with_a_pr
     assert trace.overlaps() == []
     evaluations = [r for r in on_device if r.stage == "evaluate"]
     profiles = [r for r in on_device if r.stage == "profile"]
-    assert evaluations and not [(e, p) for e in evaluations for p in profiles
-                                if e.job != p.job and e.start < p.end and p.start < e.end]
+    assert evaluations and not [
+        (e, p)
+        for e in evaluations
+        for p in profiles
+        if e.job != p.job and e.start < p.end and p.start < e.end
+    ]
 
 
 def test_a_stopped_run_continues_under_its_run_id(tmp_path):

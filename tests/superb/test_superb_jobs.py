@@ -67,7 +67,7 @@ def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_on
     trace = Trace.from_csv(next(experiment.dir.glob("trace-*.csv")))
     assert trace.overlaps() == []
     # client stages ran on the Ray node's own client slot, one job's at a time
-    client_resources = {r.resource for r in trace.records if r.kind == "client"}
+    client_resources = {r.resource for r in trace.records if r.resource_kind == "client"}
     assert len(client_resources) == 1 and client_resources.pop().startswith("client@")
 
 

@@ -8,8 +8,14 @@ from rich.console import Console
 
 from superb.progress import LiveProgress, PlainProgress, make_progress
 
-TUNING = {"step": "tune", "num_tasks": 3, "tasks_measured": 1, "trials": 4,
-          "trial_budget": 24, "estimated_ms": 1.5}
+TUNING = {
+    "step": "tune",
+    "num_tasks": 3,
+    "tasks_measured": 1,
+    "trials": 4,
+    "trial_budget": 24,
+    "estimated_ms": 1.5,
+}
 
 
 def test_plain_lines_when_not_a_terminal():
@@ -52,8 +58,12 @@ def test_live_display_shows_every_run_in_flight():
 
 
 def test_eta_is_measured_and_never_zero_while_work_remains():
-    progress = make_progress(Console(file=io.StringIO()), total=4, done_before=0,
-                             kinds=["untuned", "tuned", "untuned", "tuned"])
+    progress = make_progress(
+        Console(file=io.StringIO()),
+        total=4,
+        done_before=0,
+        kinds=["untuned", "tuned", "untuned", "tuned"],
+    )
     assert progress.eta is None  # nothing to go by yet
     progress.start_run("a", 1, "a", "untuned")
     progress.finish_run("a", "ok", 2.0, "")
@@ -70,8 +80,7 @@ def test_eta_is_measured_and_never_zero_while_work_remains():
 
 
 def test_eta_of_a_tuning_run_follows_its_trial_rate():
-    progress = make_progress(Console(file=io.StringIO()), total=1, done_before=0,
-                             kinds=["tuned"])
+    progress = make_progress(Console(file=io.StringIO()), total=1, done_before=0, kinds=["tuned"])
     progress.start_run("a", 1, "a", "tuned")
     progress.stage("a", TUNING)
     view = progress.runs["a"]

@@ -9,31 +9,52 @@ import pandas as pd
 import pytest
 
 from superb.plan import Run, run_key
-from superb.results import (LEAD_COLUMNS, RESULT_COLUMNS, RUN_KEY_COLUMNS, STAGE_FIELDS,
-                            STAGES, Experiment, aggregate, runs_frame)
+from superb.results import (
+    LEAD_COLUMNS,
+    RESULT_COLUMNS,
+    RUN_KEY_COLUMNS,
+    STAGE_FIELDS,
+    STAGES,
+    Experiment,
+    aggregate,
+    make_row,
+    runs_frame,
+)
 from superb.sweep import RunOutcome as Outcome
-from superb.results import make_row
 
 
 def fake_row(index, params, median, status="ok", repetition=1, tuning=None, attempt=1):
     run = Run(index, run_key(params, repetition), params, repetition)
     outcome = Outcome(status, None if status == "ok" else "Boom: it broke", "x" * 32, 1.5, 1.4)
-    context = {"steps": [{"step": "from_model", "duration_s": 0.1},
-                         {"step": "autotune", "duration_s": tuning or 0.0}],
-               "stages": [{"stage": "select", "duration_s": 0.2},
-                          {"stage": "select", "duration_s": 0.4},
-                          {"stage": "profile", "duration_s": 1.0}],
-               "tuning": {"trials": 8, "num_tasks": 2, "errors": 0},
-               "evaluation": {"count": 3, "median_ms": median, "mean_ms": median * 1.1}}
-    return make_row(run, outcome, context if status == "ok" else None, attempt=attempt,
-                    started_at=0.0, commit="abc")
+    context = {
+        "steps": [
+            {"step": "from_model", "duration_s": 0.1},
+            {"step": "autotune", "duration_s": tuning or 0.0},
+        ],
+        "stages": [
+            {"stage": "select", "duration_s": 0.2},
+            {"stage": "select", "duration_s": 0.4},
+            {"stage": "profile", "duration_s": 1.0},
+        ],
+        "tuning": {"trials": 8, "num_tasks": 2, "errors": 0},
+        "evaluation": {"count": 3, "median_ms": median, "mean_ms": median * 1.1},
+    }
+    return make_row(
+        run,
+        outcome,
+        context if status == "ok" else None,
+        attempt=attempt,
+        started_at=0.0,
+        commit="abc",
+    )
 
 
 def write_experiment(directory, rows):
     experiment = Experiment(directory)
     for row in rows:
-        experiment.record_started(Run(row["index"], row["run"], {}), row["attempt"],
-                                  row["run_id"], 1)
+        experiment.record_started(
+            Run(row["index"], row["run"], {}), row["attempt"], row["run_id"], 1
+        )
         experiment.record_finished(row)
     experiment.write_csvs()
     return experiment
@@ -68,9 +89,12 @@ def test_rows_carry_stage_means_and_evaluation(tmp_path):
 
 
 def test_aggregate_means_over_repetitions_of_ok_runs():
-    rows = [fake_row(i, {"model": m, "trials": 8}, median, repetition=rep, tuning=tuning)
-            for i, (m, median, rep, tuning) in enumerate(
-                [("a", 1.0, 1, 10.0), ("a", 3.0, 2, 20.0), ("b", 5.0, 1, 30.0)], 1)]
+    rows = [
+        fake_row(i, {"model": m, "trials": 8}, median, repetition=rep, tuning=tuning)
+        for i, (m, median, rep, tuning) in enumerate(
+            [("a", 1.0, 1, 10.0), ("a", 3.0, 2, 20.0), ("b", 5.0, 1, 30.0)], 1
+        )
+    ]
     rows.append(fake_row(4, {"model": "b", "trials": 8}, 0.0, status="failed", repetition=2))
     result = aggregate(runs_frame(rows))
     assert list(result["param:model"]) == ["a", "b"]
@@ -97,10 +121,14 @@ def test_report_prints_and_writes_the_aggregate(cli, tmp_path):
 
 
 def test_compare_matches_runs_and_applies_the_noise_threshold(cli, tmp_path):
-    base = [fake_row(i, {"model": m}, v) for i, (m, v) in enumerate(
-        [("a", 10.0), ("b", 10.0), ("c", 10.0), ("d", 10.0)], 1)]
-    new = [fake_row(i, {"model": m}, v) for i, (m, v) in enumerate(
-        [("a", 10.3), ("b", 8.0), ("c", 12.0), ("e", 1.0)], 1)]
+    base = [
+        fake_row(i, {"model": m}, v)
+        for i, (m, v) in enumerate([("a", 10.0), ("b", 10.0), ("c", 10.0), ("d", 10.0)], 1)
+    ]
+    new = [
+        fake_row(i, {"model": m}, v)
+        for i, (m, v) in enumerate([("a", 10.3), ("b", 8.0), ("c", 12.0), ("e", 1.0)], 1)
+    ]
     a = write_experiment(tmp_path / "a", base)
     b = write_experiment(tmp_path / "b", new)
     result = cli("compare", a.dir, b.dir, "--threshold", "0.05")
@@ -114,18 +142,33 @@ def test_compare_matches_runs_and_applies_the_noise_threshold(cli, tmp_path):
 
 def test_stages_and_curves_csvs_come_from_the_contexts_once_per_run(tmp_path):
     def stage(name, iteration, start):
-        record = {"task": 0, "task_name": "conv", "iteration": iteration, "stage": name,
-                  "resource": "device:cpu" if name == "profile" else "client",
-                  "start": start, "end": start + 1.0, "duration_s": 1.0}
+        record = {
+            "task": 0,
+            "task_name": "conv",
+            "iteration": iteration,
+            "stage": name,
+            "resource": "device:cpu" if name == "profile" else "client",
+            "start": start,
+            "end": start + 1.0,
+            "duration_s": 1.0,
+        }
         if name == "update":  # two trials an iteration; the best gets 1 ms faster
             record.update(trials=2 * (iteration + 1), best_latency_s=0.004 - 0.001 * iteration)
         return record
 
     context = tmp_path / "context.json"
-    context.write_text(json.dumps({
-        "tuning": {"tasks": [{"task": "conv", "weight": 2}]},
-        "stages": [stage(name, iteration, 100.0 + 4 * iteration + i)
-                   for iteration in range(2) for i, name in enumerate(STAGES)]}))
+    context.write_text(
+        json.dumps(
+            {
+                "tuning": {"tasks": [{"task": "conv", "weight": 2}]},
+                "stages": [
+                    stage(name, iteration, 100.0 + 4 * iteration + i)
+                    for iteration in range(2)
+                    for i, name in enumerate(STAGES)
+                ],
+            }
+        )
+    )
     tuned = fake_row(1, {"trials": 4}, 1.0)
     tuned["context"] = str(context)
     failed = fake_row(2, {"trials": 8}, 0.0, status="failed")
@@ -135,8 +178,7 @@ def test_stages_and_curves_csvs_come_from_the_contexts_once_per_run(tmp_path):
     assert list(stages.columns) == RUN_KEY_COLUMNS + STAGE_FIELDS
     assert set(stages["run"]) == {tuned["run"]} and list(stages["stage"]) == list(STAGES) * 2
     curves = pd.read_csv(experiment.curves_csv)
-    assert list(curves.columns) == RUN_KEY_COLUMNS + ["trials", "elapsed_s",
-                                                      "estimated_latency_ms"]
+    assert list(curves.columns) == RUN_KEY_COLUMNS + ["trials", "elapsed_s", "estimated_latency_ms"]
     assert list(curves["trials"]) == [2, 4]
     assert curves["estimated_latency_ms"].tolist() == pytest.approx([8.0, 6.0])
 

@@ -13,8 +13,8 @@ import time
 import pandas as pd
 import psutil
 import pytest
-
 from superb_helpers import REPO, alive, run_superb, superb_command, superb_env
+
 from simpletvm.store import read_json_lines
 
 
@@ -38,13 +38,19 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
           evaluate_repeat: [200, 201, 202, 203]
     """)  # each run measures about a second
     log = store / "superb" / "killed" / "log.jsonl"
-    process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
-                               env=superb_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        superb_command("run", grid, "--store", store),
+        cwd=REPO,
+        env=superb_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # kill it while the second run is in progress
-        wait_for(lambda: len(events(log, "running")) >= 2 and len(events(log, "finished")) == 1,
-                 process)
+        wait_for(
+            lambda: len(events(log, "running")) >= 2 and len(events(log, "finished")) == 1, process
+        )
         process.kill()
         process.wait()
     finally:
@@ -73,8 +79,9 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
 LONG_REPEAT = 2000
 
 
-def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, tiny_onnx,
-                                                              tmp_path):
+def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(
+    write_grid, store, tiny_onnx, tmp_path
+):
     grid = write_grid(f"""
         name: interrupted
         fixed: {{model: {tiny_onnx}, autotune: false}}
@@ -94,8 +101,7 @@ def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(write_grid, store, 
     assert len(events(log, "finished")) == 2
 
 
-def test_ctrl_c_stops_a_sweep_started_with_sigint_ignored(write_grid, store, tiny_onnx,
-                                                          tmp_path):
+def test_ctrl_c_stops_a_sweep_started_with_sigint_ignored(write_grid, store, tiny_onnx, tmp_path):
     """Background shells and test runners (a pytest-xdist worker started from one) start
     programs with SIGINT ignored, which survives fork and exec; superb still stops on one
     SIGINT, as `kill -INT` from a script expects."""
@@ -104,8 +110,9 @@ def test_ctrl_c_stops_a_sweep_started_with_sigint_ignored(write_grid, store, tin
         fixed: {{model: {tiny_onnx}, autotune: false}}
         grid: {{evaluate_repeat: [{LONG_REPEAT}]}}
     """)
-    _interrupt_while_evaluating(grid, store, store / "superb" / "ignored" / "log.jsonl",
-                                tmp_path, signal.SIG_IGN)
+    _interrupt_while_evaluating(
+        grid, store, store / "superb" / "ignored" / "log.jsonl", tmp_path, signal.SIG_IGN
+    )
 
 
 def _interrupt_while_evaluating(grid, store, log, tmp_path, sigint) -> None:
@@ -117,16 +124,21 @@ def _interrupt_while_evaluating(grid, store, log, tmp_path, sigint) -> None:
     previous = signal.signal(signal.SIGINT, sigint)  # inherited through fork and exec
     try:
         with open(stderr_file, "w") as stderr_sink:
-            process = subprocess.Popen(superb_command("run", grid, "--store", store),
-                                       cwd=REPO, env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
-                                       stdout=subprocess.DEVNULL, stderr=stderr_sink)
+            process = subprocess.Popen(
+                superb_command("run", grid, "--store", store),
+                cwd=REPO,
+                env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_sink,
+            )
     finally:
         signal.signal(signal.SIGINT, previous)
     wait_for(lambda: len(events(log, "running")) == 1, process)
     run_pid, run_id = events(log, "running")[0]["pid"], events(log, "running")[0]["run_id"]
     run_log = store / "runs" / run_id / "run.log"
-    wait_for(lambda: run_log.exists() and "step evaluate started" in run_log.read_text(),
-             process)  # superb waits on the run's worker now
+    wait_for(
+        lambda: run_log.exists() and "step evaluate started" in run_log.read_text(), process
+    )  # superb waits on the run's worker now
     process.send_signal(signal.SIGINT)
     _wait_or_fail_with_threads(process, stderr_file, timeout=30)
     stderr = stderr_file.read_text()
@@ -149,8 +161,10 @@ def _wait_or_fail_with_threads(process, stderr_file, timeout: float) -> None:
         for child in left:  # not left burning a core under the rest of the suite
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
-        pytest.fail(f"superb still ran {timeout:.0f} s after the signal; its threads "
-                    f"then:\n{stderr_file.read_text()[-12000:]}")
+        pytest.fail(
+            f"superb still ran {timeout:.0f} s after the signal; its threads "
+            f"then:\n{stderr_file.read_text()[-12000:]}"
+        )
 
 
 def _run_records(store, run_id: str) -> list[tuple[int, str, str]]:
@@ -159,10 +173,13 @@ def _run_records(store, run_id: str) -> list[tuple[int, str, str]]:
     import sqlite3
 
     with sqlite3.connect(f"file:{store / 'records.sqlite'}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT workload_id, json FROM records WHERE run_id = ?",
-                          (run_id,)).fetchall()
-    return [(workload, json.dumps(json.loads(text)[0]), json.dumps(json.loads(text)[1]))
-            for workload, text in rows]
+        rows = db.execute(
+            "SELECT workload_id, json FROM records WHERE run_id = ?", (run_id,)
+        ).fetchall()
+    return [
+        (workload, json.dumps(json.loads(text)[0]), json.dumps(json.loads(text)[1]))
+        for workload, text in rows
+    ]
 
 
 @pytest.mark.slow
@@ -178,13 +195,24 @@ def test_a_sweep_killed_mid_tuning_resumes_the_tuning(write_grid, store, tiny_on
         grid: {{trials: [12]}}
     """)
     log = store / "superb" / "tuning-killed" / "log.jsonl"
-    process = subprocess.Popen(superb_command("run", grid, "--store", store), cwd=REPO,
-                               env=superb_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        superb_command("run", grid, "--store", store),
+        cwd=REPO,
+        env=superb_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(lambda: events(log, "running") and (store / "records.sqlite").exists()
-                 and len(_run_records(store, events(log, "started")[0]["run_id"])) >= 8,
-                 process, timeout=300)
+        wait_for(
+            lambda: (
+                events(log, "running")
+                and (store / "records.sqlite").exists()
+                and len(_run_records(store, events(log, "started")[0]["run_id"])) >= 8
+            ),
+            process,
+            timeout=300,
+        )
         process.kill()
         process.wait()
     finally:

@@ -31,8 +31,13 @@ class FakeTuningJob:
     def __init__(self, context, fail_at: tuple[str, int] | None = None, done: bool = False):
         self.context = context
         self.fail_at = fail_at
-        self.stages = [] if done else [StageSpec(name, 0, "conv2d", iteration)
-                                       for iteration in range(2) for name in STAGES]
+        self.stages = (
+            []
+            if done
+            else [
+                StageSpec(name, 0, "conv2d", iteration) for iteration in range(2) for name in STAGES
+            ]
+        )
         self.options = TuningOptions(trials=8)
         self.records = None  # committed to the store as measured: nothing to send
         self.cache_mode, self.model_bytes, self.finalized = "none", 0, False
@@ -52,9 +57,15 @@ class FakeTuningJob:
         if (spec.kind, spec.iteration) == self.fail_at:
             raise RuntimeError(f"the device went away during {spec.kind}")
         now = time.time()
-        self.context.record_stage(task=spec.task, task_name=spec.task_name,
-                                  iteration=spec.iteration, stage=spec.kind,
-                                  resource="client", start=now, end=now)
+        self.context.record_stage(
+            task=spec.task,
+            task_name=spec.task_name,
+            iteration=spec.iteration,
+            stage=spec.kind,
+            resource="client",
+            start=now,
+            end=now,
+        )
         return self.stages.pop(0)
 
     def finalize(self) -> dict:
@@ -62,8 +73,12 @@ class FakeTuningJob:
         return self.summary()
 
     def summary(self) -> dict:
-        return {"num_tasks": 1, "trials": self.trials, "tasks": [{"trials": self.trials}],
-                "estimated_latency_s": None}
+        return {
+            "num_tasks": 1,
+            "trials": self.trials,
+            "tasks": [{"trials": self.trials}],
+            "estimated_latency_s": None,
+        }
 
 
 @pytest.fixture
@@ -73,8 +88,11 @@ def tuning(monkeypatch):
     options = {"fail_at": None, "done": False}
     monkeypatch.setattr(SimpleTVM, "from_model", lambda self, *args, **kwargs: self)
     monkeypatch.setattr(SimpleTVM, "build", lambda self, *args, **kwargs: self)
-    monkeypatch.setattr(SimpleTVM, "tuning_job", lambda self, *args, **kwargs:
-                        FakeTuningJob(self.context, **options))
+    monkeypatch.setattr(
+        SimpleTVM,
+        "tuning_job",
+        lambda self, *args, **kwargs: FakeTuningJob(self.context, **options),
+    )
     monkeypatch.setattr(run_job, "_write_output_to", lambda log: None)  # keep pytest's output
     return options
 
@@ -82,10 +100,18 @@ def tuning(monkeypatch):
 def make_job(kind: str, store) -> TuningJobAdapter | RunJob:
     """A job whose next stage is its first tuning stage."""
     if kind == "adapter":
-        return TuningJobSpec("job", "model.onnx", TRACKER, "board", store=str(store),
-                             run_id=RUN_ID)()
-    job = RunSpec("run", RUN_ID, {"model": "model.onnx", "evaluate": False}, str(store),
-                  "board", str(store / "run.log"), tracker=TRACKER)()
+        return TuningJobSpec(
+            "job", "model.onnx", TRACKER, "board", store=str(store), run_id=RUN_ID
+        )()
+    job = RunSpec(
+        "run",
+        RUN_ID,
+        {"model": "model.onnx", "evaluate": False},
+        str(store),
+        "board",
+        str(store / "run.log"),
+        tracker=TRACKER,
+    )()
     assert job.run_stage(job.next_stage(), "client").ok  # import
     return job
 
@@ -98,7 +124,9 @@ def run_until_error_or_tuned(job) -> list:
     results = []
     while job.tuning is not None and not job.tuning.is_complete():
         stage = job.next_stage()
-        results.append(job.run_stage(stage, "board" if stage.resource_kind == "device" else "client"))
+        results.append(
+            job.run_stage(stage, "board" if stage.resource_kind == "device" else "client")
+        )
         if not results[-1].ok:
             break
     return results
@@ -106,7 +134,8 @@ def run_until_error_or_tuned(job) -> list:
 
 @pytest.mark.parametrize("kind", ["adapter", "run"])
 def test_a_failed_tuning_stage_is_an_error_result_and_the_context_keeps_what_was_measured(
-        kind, tuning, tmp_path):
+    kind, tuning, tmp_path
+):
     tuning["fail_at"] = ("profile", 1)
     job = make_job(kind, tmp_path)
     results = run_until_error_or_tuned(job)
@@ -114,7 +143,10 @@ def test_a_failed_tuning_stage_is_an_error_result_and_the_context_keeps_what_was
     assert results[-1].error == "RuntimeError: the device went away during profile"
     context = saved_context(tmp_path)
     assert [(s["stage"], s["iteration"]) for s in context["stages"]] == [
-        *[(name, 0) for name in STAGES], ("select", 1), ("build", 1)]
+        *[(name, 0) for name in STAGES],
+        ("select", 1),
+        ("build", 1),
+    ]
     assert not job.tuning.finalized  # a failed tuning is not recorded as finished
 
 
@@ -124,8 +156,9 @@ def test_a_stage_the_job_did_not_name_is_an_error_result_and_does_not_run(kind, 
     expected = job.next_stage()
     result = job.run_stage(Stage("update", "client", 0, 0), "client")
     assert result.status == StageStatus.ERROR
-    assert result.error == (f"asked to run {Stage('update', 'client', 0, 0)}, but the next "
-                            f"stage is {expected}")
+    assert result.error == (
+        f"asked to run {Stage('update', 'client', 0, 0)}, but the next stage is {expected}"
+    )
     assert job.next_stage() == expected and job.tuning.context.stages == []
     assert saved_context(tmp_path)["stages"] == []
 
@@ -144,7 +177,8 @@ def test_the_last_tuning_stage_finishes_the_tuning_and_saves_the_context(kind, t
 
 @pytest.mark.parametrize("kind", ["adapter", "run"])
 def test_a_job_resumed_after_its_last_tuning_stage_finishes_its_tuning_at_once(
-        kind, tuning, tmp_path):
+    kind, tuning, tmp_path
+):
     tuning["done"] = True
     job = make_job(kind, tmp_path)
     assert job.tuning.finalized

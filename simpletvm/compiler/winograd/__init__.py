@@ -21,13 +21,25 @@ does for a direct convolution.
 """
 
 from simpletvm.compiler.winograd.compute import winograd_conv2d_nhwc
-from simpletvm.compiler.winograd.policy import (ConvSignature, forms_for, second_form_built,
-                                                tile_size_for)
-from simpletvm.compiler.winograd.rewrite import (apply_winograd, contested_layers,
-                                                 winograd_eligible)
+from simpletvm.compiler.winograd.policy import (
+    ConvSignature,
+    forms_for,
+    second_form_built,
+    tile_size_for,
+)
+from simpletvm.compiler.winograd.rewrite import apply_winograd, contested_layers, winograd_eligible
 from simpletvm.compiler.winograd.schedule_rules import register_schedule_rules
 from simpletvm.compiler.winograd.transform import transform_weight
 
-__all__ = ["ConvSignature", "apply_winograd", "contested_layers", "forms_for",
-           "register_schedule_rules", "second_form_built", "tile_size_for",
-           "transform_weight", "winograd_conv2d_nhwc", "winograd_eligible"]
+__all__ = [
+    "ConvSignature",
+    "apply_winograd",
+    "contested_layers",
+    "forms_for",
+    "register_schedule_rules",
+    "second_form_built",
+    "tile_size_for",
+    "transform_weight",
+    "winograd_conv2d_nhwc",
+    "winograd_eligible",
+]

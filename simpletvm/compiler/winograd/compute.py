@@ -16,7 +16,6 @@ DATA_PACK_RULE = "simpletvm_winograd_data_pack"
 INVERSE_RULE = "simpletvm_winograd_inverse"
 
 
-
 def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
     """TE Winograd conv2d: NHWC data, pre-transformed kernel (alpha, alpha, CO, CI).
 
@@ -39,13 +38,20 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
     # whole tiles: the last tile may read past the padded input, those rows are zeros
     extra_h = (n_h - 1) * m + alpha - (h + pad_t + pad_b)
     extra_w = (n_w - 1) * m + alpha - (w + pad_l + pad_r)
-    data_pad = pad(data, (0, pad_t, pad_l, 0), (0, pad_b + extra_h, pad_r + extra_w, 0),
-                   name="data_pad", attrs={"schedule_rule": "None"})
+    data_pad = pad(
+        data,
+        (0, pad_t, pad_l, 0),
+        (0, pad_b + extra_h, pad_r + extra_w, 0),
+        name="data_pad",
+        attrs={"schedule_rule": "None"},
+    )
     input_tile = te.compute(
         (alpha, alpha, tiles, ci),
         lambda eps, nu, p, c: data_pad[
-            p // (n_h * n_w), ((p // n_w) % n_h) * m + eps, (p % n_w) * m + nu, c],
-        name="input_tile", attrs={"schedule_rule": "None"},
+            p // (n_h * n_w), ((p // n_w) % n_h) * m + eps, (p % n_w) * m + nu, c
+        ],
+        name="input_tile",
+        attrs={"schedule_rule": "None"},
     )
     # B^T d B and A^T M A as two 1-D passes each, written with the matrices' nonzero
     # entries as constants (:func:`_combine`): fewer multiply-adds than the 2-D sums, and
@@ -55,21 +61,23 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
     data_pack_rows = te.compute(
         (alpha, alpha, tiles, ci),
         lambda eps, nu, p, c: _combine(b_mat, eps, lambda k: input_tile[k, nu, p, c]),
-        name="data_pack_rows", attrs={"schedule_rule": "None"},
+        name="data_pack_rows",
+        attrs={"schedule_rule": "None"},
     )
     data_pack = te.compute(
         (alpha, alpha, tiles, ci),
         lambda eps, nu, p, c: _combine(b_mat, nu, lambda k: data_pack_rows[eps, k, p, c]),
-        name="data_pack", attrs={"schedule_rule": DATA_PACK_RULE},
+        name="data_pack",
+        attrs={"schedule_rule": DATA_PACK_RULE},
     )
     r_c = te.reduce_axis((0, ci), name="ci")
     bgemm = te.compute(
         (alpha, alpha, tiles, co),
-        lambda eps, nu, p, o: te.sum(data_pack[eps, nu, p, r_c] * kernel_pack[eps, nu, o, r_c],
-                                     axis=[r_c]),
+        lambda eps, nu, p, o: te.sum(
+            data_pack[eps, nu, p, r_c] * kernel_pack[eps, nu, o, r_c], axis=[r_c]
+        ),
         name="bgemm",
-        attrs={"layout_free_placeholders": [kernel_pack],
-               "meta_schedule.write_cache_level": [2]},
+        attrs={"layout_free_placeholders": [kernel_pack], "meta_schedule.write_cache_level": [2]},
     )
     # a reduction, unlike the other passes: MetaSchedule's tiling of bgemm fuses a
     # spatial consumer into its tiles, and fails on one that reads a constant index
@@ -77,12 +85,14 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
     inverse_rows = te.compute(
         (m, alpha, tiles, co),
         lambda vh, nu, p, o: te.sum(bgemm[r_k, nu, p, o] * _entry(a_mat, r_k, vh), axis=[r_k]),
-        name="inverse_rows", attrs={"schedule_rule": "None"},
+        name="inverse_rows",
+        attrs={"schedule_rule": "None"},
     )
     inverse = te.compute(
         (m, m, tiles, co),
         lambda vh, vw, p, o: _combine(a_mat, vw, lambda k: inverse_rows[vh, k, p, o]),
-        name="inverse", attrs={"schedule_rule": INVERSE_RULE},
+        name="inverse",
+        attrs={"schedule_rule": INVERSE_RULE},
     )
     return te.compute(
         (n, out_h, out_w, co),
@@ -99,8 +109,9 @@ def _entry(matrix: np.ndarray, row, column):
     expr = tirx.const(0.0, "float32")
     for (i, j), value in np.ndenumerate(matrix):
         if value != 0:
-            expr = tirx.Select(tirx.And(row == i, column == j),
-                               tirx.const(float(value), "float32"), expr)
+            expr = tirx.Select(
+                tirx.And(row == i, column == j), tirx.const(float(value), "float32"), expr
+            )
     return expr
 
 

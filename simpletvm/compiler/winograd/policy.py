@@ -23,7 +23,6 @@ TILE_SIZES = tuple(MIN_TILES)
 CONTESTED_FACTOR = 2
 
 
-
 class ConvSignature(NamedTuple):
     """What makes two convolutions the same layer to the rewrite: the NHWC input shape,
     the output channels and the padding (top, left, bottom, right)."""
@@ -55,8 +54,7 @@ def forms_for(out_h: int, out_w: int) -> tuple[int | None, ...]:
     :func:`tile_size_for`'s first, then, when that gives fewer than CONTESTED_FACTOR
     times its MIN_TILES tiles, the next smaller form."""
     first = tile_size_for(out_h, out_w)
-    if first is None or (tile_count(out_h, out_w, first)
-                         >= CONTESTED_FACTOR * MIN_TILES[first]):
+    if first is None or (tile_count(out_h, out_w, first) >= CONTESTED_FACTOR * MIN_TILES[first]):
         return (first,)
     smaller = [m for m in TILE_SIZES if m < first]
     return (first, smaller[0] if smaller else None)

@@ -4,13 +4,12 @@ form, its weight transformed once; and the survey of which layers are contested.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
 from simpletvm.compiler.winograd.compute import winograd_conv2d_nhwc
-from simpletvm.compiler.winograd.policy import (KERNEL_SIZE, ConvSignature, forms_for,
-                                                tile_size_for)
+from simpletvm.compiler.winograd.policy import KERNEL_SIZE, ConvSignature, forms_for, tile_size_for
 from simpletvm.compiler.winograd.transform import transform_weight
 from simpletvm.relax_ir import static_shape
 
@@ -56,8 +55,12 @@ def winograd_eligible(call, min_channels: int = 16) -> bool:
     return min(dims["I"], dims["O"]) >= min_channels
 
 
-def apply_winograd(mod, tile_size: int | None = None, min_channels: int = 16,
-                   forms: Mapping[ConvSignature, int | None] | None = None):
+def apply_winograd(
+    mod,
+    tile_size: int | None = None,
+    min_channels: int = 16,
+    forms: Mapping[ConvSignature, int | None] | None = None,
+):
     """Rewrite every eligible conv2d of ``mod`` to a Winograd F(m, 3) call_tir, m chosen
     per layer by ``forms`` (by signature; None keeps the layer direct), else by
     :func:`tile_size_for` (a layer with too few tiles stays direct), or ``tile_size`` for
@@ -88,15 +91,17 @@ def contested_layers(mod, min_channels: int = 16) -> dict[ConvSignature, tuple[i
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             rewriter.visit_expr(func)
-    return {signature: forms for signature, forms in rewriter.surveyed.items()
-            if len(forms) > 1}
+    return {signature: forms for signature, forms in rewriter.surveyed.items() if len(forms) > 1}
 
 
 def conv_signature(call) -> ConvSignature:
     """The signature of an eligible conv2d call."""
     out_channels = dict(zip(call.attrs.kernel_layout, call.args[1].value.shape))["O"]
-    return ConvSignature(tuple(static_shape(call.args[0])), int(out_channels),
-                         tuple(int(p) for p in call.attrs.padding))
+    return ConvSignature(
+        tuple(static_shape(call.args[0])),
+        int(out_channels),
+        tuple(int(p) for p in call.attrs.padding),
+    )
 
 
 def _output_size(call) -> tuple[int, int]:
@@ -112,7 +117,7 @@ def _weight_hwio(call) -> np.ndarray:
     return np.transpose(weight, [layout.index(axis) for axis in "HWIO"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _make_rewriter():
     """The mutator class, defined on first use so importing this module needs no TVM."""
     import tvm
@@ -150,8 +155,11 @@ def _make_rewriter():
             # call_te: int64 shapes and indices, as LegalizeOps gives the neighbours
             # FuseTIR merges this function with
             return self.builder_.call_te(
-                winograd_conv2d_nhwc, call.args[0], relax.const(kernel_pack),
-                padding=tuple(call.attrs.padding), tile_size=tile_size,
+                winograd_conv2d_nhwc,
+                call.args[0],
+                relax.const(kernel_pack),
+                padding=tuple(call.attrs.padding),
+                tile_size=tile_size,
                 primfunc_name_hint=f"conv2d_winograd_f{tile_size}_nhwc",
                 # fusable with the elementwise ops that follow: AnnotateTIROpPattern
                 # (TVM 0.27) finds this pattern itself too, and it keeps a preset (nonzero)
@@ -167,9 +175,12 @@ def _make_rewriter():
             weight = call.args[1]
             if isinstance(weight, relax.Var):
                 weight = self.lookup_binding(weight)
-            if (not isinstance(weight, relax.Call) or not isinstance(weight.op, tvm.ir.Op)
-                    or weight.op.name != "relax.permute_dims"
-                    or not isinstance(weight.args[0], tvm.ir.expr.GenericConst)):
+            if (
+                not isinstance(weight, relax.Call)
+                or not isinstance(weight.op, tvm.ir.Op)
+                or weight.op.name != "relax.permute_dims"
+                or not isinstance(weight.args[0], tvm.ir.expr.GenericConst)
+            ):
                 return call
             value = weight.args[0].value.numpy()
             axes = weight.attrs.axes

@@ -45,10 +45,12 @@ def _schedule_transform(sch, block, rows):
     (sampled), with its first pass ``rows`` computed per chunk; the points unrolled, the
     channels innermost and vectorized. Returns the loop over the tiles of a chunk."""
     first, second, tile, channel = sch.get_loops(block)
-    tile_outer, tile_inner = sch.split(tile, sch.sample_perfect_tile(tile, n=2,
-                                                                     max_innermost_factor=64))
+    tile_outer, tile_inner = sch.split(
+        tile, sch.sample_perfect_tile(tile, n=2, max_innermost_factor=64)
+    )
     channel_outer, channel_inner = sch.split(
-        channel, sch.sample_perfect_tile(channel, n=2, max_innermost_factor=64))
+        channel, sch.sample_perfect_tile(channel, n=2, max_innermost_factor=64)
+    )
     sch.reorder(tile_outer, channel_outer, tile_inner, first, second, channel_inner)
     sch.compute_at(rows, tile_inner, preserve_unit_loops=True)
     for loop in (first, second):

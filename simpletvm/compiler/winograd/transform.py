@@ -3,7 +3,7 @@ while the module is rewritten (the operator reads U as a constant)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -18,12 +18,10 @@ def transform_weight(weight_hwio: np.ndarray, tile_size: int = 4) -> np.ndarray:
     return np.ascontiguousarray(u.astype(np.float32))
 
 
-@lru_cache(maxsize=None)
+@cache
 def matrices_f64(tile_size: int):
     """TVM's A, B, G (the ones ``winograd_transform_matrices`` wraps) in float64."""
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
     points = _interpolation_points(tile_size + KERNEL_SIZE - 2)
     return _cook_toom_convolution(points, tile_size, KERNEL_SIZE)
-
-

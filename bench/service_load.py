@@ -1,0 +1,300 @@
+"""Load on one tuning service: clients submit jobs at random times; did every job end ok,
+how close is the makespan to a lower bound, do device stages ever overlap, is any user
+starved, and how fast are status answers while jobs tune?
+
+    python bench/service_load.py                     # 5 clients, 20 jobs, over 3 minutes
+    python bench/service_load.py --kill-after 240    # SIGKILL the service then, restart it
+    python bench/service_load.py --jobs 6 --clients 3 --spread 60   # a short run
+
+One service on this machine, one device (``local``), tiny ONNX CNNs made here (three
+input sizes, so jobs differ and later ones find records of earlier ones), short budgets.
+The lower bound uses the stage durations the trace measured: no schedule can end before
+the busiest resource's work after the arrivals, nor before any job's own chain of stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.client import Client  # noqa: E402
+from simpletvm.testing import tiny_cnn_onnx  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start(store: Path, port: int, in_flight: int) -> subprocess.Popen:
+    log = open(store / "serve.log", "ab")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--store",
+            str(store),
+            "--max-in-flight",
+            str(in_flight),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"the service died: see {store / 'serve.log'}")
+        try:
+            if httpx.get(url + "/api/v1/health", timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+
+
+def lower_bound(stages: list[dict], arrivals: dict[str, float]) -> float:
+    """Seconds from the first arrival: the longest job chain (arrival + its own stages)
+    and, per resource, max over arrival times a of a + the work there of jobs arriving
+    at a or later."""
+    t0 = min(arrivals.values())
+    chain: dict[str, float] = defaultdict(float)
+    work: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in stages:
+        chain[s["job"]] += s["end"] - s["start"]
+        work[s["resource"]].append((arrivals[s["job"]] - t0, s["end"] - s["start"]))
+    bound = max((arrivals[j] - t0 + c for j, c in chain.items()), default=0.0)
+    for items in work.values():
+        for a in {a for a, _ in items}:
+            bound = max(bound, a + sum(d for b, d in items if b >= a))
+    return bound
+
+
+def overlaps(stages: list[dict]) -> int:
+    count = 0
+    by_resource = defaultdict(list)
+    for s in stages:
+        if s["role"].startswith("device"):
+            by_resource[s["resource"]].append((s["start"], s["end"]))
+    for spans in by_resource.values():
+        spans.sort()
+        count += sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1] - 1e-6)
+    return count
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument(
+        "--spread", type=float, default=180.0, help="seconds over which jobs arrive"
+    )
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--in-flight", type=int, default=2)
+    parser.add_argument("--kill-after", type=float, default=None)
+    parser.add_argument("--status-requests", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--store", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    store = args.store or Path(tempfile.mkdtemp(prefix="service-load-"))
+    store.mkdir(parents=True, exist_ok=True)
+    models = [tiny_cnn_onnx(store / f"tiny{size}.onnx", image_size=size) for size in (24, 28, 32)]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start(store, port, args.in_flight)
+    # the heaviest user is client 0: it sends half the jobs
+    owners = [0] * (args.jobs // 2) + [
+        1 + i % (args.clients - 1) for i in range(args.jobs - args.jobs // 2)
+    ]
+    plan = sorted((rng.uniform(0, args.spread), owner, rng.choice(models)) for owner in owners)
+    tokens: dict[int, str] = {}
+    from service.db import JobTable
+
+    table = JobTable(store / "service" / "service.sqlite")
+    for user in range(args.clients):
+        tokens[user] = table.add_user(f"user{user}")
+    submitted: dict[str, dict] = {}
+    lock = threading.Lock()
+    began = time.time()
+
+    def client_thread(user: int) -> None:
+        with Client(url, tokens[user]) as client:
+            for at, owner, model in plan:
+                if owner != user:
+                    continue
+                time.sleep(max(0.0, began + at - time.time()))
+                while True:
+                    try:
+                        job_id = client.submit(model, trials=args.trials)
+                        break
+                    except httpx.HTTPError:  # the service is being restarted
+                        time.sleep(1.0)
+                with lock:
+                    submitted[job_id] = {"user": user, "arrived": time.time()}
+
+    threads = [threading.Thread(target=client_thread, args=(u,)) for u in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    latencies: list[float] = []
+    paced: list[float] = []
+    wrong = 0
+    killed = False
+    while True:
+        time.sleep(2.0)
+        if args.kill_after is not None and not killed and time.time() - began > args.kill_after:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            killed = True
+            print(f"SIGKILLed the service at {time.time() - began:.0f} s; starting it again")
+            process = start(store, port, args.in_flight)
+        with lock:
+            ids = list(submitted)
+        if not latencies and len(ids) >= 2:
+            try:
+                states = [
+                    httpx.get(
+                        f"{url}/api/v1/jobs/{i}",
+                        headers={"Authorization": f"Bearer {tokens[submitted[i]['user']]}"},
+                    ).json()["state"]
+                    for i in ids
+                ]
+            except httpx.HTTPError:
+                states = []
+            if "running" in states:  # the status burst while jobs tune (one user's view)
+                user = submitted[ids[0]]["user"]
+                mine = [i for i in ids if submitted[i]["user"] == user]
+                latencies, wrong = asyncio.run(
+                    status_burst_as(url, tokens[user], mine, args.status_requests)
+                )
+                # the same requests as 200 pollers asking once every 2 s
+                paced, paced_wrong = asyncio.run(
+                    status_burst_as(url, tokens[user], mine, args.status_requests, 0.01)
+                )
+                wrong += paced_wrong
+        if len(ids) == args.jobs and not any(t.is_alive() for t in threads):
+            rows = [table.job(i) for i in ids]
+            if all(r["state"] in ("done", "failed", "cancelled") for r in rows):
+                break
+    rows = [table.job(i) for i in ids]
+    stages = [{"job": i, **e} for i in ids for e in table.events(i, kind="stage")]
+    admitted = {
+        i: next((e["time"] for e in table.events(i) if e["kind"] == "admitted"), None) for i in ids
+    }
+    arrivals = {i: submitted[i]["arrived"] for i in ids}
+    first_start = min(arrivals.values())
+    makespan = max(r["finished"] for r in rows) - first_start
+    bound = lower_bound(stages, arrivals)
+    heavy = [i for i in ids if submitted[i]["user"] == 0]
+    overtakes = max(
+        (
+            sum(
+                1
+                for h in heavy
+                if arrivals[h] <= arrivals[i]
+                and admitted[h]
+                and admitted[i]
+                and arrivals[i] < admitted[h] < admitted[i]
+            )
+            for i in ids
+            if submitted[i]["user"] != 0
+        ),
+        default=0,
+    )
+    first_waits = {}
+    for user in range(args.clients):
+        own = sorted((arrivals[i], i) for i in ids if submitted[i]["user"] == user)
+        if own and admitted[own[0][1]]:
+            first_waits[f"user{user}"] = round(admitted[own[0][1]] - own[0][0], 1)
+    modules = sum(1 for i in ids if (store / "modules" / i / "model.so").exists())
+    from simpletvm.tuning.record_files import open_records
+
+    records = open_records(store)
+    over_budget = [
+        i for i, r in zip(ids, rows) if records.count(run_id=i) > max(r["trials_done"], args.trials)
+    ]
+    result = {
+        "jobs": len(ids),
+        "ok": sum(r["state"] == "done" for r in rows),
+        "failed": {r["id"]: r["error"] for r in rows if r["state"] != "done"},
+        "killed_and_restarted": killed,
+        "attempts>1": sum(r["attempts"] > 1 for r in rows),
+        "modules": modules,
+        "runs_over_budget": over_budget,
+        "makespan_s": round(makespan, 1),
+        "lower_bound_s": round(bound, 1),
+        "ratio": round(makespan / bound, 3) if bound else None,
+        "device_overlaps": overlaps(stages),
+        "max_heavy_user_jobs_admitted_ahead_of_a_waiting_other_users_job": overtakes,
+        "first_job_queue_wait_s": first_waits,
+        "status_requests": len(latencies),
+        "status_wrong": wrong,
+        "status_p50_ms": round(statistics.median(latencies) * 1e3, 1) if latencies else None,
+        "status_p99_ms": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1e3, 1)
+        if latencies
+        else None,
+        "paced_status_p50_ms": _ms(statistics.median(paced)) if paced else None,
+        "paced_status_p99_ms": _ms(sorted(paced)[int(0.99 * (len(paced) - 1))]) if paced else None,
+        "store": str(store),
+        "load_average": os.getloadavg(),
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    process.send_signal(signal.SIGTERM)
+    process.wait(60)
+
+
+async def status_burst_as(
+    url: str, token: str, job_ids: list[str], count: int, spacing_s: float = 0.0
+):
+    """``count`` status requests, all at once (``spacing_s`` 0) or one every
+    ``spacing_s`` (``count`` pollers asking once per ``count * spacing_s`` seconds)."""
+    async with httpx.AsyncClient(
+        base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}
+    ) as client:
+
+        async def one(i: int) -> tuple[float, bool]:
+            job_id = job_ids[i % len(job_ids)]
+            await asyncio.sleep(i * spacing_s)
+            t = time.perf_counter()
+            response = await client.get(f"/api/v1/jobs/{job_id}")
+            return time.perf_counter() - t, response.status_code == 200 and response.json()[
+                "id"
+            ] == job_id
+
+        results = await asyncio.gather(*(one(i) for i in range(count)))
+    return [r[0] for r in results], sum(1 for r in results if not r[1])
+
+
+if __name__ == "__main__":
+    main()

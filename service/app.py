@@ -1,0 +1,336 @@
+"""The HTTP API (``/api/v1``, OpenAPI at ``/docs``) and the web page at ``/``."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from service.db import DONE, FINISHED, QUEUED
+from service.runner import MODULE_FILE, Engine
+
+MODEL_SUFFIXES = (".onnx", ".tflite", ".pb", ".keras", ".h5")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOCAL_USER = "local"
+PAGE = Path(__file__).with_name("page.html")
+
+
+@dataclass
+class Settings:
+    store: str
+    host: str = "127.0.0.1"
+    device_keys: tuple[str, ...] = ("local",)
+    servers: int = 1
+    tracker: tuple[str, int] | None = None
+    backend: str = "processes"
+    max_in_flight: int = 2
+    max_upload_bytes: int = 100 * 1024 * 1024
+    require_tokens: bool = False
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    engine = Engine(
+        settings.store,
+        settings.device_keys,
+        settings.servers,
+        settings.tracker,
+        settings.backend,
+        max_in_flight=settings.max_in_flight,
+        **settings.engine_options,
+    )
+    table = engine.table
+    require_tokens = settings.require_tokens or settings.host not in LOOPBACK
+    if require_tokens and not table.has_users():
+        raise SystemExit(
+            f"serving on {settings.host} needs tokens: add a user first "
+            "(simpletvm serve --add-user NAME)"
+        )
+
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await asyncio.to_thread(engine.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(engine.stop)
+
+    app = FastAPI(title="SimpleTVM tuning service", version="1", lifespan=lifespan)
+    app.state.engine = engine
+
+    @app.middleware("http")
+    async def refuse_large_bodies(request: Request, call_next):
+        """Refuse an upload whose declared size is over the limit before the form
+        parser spools it to disk (the handler also counts what it reads)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > settings.max_upload_bytes + (1 << 16):
+            return JSONResponse(
+                {
+                    "detail": f"upload too large: over the limit of "
+                    f"{settings.max_upload_bytes} bytes"
+                },
+                status_code=413,
+            )
+        return await call_next(request)
+
+    async def user(authorization: str | None = Header(default=None)) -> str:
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            name = table.user_of(token.strip()) if scheme.lower() == "bearer" else None
+            if name is None:
+                raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
+            return name
+        if require_tokens:
+            raise HTTPException(401, "missing token: send 'Authorization: Bearer TOKEN'")
+        return LOCAL_USER
+
+    async def own_job(job_id: str, who: str = Depends(user)) -> dict[str, Any]:
+        job = table.job(job_id)
+        if job is None or job["user"] != who:
+            raise HTTPException(404, f"no job {job_id!r} of yours")
+        return job
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> str:
+        return PAGE.read_text(encoding="utf-8")
+
+    @app.get("/api/v1/health")
+    def health() -> dict[str, Any]:
+        return {
+            "ok": engine.error is None,
+            "error": engine.error,
+            "devices": engine.device_keys,
+            "tracker": engine.tracker,
+        }
+
+    @app.post("/api/v1/jobs", status_code=202)
+    async def submit(
+        file: UploadFile | None = File(default=None),
+        model: str | None = Form(default=None),
+        target: str = Form(default="cpu"),
+        device_key: str | None = Form(default=None),
+        minutes: float | None = Form(default=None),
+        trials: int | None = Form(default=None),
+        latency_ms: float | None = Form(default=None),
+        known_only: bool = Form(default=False),
+        who: str = Depends(user),
+    ) -> dict[str, Any]:
+        if (file is None) == (model is None):
+            raise HTTPException(
+                400,
+                "send a model file (field 'file') or a built-in name "
+                "(field 'model'), not both or neither",
+            )
+        key = device_key or settings.device_keys[0]
+        if key not in settings.device_keys:
+            raise HTTPException(
+                400,
+                f"unknown device key {key!r}: this service has {', '.join(settings.device_keys)}",
+            )
+        if minutes is not None and minutes <= 0 or trials is not None and trials < 1:
+            raise HTTPException(400, "minutes must be > 0 and trials >= 1")
+        if latency_ms is not None and latency_ms <= 0:
+            raise HTTPException(400, "latency_ms must be > 0")
+        job_id = uuid.uuid4().hex
+        digest = None
+        if file is not None:
+            name, path, digest = await _save_upload(
+                file, engine.uploads, job_id, settings.max_upload_bytes
+            )
+            known = table.known_module(digest, target, latency_ms) if latency_ms else None
+            if known is not None and await asyncio.to_thread(
+                _copy_module, engine, known["id"], job_id
+            ):
+                # the same model on the same target already has a module built from the
+                # store's records that meets the target: the answer, with no trial
+                table.add_job(
+                    id=job_id,
+                    user=who,
+                    model=name,
+                    model_path=str(path),
+                    model_sha256=digest,
+                    target=target,
+                    device_key=key,
+                    minutes=minutes,
+                    trials=trials,
+                    latency_ms=latency_ms,
+                    known_only=int(known_only),
+                    state=DONE,
+                    answered_from_store=1,
+                    estimate_ms=known["estimate_ms"],
+                    started=time.time(),
+                    finished=time.time(),
+                    progress=1.0,
+                )
+                table.update(
+                    job_id,
+                    ("known", {"from_job": known["id"], "estimate_ms": known["estimate_ms"]}),
+                )
+                return {"id": job_id, "state": DONE, "url": f"/api/v1/jobs/{job_id}"}
+        else:
+            from simpletvm.models.zoo import BUILTIN_MODELS, canonical_name
+
+            name = path = canonical_name(model)
+            if name is None:
+                raise HTTPException(
+                    400,
+                    f"unknown built-in model {model!r}: choose one of "
+                    f"{', '.join(sorted(BUILTIN_MODELS))}",
+                )
+        table.add_job(
+            id=job_id,
+            user=who,
+            model=name,
+            model_path=str(path),
+            model_sha256=digest,
+            target=target,
+            device_key=key,
+            minutes=minutes,
+            trials=trials,
+            latency_ms=latency_ms,
+            known_only=int(known_only),
+        )
+        await asyncio.to_thread(engine.admit)
+        return {"id": job_id, "state": QUEUED, "url": f"/api/v1/jobs/{job_id}"}
+
+    @app.get("/api/v1/jobs")
+    async def jobs(who: str = Depends(user)) -> list[dict[str, Any]]:
+        return [_public(job) for job in table.jobs(who)]
+
+    @app.get("/api/v1/jobs/{job_id}")
+    async def job(job: dict = Depends(own_job)) -> dict[str, Any]:
+        return _public(job)
+
+    @app.get("/api/v1/jobs/{job_id}/trace")
+    def trace(job: dict = Depends(own_job)) -> list[dict[str, Any]]:
+        return table.events(job["id"], kind="stage")
+
+    @app.get("/api/v1/trace")
+    def all_trace(who: str = Depends(user)) -> list[dict[str, Any]]:
+        return [
+            {"job": j["id"], **e}
+            for j in table.jobs(who)
+            for e in table.events(j["id"], kind="stage")
+        ]
+
+    @app.get("/api/v1/jobs/{job_id}/events")
+    async def events(
+        request: Request, after: int = 0, job: dict = Depends(own_job)
+    ) -> StreamingResponse:
+        async def stream():
+            last = after
+            while True:
+                for event in await asyncio.to_thread(table.events, job["id"], last):
+                    last = event["id"]
+                    yield f"id: {last}\nevent: {event['kind']}\ndata: {json.dumps(event)}\n\n"
+                current = await asyncio.to_thread(table.job, job["id"])
+                if current["state"] in FINISHED and not table.events(job["id"], last):
+                    yield f"event: end\ndata: {json.dumps(_public(current))}\n\n"
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(0.5)
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @app.get("/api/v1/jobs/{job_id}/module")
+    def module(job: dict = Depends(own_job)) -> Response:
+        directory = engine.store.module_dir(job["id"])
+        if job["state"] != DONE or not (directory / MODULE_FILE).exists():
+            raise HTTPException(409, f"job {job['id']} has no module: it is {job['state']}")
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(directory.iterdir()):
+                if path.is_file() and not path.name.startswith("."):
+                    archive.write(path, path.name)
+        return Response(
+            buffer.getvalue(),
+            media_type="application/zip",
+            headers={"Content-Disposition": f'attachment; filename="{job["id"]}.zip"'},
+        )
+
+    @app.post("/api/v1/jobs/{job_id}/cancel", status_code=202)
+    async def cancel(job: dict = Depends(own_job)) -> dict[str, Any]:
+        if job["state"] in FINISHED:
+            raise HTTPException(
+                409, f"job {job['id']} is already {job['state']}: nothing to cancel"
+            )
+        await asyncio.to_thread(engine.cancel, job["id"])
+        return {"id": job["id"], "cancelling": True}
+
+    @app.exception_handler(HTTPException)
+    async def problem(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+    return app
+
+
+def _public(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as the API shows it, with its ETA (seconds) when one can be told."""
+    shown = {k: v for k, v in job.items() if k != "model_path"}
+    shown["answered_from_store"] = bool(job["answered_from_store"])
+    shown["known_only"] = bool(job["known_only"])
+    eta = None
+    if job["state"] == "running" and job["started"]:
+        elapsed = time.time() - job["started"]
+        if job["minutes"]:
+            eta = max(0.0, job["minutes"] * 60 - elapsed)
+        elif job["progress"]:
+            eta = elapsed * (1 - job["progress"]) / max(job["progress"], 1e-3)
+    shown["eta_s"] = eta
+    return shown
+
+
+def _copy_module(engine: Engine, source_id: str, job_id: str) -> bool:
+    """Give ``job_id`` a copy of ``source_id``'s saved module; False if it has none."""
+    import shutil
+
+    source = engine.store.module_dir(source_id)
+    if not (source / MODULE_FILE).exists():
+        return False
+    target = engine.store.module_dir(job_id)
+    shutil.copytree(source, target.with_name(f".{job_id}.tmp"), dirs_exist_ok=True)
+    target.with_name(f".{job_id}.tmp").rename(target)
+    return True
+
+
+async def _save_upload(
+    upload: UploadFile, directory: Path, job_id: str, limit: int
+) -> tuple[str, Path, str]:
+    """Check the upload's name and size; store it under a generated name; its sha256."""
+    import hashlib
+
+    name = upload.filename or ""
+    if not name or "/" in name or "\\" in name or ".." in name or "\x00" in name:
+        raise HTTPException(400, f"bad file name {name!r}: send a plain file name, no path")
+    suffix = Path(name).suffix.lower()
+    if suffix not in MODEL_SUFFIXES:
+        raise HTTPException(
+            400, f"{name!r} is not a model file: expected one of {', '.join(MODEL_SUFFIXES)}"
+        )
+    path = directory / f"{job_id}{suffix}"
+    size, digest = 0, hashlib.sha256()
+    with open(path, "wb") as handle:
+        while chunk := await upload.read(1 << 20):
+            size += len(chunk)
+            if size > limit:
+                handle.close()
+                path.unlink(missing_ok=True)
+                raise HTTPException(413, f"upload too large: over the limit of {limit} bytes")
+            handle.write(chunk)
+            digest.update(chunk)
+    if size == 0:
+        path.unlink(missing_ok=True)
+        raise HTTPException(400, f"{name!r} is an empty file")
+    return name, path, digest.hexdigest()

@@ -1,0 +1,134 @@
+"""A service job, built in its worker process: import the model, answer from the store's
+records when they suffice (thesis 4.3: "what is known answers first"), else tune warm
+from them; then build and save the module under the job's run id.
+
+This module is imported by the scheduler's worker (a picklable :class:`ServiceJobSpec`
+builds the job there), so an importer that crashes fails that job only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.tuning import TUNE, SimpleTVMJob
+
+SAVE = "save"
+
+
+@dataclass(frozen=True)
+class ServiceJobSpec:
+    """Everything a worker needs to build one service job (a JobFactory)."""
+
+    job_id: str
+    model: str
+    store: str
+    tracker: tuple[str, int] | None
+    device_key: str
+    target: str = "cpu"
+    tuning: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float | None = None
+    known_only: bool = False
+
+    def __call__(self) -> Job:
+        return ServiceJob(self)
+
+
+def known_estimate_ms(tuning) -> tuple[bool, float | None]:
+    """Whether every task of ``tuning`` (a TuningJob) has records in its store on its
+    target, and the model's estimate from the best ones: the sum over tasks of weight x
+    best latency, in ms (None when some task has none)."""
+    from simpletvm.tuning.database import RecordDatabase, best_latency_s
+    from simpletvm.tuning.plan import built_estimate
+
+    database = RecordDatabase(tuning.records, tuning._tvm_target, scope="best")
+    best = {i: best_latency_s(database, task) for i, task in enumerate(tuning.tasks)}
+    if any(latency is None for latency in best.values()):
+        return False, None
+    weights = {i: int(task.weight) for i, task in enumerate(tuning.tasks)}
+    return True, built_estimate(best, weights, tuning.plan.rivals) * 1e3
+
+
+class ServiceJob(SimpleTVMJob):
+    """Tune (unless the store's records already answer), then build from the store's
+    records and save the module where the store keeps the run's modules."""
+
+    def __init__(self, spec: ServiceJobSpec) -> None:
+        import os
+
+        from simpletvm import BenchmarkingContext, SimpleTVM
+        from simpletvm.tuning import TuningOptions
+
+        self.spec = spec
+        context = BenchmarkingContext(
+            spec.target, device_key=spec.device_key, store=spec.store, run_id=spec.job_id
+        )
+        simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(spec.model)
+        super().__init__(simpletvm, [TUNE, SAVE], spec.tracker, spec.device_key)
+        self.pid = os.getpid()
+        options = TuningOptions.from_mapping(spec.tuning)
+        self.tuning = simpletvm.tuning_job(options, spec.tracker, self.device)
+        complete, self.known_ms = known_estimate_ms(self.tuning)
+        target_met = (
+            spec.latency_ms is not None
+            and self.known_ms is not None
+            and self.known_ms <= spec.latency_ms
+        )
+        resumed = self.tuning.trials > 0
+        self.answered_from_store = complete and (spec.known_only or target_met) and not resumed
+        if self.answered_from_store:
+            self.tuning.finalize()
+            self.tuning = None
+            self.steps = [SAVE]
+        elif spec.known_only:
+            raise ValueError(
+                "known-only: the store has no records for some of this model's "
+                "tasks on this target; submit it with a budget to tune it"
+            )
+        elif self.tuning.is_complete():
+            self._finish_tuning()
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    def next_stage(self) -> Stage | None:
+        if self.steps and self.steps[0] == SAVE:
+            return Stage(SAVE, CLIENT)
+        return super().next_stage()
+
+    def _save(self, stage: Stage) -> None:
+        self.simpletvm.build("global").save()
+        self.step_done()
+
+    def stage_details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {
+            "pid": self.pid,
+            "known_ms": self.known_ms,
+            "answered_from_store": self.answered_from_store,
+        }
+        if self.tuning is not None:
+            summary = self.tuning.summary()
+            details["trials"] = self.tuning.trials
+            details["estimate_ms"] = _estimate_ms(summary)
+            details["progress"] = _fraction(self.tuning)
+        if not self.steps:
+            details["module"] = str(self.simpletvm.store.module_dir(self.spec.job_id))
+        return details
+
+    def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
+        return super().run_stage(stage, resource_name)
+
+
+def _estimate_ms(summary: dict[str, Any]) -> float | None:
+    seconds = summary.get("estimated_latency_s")
+    return float(seconds) * 1e3 if seconds else None
+
+
+def _fraction(tuning) -> float | None:
+    try:
+        budget = tuning.options.total_trials
+        return min(1.0, tuning.trials / budget) if budget else None
+    except Exception:  # noqa: BLE001 - progress is a display hint
+        return None
