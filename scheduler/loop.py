@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 from scheduler.backends import Backend, get_backend
 from scheduler.base import Failure, FailureCause, Job, JobFactory, Resource, StageStatus
@@ -16,7 +16,6 @@ from scheduler.policies import Policy, Start, get_policy
 from scheduler.resources import ResourcePool
 from scheduler.state import JobStatus, State
 from scheduler.trace import JobOutcome, StageRecord, Trace
-
 
 StageListener = Callable[[str, StageRecord, dict[str, Any]], None]
 JobListener = Callable[[str, JobOutcome], None]
@@ -101,8 +100,12 @@ class Scheduler:
             if not self._wakeup.done():
                 self._wakeup.set_result(None)
 
-    def run(self, on_stage: StageListener | None = None,
-            on_job_end: JobListener | None = None, serve: bool = False) -> Trace:
+    def run(
+        self,
+        on_stage: StageListener | None = None,
+        on_job_end: JobListener | None = None,
+        serve: bool = False,
+    ) -> Trace:
         """Run until every submitted job is done or failed; return what ran where.
 
         With ``serve``, run until :meth:`stop` instead: idle, the loop waits for the next
@@ -115,8 +118,11 @@ class Scheduler:
         self._on_stage, self._on_job_end = on_stage, on_job_end
         state, pool = self.state, self.state.pool
         origin = self.backend.now()
-        trace = Trace(resources=list(pool.resources.values()), policy=self.policy.name,
-                      exclusive=self.policy.exclusive)
+        trace = Trace(
+            resources=list(pool.resources.values()),
+            policy=self.policy.name,
+            exclusive=self.policy.exclusive,
+        )
         arriving: dict[Future, tuple[int, str]] = {}
         running: dict[Future, str] = {}
         sequence = itertools.count()
@@ -140,12 +146,16 @@ class Scheduler:
                     self.backend.wait([self._wakeup])  # idle until a submit or stop
                     continue
                 waiting = ", ".join(r.job_id for r in state.jobs.values() if not r.finished)
-                raise PolicyStalled(f"policy {self.policy.name!r} started nothing while jobs wait: {waiting}")
+                raise PolicyStalled(
+                    f"policy {self.policy.name!r} started nothing while jobs wait: {waiting}"
+                )
             done = self.backend.wait([*arriving, *running, self._wakeup])
             state.time = self.backend.now() - origin
             for future in sorted((f for f in done if f in arriving), key=lambda f: arriving[f][0]):
                 self._arrived(arriving.pop(future)[1], future, trace)
-            for future in sorted((f for f in done if f in running), key=lambda f: state.jobs[running[f]].order):
+            for future in sorted(
+                (f for f in done if f in running), key=lambda f: state.jobs[running[f]].order
+            ):
                 self._finished(running.pop(future), future, trace)
 
     def close(self) -> None:
@@ -172,13 +182,17 @@ class Scheduler:
             self.backend.cancel(job_id)
             if record is not None and job_id not in running:
                 assert record.stage is not None
-                self._fail(job_id, Failure(record.stage.name, None, FailureCause.CANCELLED, reason),
-                           trace.jobs[job_id].arrived, trace)
+                self._fail(
+                    job_id,
+                    Failure(record.stage.name, None, FailureCause.CANCELLED, reason),
+                    trace.jobs[job_id].arrived,
+                    trace,
+                )
 
     def _add_job(self, job_id: str, job: Job | JobFactory) -> Future:
         try:
             return self.backend.add_job(job_id, job)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a job's error fails that job, never the loop
             failed: Future = Future()
             failed.set_exception(exc)
             return failed
@@ -187,10 +201,14 @@ class Scheduler:
         """The backend holds the job now (built, if from a factory) and knows its first stage."""
         try:
             first = future.result()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a job's error fails that job, never the loop
             self.state.add_job(job_id, None)
-            self._fail(job_id, self._failure(job_id, exc, None, None, FailureCause.START),
-                       self.state.time, trace)
+            self._fail(
+                job_id,
+                self._failure(job_id, exc, None, None, FailureCause.START),
+                self.state.time,
+                trace,
+            )
             return
         record = self.state.add_job(job_id, first)
         trace.jobs[job_id] = JobOutcome(JobStatus.RUNNING, self.state.time, self.state.time)
@@ -202,11 +220,15 @@ class Scheduler:
     def _start(self, start: Start) -> Future:
         record = self.state.jobs[start.job_id]
         if start.stage != record.stage:
-            raise ValueError(f"policy started {start.stage} for {start.job_id!r}, its stage is {record.stage}")
+            raise ValueError(
+                f"policy started {start.stage} for {start.job_id!r}, its stage is {record.stage}"
+            )
         self.state.start(start.job_id, start.resource_name, exclusive=self.policy.exclusive)
         try:
-            return self.backend.run_stage(start.job_id, start.stage, self.state.pool.resources[start.resource_name])
-        except Exception as exc:
+            return self.backend.run_stage(
+                start.job_id, start.stage, self.state.pool.resources[start.resource_name]
+            )
+        except Exception as exc:  # noqa: BLE001 - a job's error fails that job, never the loop
             failed: Future = Future()
             failed.set_exception(exc)
             return failed
@@ -220,15 +242,26 @@ class Scheduler:
         try:
             outcome = future.result()
             if not outcome.result.ok:
-                failure = Failure(stage.name, resource, FailureCause.STAGE,
-                                  outcome.result.error or "stage reported an error")
-        except Exception as exc:
+                failure = Failure(
+                    stage.name,
+                    resource,
+                    FailureCause.STAGE,
+                    outcome.result.error or "stage reported an error",
+                )
+        except Exception as exc:  # noqa: BLE001 - a job's error fails that job, never the loop
             outcome = None
             failure = self._failure(job_id, exc, stage.name, resource, FailureCause.STAGE)
         stage_record = StageRecord(
-            job_id, stage.task, stage.iteration, stage.name, resource,
-            state.pool.resources[resource].role, started, state.time,
-            StageStatus.OK if failure is None else StageStatus.ERROR, failure.what if failure else "",
+            job_id,
+            stage.task,
+            stage.iteration,
+            stage.name,
+            resource,
+            state.pool.resources[resource].role,
+            started,
+            state.time,
+            StageStatus.OK if failure is None else StageStatus.ERROR,
+            failure.what if failure else "",
         )
         trace.records.append(stage_record)
         if self._on_stage is not None:
@@ -252,8 +285,14 @@ class Scheduler:
         if self._on_job_end is not None:
             self._on_job_end(job_id, trace.jobs[job_id])
 
-    def _failure(self, job_id: str, exc: BaseException, stage: str | None, resource: str | None,
-                 otherwise: FailureCause) -> Failure:
+    def _failure(
+        self,
+        job_id: str,
+        exc: BaseException,
+        stage: str | None,
+        resource: str | None,
+        otherwise: FailureCause,
+    ) -> Failure:
         """What an exception from the backend means for ``job_id``: its cancellation,
         its worker's death, or else ``otherwise`` with the exception's type and text."""
         if job_id in self._cancelled:
@@ -285,5 +324,9 @@ class Scheduler:
             known = sorted(self.state.pool.roles())
             reason = f"no resource in rotation for {role!r} (roles: {', '.join(known)}; retired: "
             reason += f"{', '.join(sorted(self.state.pool.retired)) or 'none'})"
-            self._fail(job_id, Failure(record.stage.name, None, FailureCause.RESOURCE, reason),
-                       trace.jobs[job_id].arrived, trace)
+            self._fail(
+                job_id,
+                Failure(record.stage.name, None, FailureCause.RESOURCE, reason),
+                trace.jobs[job_id].arrived,
+                trace,
+            )

@@ -23,17 +23,25 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from simpletvm.cli_options import (MIN_MINUTES, MINUTES_HELP, STORE_HELP, THREADS_HELP,
-                                   VERBOSE_HELP, flags_without_type)
+from simpletvm.cli_options import (
+    MIN_MINUTES,
+    MINUTES_HELP,
+    STORE_HELP,
+    THREADS_HELP,
+    VERBOSE_HELP,
+    flags_without_type,
+)
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
 
 flags_without_type()
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Autotune deep-learning models with Apache TVM.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Autotune deep-learning models with Apache TVM.",
+)
 
 
 @app.callback()
@@ -42,13 +50,17 @@ def _options(verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP)
         from simpletvm._process.native_output import VERBOSE_VARIABLE
 
         os.environ[VERBOSE_VARIABLE] = "1"
+
+
 _active_contexts: list = []  # the BenchmarkingContext of the command running, if any
 
 
 def _command(*args, **kwargs):
     """``app.command``, with errors turned into one line and their exit code."""
+
     def register(function):
         return app.command(*args, **kwargs)(_guarded(function))
+
     return register
 
 
@@ -57,6 +69,7 @@ def _guarded(function):
     names the fix) exits 2; any other error prints one line and where its traceback was
     logged (the run's log, or a file under the store): exit 1 when a step of the run
     failed on the model (the run records the step as failed), else 3 (a bug)."""
+
     @functools.wraps(function)
     def command(*args, **kwargs):
         from simpletvm.errors import SimpleTVMError
@@ -84,12 +97,18 @@ def _guarded(function):
             step = _failed_step()
             _save_failed_run()
             if step is None:
-                _print_error(_console(stderr=True), f"unexpected {gist} (the full traceback is "
-                             f"in {where}; please report it with that file)")
+                _print_error(
+                    _console(stderr=True),
+                    f"unexpected {gist} (the full traceback is "
+                    f"in {where}; please report it with that file)",
+                )
                 raise typer.Exit(ExitCode.UNEXPECTED) from None
-            _print_error(_console(stderr=True), f"the {step} step failed on the model: {gist} "
-                         f"(the full traceback is in {where})")
+            _print_error(
+                _console(stderr=True),
+                f"the {step} step failed on the model: {gist} (the full traceback is in {where})",
+            )
             raise typer.Exit(ExitCode.FAILED) from None
+
     return command
 
 
@@ -158,8 +177,12 @@ def _save_interrupted_run() -> None:
     ctx = _active_contexts[-1]
     ctx.status = "interrupted"
     ctx.logger.info("interrupted by the user")
-    console.print(f"interrupted: run {ctx.run_id} saved as far as it got ({ctx.save()}); "
-                  "the records it measured are in the store", highlight=False, soft_wrap=True)
+    console.print(
+        f"interrupted: run {ctx.run_id} saved as far as it got ({ctx.save()}); "
+        "the records it measured are in the store",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _console(stderr: bool = False):
@@ -174,11 +197,10 @@ def _print_error(console, message: str) -> None:
     """``error: MESSAGE`` on one line, the message as written (paths stay unbroken)."""
     from rich.text import Text
 
-    console.print(Text.assemble(("error:", "red"), " ", message), highlight=False,
-                  soft_wrap=True)
+    console.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
 
 
-def _log_traceback(error: Exception, command: str, store: Optional[Path]) -> Path:
+def _log_traceback(error: Exception, command: str, store: Path | None) -> Path:
     """Write the error's traceback to the run's log when the command has a run, else to
     ``<store>/errors/<time>-<command>.log``; return the file."""
     if _active_contexts:
@@ -199,17 +221,20 @@ def _log_traceback(error: Exception, command: str, store: Optional[Path]) -> Pat
 
 @_command()
 def quickstart(
-    model: str = typer.Option("mobilenetv2", help="built-in model: mobilenet, mobilenetv2, "
-                              "resnet18, resnet50"),
+    model: str = typer.Option(
+        "mobilenetv2", help="built-in model: mobilenet, mobilenetv2, resnet18, resnet50"
+    ),
     image_size: int = typer.Option(96, help="input height and width"),
-    alpha: Optional[float] = typer.Option(0.35, help="width multiplier (MobileNets only)"),
+    alpha: float | None = typer.Option(0.35, help="width multiplier (MobileNets only)"),
     minutes: float = typer.Option(5.0, min=MIN_MINUTES, help=MINUTES_HELP),
-    trials: Optional[int] = typer.Option(None, min=1, help="at most this many measured "
-                                         "candidates per task (default: no cap within "
-                                         "the minutes)"),
-    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
+    trials: int | None = typer.Option(
+        None,
+        min=1,
+        help="at most this many measured candidates per task (default: no cap within the minutes)",
+    ),
+    store: Path | None = typer.Option(None, help=STORE_HELP),
     seed: int = typer.Option(0, help="seed for weights and search"),
-    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Import a built-in model, measure it untuned, autotune it for a few minutes, build,
     save and measure it again, on this machine's CPU; then time it side by side with
@@ -239,8 +264,12 @@ def quickstart(
         ctx.status = "running"
         ctx.save()  # listed as running while it works
         untuned = stvm.build(records=None).evaluate().last_evaluation
-        stvm.autotune(trials=trials, minutes=minutes, seed=seed,
-                      progress=_tuning_progress(console, model, minutes))
+        stvm.autotune(
+            trials=trials,
+            minutes=minutes,
+            seed=seed,
+            progress=_tuning_progress(console, model, minutes),
+        )
         tuned = stvm.build(records="run").save().evaluate().last_evaluation
     except (SimpleTVMError, ValueError) as error:
         ctx.status = "failed"
@@ -259,7 +288,8 @@ def quickstart(
     verdict = tuning_verdict(float(_ms(untuned["median_ms"])), float(_ms(tuned["median_ms"])))
     console.print(
         f"{verdict} (median) after {summary['trials']} trials over {summary['num_tasks']} "
-        f"tasks in {tuning_s:.0f} s; {_estimate_text(summary)}")
+        f"tasks in {tuning_s:.0f} s; {_estimate_text(summary)}"
+    )
     _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options)
     console.print(f"run id   {ctx.run_id}", soft_wrap=True)
@@ -293,8 +323,10 @@ def _estimate_text(summary: dict) -> str:
     """The tuning estimate, and the search's own when the closing round changed it."""
     text = f"estimate {summary['estimated_latency_s'] * 1e3:.3f} ms"
     if summary["remeasured"]:
-        text += (f" (the search's {summary['search_estimated_latency_s'] * 1e3:.3f} ms before "
-                 f"its best {summary['remeasured']} records were timed again)")
+        text += (
+            f" (the search's {summary['search_estimated_latency_s'] * 1e3:.3f} ms before "
+            f"its best {summary['remeasured']} records were timed again)"
+        )
     return text
 
 
@@ -302,8 +334,13 @@ def _print_skipped(console, summary: dict) -> None:
     from rich.text import Text
 
     for skipped in summary.get("skipped_tasks", []):
-        console.print(Text.assemble(("skipped", "yellow"), f" {skipped['task']} (keeps TVM's "
-                                    f"default schedule): {skipped['error']}"), highlight=False)
+        console.print(
+            Text.assemble(
+                ("skipped", "yellow"),
+                f" {skipped['task']} (keeps TVM's default schedule): {skipped['error']}",
+            ),
+            highlight=False,
+        )
 
 
 # the quickstart's comparison: 1000 calls per side and thread count in 20 turns, about a
@@ -320,35 +357,44 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     one's faster count."""
     import numpy as np
 
-    from simpletvm.runtime.comparison import simpletvm_runners, time_side_by_side, tflite_runners
     from simpletvm.models.zoo import builtin_tflite
+    from simpletvm.runtime.comparison import simpletvm_runners, tflite_runners, time_side_by_side
 
     size = options["image_size"]
     example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
     try:
-        tflite = tflite_runners(builtin_tflite(model, stvm.store.zoo_dir, **options), example,
-                                stvm.target.host_cores())
+        tflite = tflite_runners(
+            builtin_tflite(model, stvm.store.zoo_dir, **options), example, stvm.target.host_cores()
+        )
     except ImportError:
         console.print("TFLite is not installed here: no comparison")
         return
     with simpletvm_runners(stvm, example) as simpletvm:
         sides = {"SimpleTVM": simpletvm, "TFLite (XNNPACK)": tflite}
-        runners = {(side, count): infer for side, by_count in sides.items()
-                   for count, infer in by_count.items()}
-        samples = time_side_by_side(runners, rounds=COMPARISON_ROUNDS, calls=COMPARISON_CALLS,
-                                    warmup=5)
+        runners = {
+            (side, count): infer
+            for side, by_count in sides.items()
+            for count, infer in by_count.items()
+        }
+        samples = time_side_by_side(
+            runners, rounds=COMPARISON_ROUNDS, calls=COMPARISON_CALLS, warmup=5
+        )
     medians = {key: float(np.median(values)) * 1e3 for key, values in samples.items()}
-    fastest = {side: min(medians[side, count] for count in by_count)
-               for side, by_count in sides.items()}
+    fastest = {
+        side: min(medians[side, count] for count in by_count) for side, by_count in sides.items()
+    }
     ours, theirs = fastest["SimpleTVM"], fastest["TFLite (XNNPACK)"]
     verdict = "faster" if ours < theirs else "slower"
     timings = "; ".join(
-        f"{side} " + ", ".join(f"{medians[side, count]:.3f} ms on {_threads(count)}"
-                               for count in by_count)
-        for side, by_count in sides.items())
-    console.print(f"side by side on one input (median per call from Python): {timings}. "
-                  f"Each on its faster count: SimpleTVM / TFLite {ours / theirs:.2f}x, "
-                  f"SimpleTVM is {verdict}")
+        f"{side} "
+        + ", ".join(f"{medians[side, count]:.3f} ms on {_threads(count)}" for count in by_count)
+        for side, by_count in sides.items()
+    )
+    console.print(
+        f"side by side on one input (median per call from Python): {timings}. "
+        f"Each on its faster count: SimpleTVM / TFLite {ours / theirs:.2f}x, "
+        f"SimpleTVM is {verdict}"
+    )
 
 
 def _threads(count: int) -> str:
@@ -360,12 +406,14 @@ HIDDEN_KINDS = ("run",)  # runs `simpletvm runs` lists with --all only
 
 @_command()
 def runs(
-    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
-    all_runs: bool = typer.Option(False, "--all", help="include runs of saved modules "
-                                  "(`simpletvm run` that failed)"),
+    store: Path | None = typer.Option(None, help=STORE_HELP),
+    all_runs: bool = typer.Option(
+        False, "--all", help="include runs of saved modules (`simpletvm run` that failed)"
+    ),
     json_output: bool = typer.Option(False, "--json", help="print the list as JSON"),
-    prune: bool = typer.Option(False, "--prune", help="remove failed and empty runs, "
-                               "after a confirmation"),
+    prune: bool = typer.Option(
+        False, "--prune", help="remove failed and empty runs, after a confirmation"
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="prune without asking"),
 ) -> None:
     """List the runs in the store: id, kind (the command that made it), status, model,
@@ -399,21 +447,35 @@ def _run_row(run_store, run_id: str) -> dict:
     except (OSError, ValueError):
         data = None
     if data is None:
-        return {"run_id": run_id, "kind": None, "status": "empty", "model": None,
-                "latency_ms": None, "created_at": None, "tasks": None, "trials": None}
+        return {
+            "run_id": run_id,
+            "kind": None,
+            "status": "empty",
+            "model": None,
+            "latency_ms": None,
+            "created_at": None,
+            "tasks": None,
+            "trials": None,
+        }
     status = data.get("status") or (
-        "failed" if any(s.get("status") == "error" for s in data.get("steps", [])) else "ok")
+        "failed" if any(s.get("status") == "error" for s in data.get("steps", [])) else "ok"
+    )
     if status == "running" and not _alive(data.get("pid"), data.get("host", {})):
         status = "interrupted"  # its process is gone: killed before it could say so
     evaluation = data.get("evaluation") or {}
     benchmark = (data.get("results") or {}).get("benchmark") or {}
     latency = evaluation.get("median_ms", benchmark.get("tuned_median_ms"))
     model = data.get("model") or {}
-    return {"run_id": run_id,
-            "kind": data.get("kind") or ("tune" if data.get("tuning") else "python"),
-            "status": status, "model": model.get("source"),
-            "latency_ms": latency, "created_at": data.get("created_at"),
-            "tasks": model.get("num_tasks"), "trials": (data.get("tuning") or {}).get("trials")}
+    return {
+        "run_id": run_id,
+        "kind": data.get("kind") or ("tune" if data.get("tuning") else "python"),
+        "status": status,
+        "model": model.get("source"),
+        "latency_ms": latency,
+        "created_at": data.get("created_at"),
+        "tasks": model.get("num_tasks"),
+        "trials": (data.get("tuning") or {}).get("trials"),
+    }
 
 
 def _alive(pid, host: dict) -> bool:
@@ -460,18 +522,22 @@ def _print_runs(run_store, rows: list[dict]) -> None:
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
     if not console.is_terminal or console.width < sum(widths) + 2 * len(widths):
         for line in [header, *lines]:
-            print("  ".join(f"{cell:>{w}}" if i == 4 else f"{cell:<{w}}"
-                            for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+            print(
+                "  ".join(
+                    f"{cell:>{w}}" if i == 4 else f"{cell:<{w}}"
+                    for i, (cell, w) in enumerate(zip(line, widths))
+                ).rstrip()
+            )
         return
     styles = {"ok": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("run id", no_wrap=True, min_width=32)
     for column in header[1:]:
-        table.add_column(column, overflow="fold", justify="right" if column == "latency"
-                         else "left")
+        table.add_column(
+            column, overflow="fold", justify="right" if column == "latency" else "left"
+        )
     for line in lines:
-        table.add_row(line[0], line[1], Text(line[2], style=styles.get(line[2], "")),
-                      *line[3:])
+        table.add_row(line[0], line[1], Text(line[2], style=styles.get(line[2], "")), *line[3:])
     console.print(table)
 
 
@@ -485,8 +551,10 @@ def _prune(run_store, rows: list[dict], yes: bool) -> None:
         console.print("nothing to prune: no failed or empty runs")
         return
     for row in doomed:
-        console.print(f"  {row['run_id']}  {row['status']:<7} {row['kind'] or ''} "
-                      f"{row['model'] or ''}", highlight=False)
+        console.print(
+            f"  {row['run_id']}  {row['status']:<7} {row['kind'] or ''} {row['model'] or ''}",
+            highlight=False,
+        )
     if not yes and not typer.confirm(f"remove these {len(doomed)} runs?", default=False):
         console.print("removed none")
         return
@@ -497,33 +565,41 @@ def _prune(run_store, rows: list[dict], yes: bool) -> None:
 
 
 # ---- one model at a time -----------------------------------------------------------------
-MODEL_HELP = ("a model file (.onnx, .tflite, .pb, .keras, .h5), a SavedModel directory, a "
-              "TF Hub handle or a built-in name (mobilenet, mobilenetv2, resnet18, resnet50)")
+MODEL_HELP = (
+    "a model file (.onnx, .tflite, .pb, .keras, .h5), a SavedModel directory, a "
+    "TF Hub handle or a built-in name (mobilenet, mobilenetv2, resnet18, resnet50)"
+)
 MODEL_ARGUMENT = typer.Argument(..., metavar="MODEL", help=MODEL_HELP, show_default=False)
-INPUT_SHAPE_HELP = ("the sizes of an input's unknown dimensions, its fixed ones as the model "
-                    "has them: NAME:1,224,224,3 or, for one input, 1,224,224,3 (repeatable)")
+INPUT_SHAPE_HELP = (
+    "the sizes of an input's unknown dimensions, its fixed ones as the model "
+    "has them: NAME:1,224,224,3 or, for one input, 1,224,224,3 (repeatable)"
+)
 TRACKER_HELP = "HOST:PORT of a TVM RPC tracker whose servers of --device-key are the target"
 DEVICE_KEY_HELP = "the key the target device's RPC servers register under (with --tracker)"
 
 
-def _remote(tracker: Optional[str], device_key: Optional[str]) -> tuple[str, int] | None:
+def _remote(tracker: str | None, device_key: str | None) -> tuple[str, int] | None:
     """``--tracker HOST:PORT --device-key KEY`` -> ``(host, port)`` once the tracker is
     reached and has a server of KEY; None without ``--tracker``. Exits 2 naming the fix."""
     if tracker is None:
         if device_key is not None:
-            raise typer.BadParameter("a device key needs --tracker HOST:PORT, the RPC "
-                                     "tracker its servers register with",
-                                     param_hint="--device-key")
+            raise typer.BadParameter(
+                "a device key needs --tracker HOST:PORT, the RPC tracker its servers register with",
+                param_hint="--device-key",
+            )
         return None
     host, _, port = tracker.rpartition(":")
     if not host or not port.isdigit():
-        raise typer.BadParameter(f"{tracker!r} is not HOST:PORT (e.g. 127.0.0.1:9190)",
-                                 param_hint="--tracker")
+        raise typer.BadParameter(
+            f"{tracker!r} is not HOST:PORT (e.g. 127.0.0.1:9190)", param_hint="--tracker"
+        )
     if not device_key:
-        raise typer.BadParameter("give --device-key KEY, the key the target's RPC servers "
-                                 "register under (python -m tvm.exec.query_rpc_tracker "
-                                 f"--host {host} --port {port} lists them)",
-                                 param_hint="--device-key")
+        raise typer.BadParameter(
+            "give --device-key KEY, the key the target's RPC servers "
+            "register under (python -m tvm.exec.query_rpc_tracker "
+            f"--host {host} --port {port} lists them)",
+            param_hint="--device-key",
+        )
     from simpletvm.errors import SimpleTVMError
     from simpletvm.remote.rpc import require_servers
 
@@ -551,15 +627,17 @@ def _input_shapes(values: list[str]) -> dict[str, list[int]] | None:
         try:
             shapes[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
         except ValueError:
-            raise typer.BadParameter(f"{value!r} is not NAME:1,224,224,3 or 1,224,224,3",
-                                     param_hint="--input-shape") from None
+            raise typer.BadParameter(
+                f"{value!r} is not NAME:1,224,224,3 or 1,224,224,3", param_hint="--input-shape"
+            ) from None
     if "" in shapes and len(shapes) > 1:
-        raise typer.BadParameter("give every shape a NAME: when there are several",
-                                 param_hint="--input-shape")
+        raise typer.BadParameter(
+            "give every shape a NAME: when there are several", param_hint="--input-shape"
+        )
     return shapes or None
 
 
-def _model_options(model: str, input_shape: list[str], image_size: Optional[int]) -> dict:
+def _model_options(model: str, input_shape: list[str], image_size: int | None) -> dict:
     options: dict = {}
     if image_size is not None:
         from simpletvm.models import detect_format
@@ -569,10 +647,13 @@ def _model_options(model: str, input_shape: list[str], image_size: Optional[int]
         except Exception:  # noqa: BLE001 - the import names what is wrong with MODEL
             fmt = None
         if fmt is not None and fmt != "builtin":
-            raise typer.BadParameter(f"applies to built-in models only (mobilenet, "
-                                     f"mobilenetv2, resnet18, resnet50); {model} is a {fmt} "
-                                     "model: leave --image-size out (--input-shape sets "
-                                     "its unknown dimensions)", param_hint="--image-size")
+            raise typer.BadParameter(
+                f"applies to built-in models only (mobilenet, "
+                f"mobilenetv2, resnet18, resnet50); {model} is a {fmt} "
+                "model: leave --image-size out (--input-shape sets "
+                "its unknown dimensions)",
+                param_hint="--image-size",
+            )
     shapes = _input_shapes(input_shape)
     if shapes:
         options["input_shapes"] = shapes.get("") if list(shapes) == [""] else shapes
@@ -581,9 +662,16 @@ def _model_options(model: str, input_shape: list[str], image_size: Optional[int]
     return options
 
 
-def _session(store: Optional[Path], target: str = "cpu", log_tasks: bool = False,
-             tracker: tuple[str, int] | None = None, device_key: Optional[str] = None, *,
-             kind: str, threads: Optional[int] = None):
+def _session(
+    store: Path | None,
+    target: str = "cpu",
+    log_tasks: bool = False,
+    tracker: tuple[str, int] | None = None,
+    device_key: str | None = None,
+    *,
+    kind: str,
+    threads: int | None = None,
+):
     """A console, the command's run (of ``kind``: the command's name) and its SimpleTVM."""
     from rich.logging import RichHandler
 
@@ -606,7 +694,7 @@ def _refuse(console, error: Exception) -> typer.Exit:
     return typer.Exit(ExitCode.BAD_INPUT)
 
 
-def _tuning_progress(console, model: str, minutes: Optional[float]):
+def _tuning_progress(console, model: str, minutes: float | None):
     """The tuning job's progress on ``console`` (:mod:`simpletvm.progress`, as
     ``autotune(progress=True)`` shows it): a live line on a terminal, plain whole lines
     now and then in a pipe or a log."""
@@ -618,22 +706,24 @@ def _tuning_progress(console, model: str, minutes: Optional[float]):
 @_command()
 def tune(
     model: str = MODEL_ARGUMENT,
-    minutes: Optional[float] = typer.Option(None, min=MIN_MINUTES, help=MINUTES_HELP),
-    trials: Optional[int] = typer.Option(None, min=1, help="at most this many candidates "
-                                         "per task (default 64, no cap with --minutes or "
-                                         "--total-trials)"),
-    total_trials: Optional[int] = typer.Option(None, min=1, help="cap over all tasks"),
+    minutes: float | None = typer.Option(None, min=MIN_MINUTES, help=MINUTES_HELP),
+    trials: int | None = typer.Option(
+        None,
+        min=1,
+        help="at most this many candidates "
+        "per task (default 64, no cap with --minutes or "
+        "--total-trials)",
+    ),
+    total_trials: int | None = typer.Option(None, min=1, help="cap over all tasks"),
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
-    image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
+    image_size: int | None = typer.Option(None, help="built-in models: input size"),
     target: str = typer.Option("cpu", help="cpu or cuda"),
-    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
-    seed: Optional[int] = typer.Option(None, help="search seed"),
-    tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": candidates are "
-                                          "profiled there"),
-    device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
-    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
-    log_tasks: bool = typer.Option(False, "--log-tasks", help="print a line per finished "
-                                   "task"),
+    store: Path | None = typer.Option(None, help=STORE_HELP),
+    seed: int | None = typer.Option(None, help="search seed"),
+    tracker: str | None = typer.Option(None, help=TRACKER_HELP + ": candidates are profiled there"),
+    device_key: str | None = typer.Option(None, help=DEVICE_KEY_HELP),
+    threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
+    log_tasks: bool = typer.Option(False, "--log-tasks", help="print a line per finished task"),
 ) -> None:
     """Autotune a model; its records go to the run store under a new run id (and to the
     global database), for `simpletvm compile MODEL --records RUN_ID`. With --tracker,
@@ -641,14 +731,20 @@ def tune(
     from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
-    console, ctx, stvm = _session(store, target, log_tasks, remote, device_key, kind="tune",
-                                  threads=threads)
+    console, ctx, stvm = _session(
+        store, target, log_tasks, remote, device_key, kind="tune", threads=threads
+    )
     try:
         stvm.from_model(model, **_model_options(model, input_shape, image_size))
         ctx.status = "running"
         ctx.save()  # listed as running while it tunes
-        stvm.autotune(trials=trials, total_trials=total_trials, minutes=minutes,
-                      seed=seed, progress=_tuning_progress(console, model, minutes))
+        stvm.autotune(
+            trials=trials,
+            total_trials=total_trials,
+            minutes=minutes,
+            seed=seed,
+            progress=_tuning_progress(console, model, minutes),
+        )
     except (SimpleTVMError, ValueError) as error:
         ctx.status = "failed"
         ctx.save()
@@ -656,14 +752,19 @@ def tune(
     ctx.status = "ok"
     ctx.save()
     summary = stvm.tuning_summary
-    console.print(f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
-                  f"{ctx.step_durations().get('autotune', 0):.0f} s; {_estimate_text(summary)}",
-                  soft_wrap=True)
+    console.print(
+        f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
+        f"{ctx.step_durations().get('autotune', 0):.0f} s; {_estimate_text(summary)}",
+        soft_wrap=True,
+    )
     _print_skipped(console, summary)
     console.print(f"run id   {ctx.run_id}", soft_wrap=True)
     # the command to copy, on one line whatever the width (a path wrapped can't be pasted)
-    console.print(f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"next     simpletvm compile {model} --records {ctx.run_id} -o DIR",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @_command(name="compile")
@@ -672,10 +773,10 @@ def compile_model(
     output: Path = typer.Option(..., "--output", "-o", help="directory for the module"),
     records: str = typer.Option("global", help="global, best, none, or a run id"),
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
-    image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
+    image_size: int | None = typer.Option(None, help="built-in models: input size"),
     target: str = typer.Option("cpu", help="cpu or cuda"),
-    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
-    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    store: Path | None = typer.Option(None, help=STORE_HELP),
+    threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Build a model with tuning records and save it (model.so + metadata.json)."""
     from simpletvm.errors import SimpleTVMError
@@ -693,8 +794,10 @@ def compile_model(
         console.print(f"compiled {model} untuned (no records) -> {output}")
         return
     build = next(s for s in ctx.steps if s["step"] == "build")
-    console.print(f"compiled {model} with {records} records: {build['tasks_with_records']} "
-                  f"of {build['tasks']} tasks tuned -> {output}")
+    console.print(
+        f"compiled {model} with {records} records: {build['tasks_with_records']} "
+        f"of {build['tasks']} tasks tuned -> {output}"
+    )
     _warn_unmatched_records(build, records)
 
 
@@ -708,30 +811,45 @@ def _warn_unmatched_records(build: dict, records: str) -> None:
     where = {"global": "the store", "best": "the store's best records"}.get(records, records)
     why = {
         "empty": "it holds no tuning records: tune the model first (simpletvm tune MODEL)",
-        "workloads": (f"its {build['records_loaded']} records for this target are of other "
-                      "tasks: another model, or this one with another input shape"),
-        "target": ("its records are for another target or CPU ("
-                   + ", ".join(build.get("records_targets", [])) + "), this build for "
-                   f"{build.get('target_key')}: tune on this machine, or compile where the "
-                   "records were measured"),
+        "workloads": (
+            f"its {build['records_loaded']} records for this target are of other "
+            "tasks: another model, or this one with another input shape"
+        ),
+        "target": (
+            "its records are for another target or CPU ("
+            + ", ".join(build.get("records_targets", []))
+            + "), this build for "
+            f"{build.get('target_key')}: tune on this machine, or compile where the "
+            "records were measured"
+        ),
     }[build.get("records_mismatch", "empty")]
-    _console(stderr=True).print(Text.assemble(
-        ("warning:", "yellow"), f" none of the model's {build['tasks']} tasks has a record "
-        f"in {where}, so the module is untuned: {why}"), highlight=False, soft_wrap=True)
+    _console(stderr=True).print(
+        Text.assemble(
+            ("warning:", "yellow"),
+            f" none of the model's {build['tasks']} tasks has a record "
+            f"in {where}, so the module is untuned: {why}",
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @_command(name="run")
 def run_module(
     module: Path = typer.Argument(..., help="a directory written by `simpletvm compile`"),
-    input: list[str] = typer.Option(..., "--input", "-i",  # noqa: A002 - tvmc's name
-                                    help="x.npy for one input, NAME=x.npy for several"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the output "
-                                          "here (.npy; .npz for several outputs)"),
-    tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": the module runs "
-                                          "there"),
-    device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
-    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
-    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    input: list[str] = typer.Option(  # noqa: A002 - tvmc's name for it
+        ...,
+        "--input",
+        "-i",
+        help="x.npy for one input, NAME=x.npy for several",
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="write the output here (.npy; .npz for several outputs)"
+    ),
+    tracker: str | None = typer.Option(None, help=TRACKER_HELP + ": the module runs there"),
+    device_key: str | None = typer.Option(None, help=DEVICE_KEY_HELP),
+    store: Path | None = typer.Option(None, help=STORE_HELP),
+    threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Run a compiled module on inputs saved with numpy.save, here or, with --tracker, on
     a server of --device-key. Makes no run in the store (the module's is its run)."""
@@ -743,21 +861,28 @@ def run_module(
     from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
-    console, ctx, stvm = _session(store, tracker=remote, device_key=device_key, kind="run",
-                                  threads=threads)
+    console, ctx, stvm = _session(
+        store, tracker=remote, device_key=device_key, kind="run", threads=threads
+    )
     metadata_path = module / METADATA_FILE
     if not metadata_path.exists():
-        raise _refuse(console, FileNotFoundError(
-            f"{module} holds no compiled module ({METADATA_FILE} is missing): make one with "
-            "simpletvm compile MODEL -o DIR"))
+        raise _refuse(
+            console,
+            FileNotFoundError(
+                f"{module} holds no compiled module ({METADATA_FILE} is missing): make one with "
+                "simpletvm compile MODEL -o DIR"
+            ),
+        )
     try:
         metadata = json.loads(metadata_path.read_text())
         named = dict(item.split("=", 1) if "=" in item else ("", item) for item in input)
         expected = [spec["name"] for spec in metadata.get("inputs", [])]
         unknown = [name for name in named if name and name not in expected]
         if unknown:
-            raise SimpleTVMError(f"unknown input {', '.join(map(repr, unknown))}: the "
-                                 f"model's inputs are {expected} (-i NAME=x.npy)")
+            raise SimpleTVMError(
+                f"unknown input {', '.join(map(repr, unknown))}: the "
+                f"model's inputs are {expected} (-i NAME=x.npy)"
+            )
         arrays = {name: _load_array(path) for name, path in named.items()}
         stvm.load(metadata["run_id"], directory=module)
         result = stvm.run(arrays.get("") if list(arrays) == [""] else arrays)
@@ -769,9 +894,11 @@ def run_module(
         console.print(f"ran on {_where(ctx.steps[-1]['device'])}", highlight=False)
     if output is None:
         for index, array in enumerate(results):
-            console.print(f"output {index}: shape {array.shape}, dtype {array.dtype}, "
-                          f"argmax {int(array.argmax())}, first values "
-                          f"{np.array2string(array.ravel()[:5], precision=4)}")
+            console.print(
+                f"output {index}: shape {array.shape}, dtype {array.dtype}, "
+                f"argmax {int(array.argmax())}, first values "
+                f"{np.array2string(array.ravel()[:5], precision=4)}"
+            )
     elif len(results) == 1:
         np.save(output, results[0])
         console.print(f"wrote {output}")
@@ -796,41 +923,45 @@ def _load_array(path: str):
         raise SimpleTVMError(
             f"{path} is not a .npy array: save each input with numpy.save, e.g. "
             "python -c \"import numpy as np; np.save('x.npy', np.zeros((1, 224, 224, 3), "
-            "'float32'))\"")
+            "'float32'))\""
+        )
     return array
 
 
 @_command()
 def benchmark(
-    model: str = typer.Argument(..., metavar="MODEL", show_default=False,
-                                help=MODEL_HELP + ", or the run id of a `tune`"),
-    records: str = typer.Option("global", help="records of the tuned build: global, best "
-                                "or a run id (a run id given as MODEL implies it)"),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", show_default=False, help=MODEL_HELP + ", or the run id of a `tune`"
+    ),
+    records: str = typer.Option(
+        "global",
+        help="records of the tuned build: global, best "
+        "or a run id (a run id given as MODEL implies it)",
+    ),
     input_shape: list[str] = typer.Option([], help=INPUT_SHAPE_HELP),
-    image_size: Optional[int] = typer.Option(None, help="built-in models: input size"),
+    image_size: int | None = typer.Option(None, help="built-in models: input size"),
     rounds: int = typer.Option(5, min=1, help="timing rounds, taken in turns"),
     calls: int = typer.Option(20, min=1, help="timed calls per round"),
-    tracker: Optional[str] = typer.Option(None, help=TRACKER_HELP + ": both builds are "
-                                          "timed there"),
-    device_key: Optional[str] = typer.Option(None, help=DEVICE_KEY_HELP),
-    store: Optional[Path] = typer.Option(None, help=STORE_HELP),
-    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    tracker: str | None = typer.Option(None, help=TRACKER_HELP + ": both builds are timed there"),
+    device_key: str | None = typer.Option(None, help=DEVICE_KEY_HELP),
+    store: Path | None = typer.Option(None, help=STORE_HELP),
+    threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
     """Was tuning worth it here? The model untuned, tuned, and in ONNX Runtime or TFLite
     when installed (for .onnx and .tflite files), timed side by side on one input. With
     --tracker, the two builds are timed on a server of --device-key (no peers there)."""
     import numpy as np
 
-    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
+    from simpletvm import SimpleTVM
     from simpletvm.errors import SimpleTVMError
+    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
     from simpletvm.runtime.evaluation import random_inputs
     from simpletvm.store import RunStore
 
-    from simpletvm import SimpleTVM
-
     remote = _remote(tracker, device_key)
-    console, ctx, _ = _session(store, tracker=remote, device_key=device_key, kind="benchmark",
-                               threads=threads)
+    console, ctx, _ = _session(
+        store, tracker=remote, device_key=device_key, kind="benchmark", threads=threads
+    )
     options = _model_options(model, input_shape, image_size)
     run_store = RunStore(store)
     tuned_run = None
@@ -855,19 +986,28 @@ def benchmark(
         runners.update(_peer_runners(console, model, specs, example, peer_threads))
         samples = time_side_by_side(runners, rounds, calls, warmup=3)
         medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
-        _print_medians(console, f"{model}: median per call from Python, {rounds} x {calls} "
-                       "calls in turns", medians, tuned_name)
+        _print_medians(
+            console,
+            f"{model}: median per call from Python, {rounds} x {calls} calls in turns",
+            medians,
+            tuned_name,
+        )
     _keep_benchmark(ctx, run_store, tuned_run, medians, tuned_name)
 
 
-def _keep_benchmark(ctx, run_store, tuned_run: Optional[str], medians: dict[str, float],
-                    tuned_name: str) -> None:
+def _keep_benchmark(
+    ctx, run_store, tuned_run: str | None, medians: dict[str, float], tuned_name: str
+) -> None:
     """The medians go with the run they are about: a tuning run given as MODEL keeps
     them (the benchmark makes no run of its own), else the benchmark's run does."""
     from simpletvm import BenchmarkingContext
 
-    result = {"medians_ms": medians, "tuned": tuned_name,
-              "tuned_median_ms": medians[tuned_name], "run_id": ctx.run_id}
+    result = {
+        "medians_ms": medians,
+        "tuned": tuned_name,
+        "tuned_median_ms": medians[tuned_name],
+        "run_id": ctx.run_id,
+    }
     if tuned_run is not None:
         tuned = BenchmarkingContext.load(tuned_run, run_store)
         tuned.results["benchmark"] = result
@@ -890,8 +1030,9 @@ def _print_medians(console, heading: str, medians: dict[str, float], tuned_name:
     console.print(tuning_verdict(float(printed["untuned"]), tuned))
 
 
-def _benchmark_remotely(console, model: str, builds: dict, tuned_name: str,
-                        repeat: int) -> dict[str, float]:
+def _benchmark_remotely(
+    console, model: str, builds: dict, tuned_name: str, repeat: int
+) -> dict[str, float]:
     """Time each build on a server of the device key, one after the other, in TVM's time
     evaluator there (a call from here would time the network too)."""
     medians, where = {}, ""
@@ -924,8 +1065,9 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
 
             session_options = ort.SessionOptions()
             session_options.intra_op_num_threads = threads
-            session = ort.InferenceSession(model, session_options,
-                                           providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(
+                model, session_options, providers=["CPUExecutionProvider"]
+            )
             name = session.get_inputs()[0].name
             runners["onnxruntime"] = lambda: session.run(None, {name: example[0]})[0]
         elif suffix == ".tflite":
@@ -933,8 +1075,11 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
 
             runners["tflite"] = tflite_runner(Path(model).read_bytes(), example[0], threads)
     except ImportError as error:  # optional: a plain install has neither
-        console.print(f"({error.name} is not installed, so no peer timing: pip install "
-                      f"{error.name} or 'simpletvm[bench]')", highlight=False)
+        console.print(
+            f"({error.name} is not installed, so no peer timing: pip install "
+            f"{error.name} or 'simpletvm[bench]')",
+            highlight=False,
+        )
     return runners
 
 
@@ -942,8 +1087,12 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
 # They live in the service package, which sits above simpletvm; each command hands its
 # arguments to the service's own CLI, imported only when the command runs.
 def _service_command(name: str, summary: str) -> None:
-    @app.command(name, help=summary, add_help_option=False,
-                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    @app.command(
+        name,
+        help=summary,
+        add_help_option=False,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
     def command(ctx: typer.Context) -> None:
         from service.cli import app as service_app
 
@@ -951,10 +1100,11 @@ def _service_command(name: str, summary: str) -> None:
 
 
 for _name, _summary in (
-        ("serve", "Start the tuning service: jobs from many users, one scheduler (see --help)."),
-        ("submit", "Submit a model to a tuning service (see --help)."),
-        ("jobs", "List your jobs on a tuning service."),
-        ("fetch", "Download a done job's module from a tuning service.")):
+    ("serve", "Start the tuning service: jobs from many users, one scheduler (see --help)."),
+    ("submit", "Submit a model to a tuning service (see --help)."),
+    ("jobs", "List your jobs on a tuning service."),
+    ("fetch", "Download a done job's module from a tuning service."),
+):
     _service_command(_name, _summary)
 
 

@@ -13,6 +13,9 @@ pyproject.toml); these hooks decide what may run side by side.
   readers-writer file lock around each test's whole protocol, fixtures included, in a
   directory the controlling process makes for the session and hands its workers through
   the environment; a single process (``-n 0``) takes no lock.
+- ``@pytest.mark.image``: builds and runs the container images, minutes of work beyond
+  the suite's time. Left out (deselected) unless the run's ``-m`` names the marker:
+  ``pytest tests/docker -m image -n 0``, a step of its own in .ci/run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -40,8 +44,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ.pop(LOCKS_VARIABLE), ignore_errors=True)
 
 
+def _image_tests_chosen(config: pytest.Config) -> bool:
+    """Whether -m names the image marker (then -m alone decides, ``not image`` too)."""
+    return re.search(r"\bimage\b", config.getoption("markexpr", "") or "") is not None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _image_tests_chosen(config):
+        return "image tests (marker image): left out; run them with -m image"
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _image_tests_chosen(config):
+        left_out = [item for item in items if item.get_closest_marker("image")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("image")]
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return
     for item in items:
@@ -77,8 +97,9 @@ def _machine(locks: Path, exclusive: bool) -> Iterator[None]:
     fair: while an exclusive test waits for the running ones to end, no new one starts."""
     with contextlib.ExitStack() as stack:
         with _flock(locks / "turnstile.lock", fcntl.LOCK_EX):
-            stack.enter_context(_flock(locks / "machine.lock",
-                                       fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+            stack.enter_context(
+                _flock(locks / "machine.lock", fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            )
         yield
 
 
@@ -87,6 +108,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside a test
         yield
         return
-    with _machine(Path(os.environ[LOCKS_VARIABLE]),
-                  item.get_closest_marker("exclusive") is not None):
+    with _machine(
+        Path(os.environ[LOCKS_VARIABLE]), item.get_closest_marker("exclusive") is not None
+    ):
         yield

@@ -8,8 +8,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HELPER_PATH = REPO / "docker" / "simpletvm-docker"
-DOCKERFILES = {"cpu": REPO / "docker" / "cpu.Dockerfile",
-               "cuda": REPO / "docker" / "cuda.Dockerfile"}
+DOCKERFILES = {
+    "cpu": REPO / "docker" / "cpu.Dockerfile",
+    "cuda": REPO / "docker" / "cuda.Dockerfile",
+}
 
 
 def _load_helper():

@@ -37,7 +37,8 @@ def swept(tmp_path_factory):
     root = tmp_path_factory.mktemp("analysis")
     model = tiny_cnn_onnx(root / "tiny.onnx")
     grid = root / "grid.yaml"
-    grid.write_text(textwrap.dedent(f"""
+    grid.write_text(
+        textwrap.dedent(f"""
         name: analysed
         fixed: {{model: {model}, trials: 2, total_trials: 3, batch_size: 2,
                  population: 16, genetic_iterations: 1, transfer_learning: false,
@@ -45,14 +46,19 @@ def swept(tmp_path_factory):
         grid:
           autotune: [false, true]
         repetitions: 2
-    """))
-    env = {"SIMPLETVM_HOME": str(root / "store"), "SUPERB_EXPERIMENT": "analysed",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    """)
+    )
+    env = {
+        "SIMPLETVM_HOME": str(root / "store"),
+        "SUPERB_EXPERIMENT": "analysed",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        result = CliRunner().invoke(app, ["run", str(grid), "--jobs", "2", "--plain"],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(
+            app, ["run", str(grid), "--jobs", "2", "--plain"], catch_exceptions=False
+        )
     assert result.exit_code == 0, result.output
     return env, Experiment(root / "store" / "superb" / "analysed")
 
@@ -80,7 +86,8 @@ def test_stages_and_curves_csvs_agree_with_runs_csv(swept):
         assert curve["run_id"].eq(tuned.loc[run, "run_id"]).all()
         assert curve["trials"].iloc[-1] == tuned.loc[run, "trials"]
         assert curve["estimated_latency_ms"].iloc[-1] == pytest.approx(
-            tuned.loc[run, "estimated_latency_ms"])
+            tuned.loc[run, "estimated_latency_ms"]
+        )
 
 
 @pytest.mark.slow
@@ -93,11 +100,16 @@ def test_notebook_plots_the_experiment(swept, tmp_path, monkeypatch):
     write_kernel_spec(tmp_path / "kernels" / KERNEL)
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=300, kernel_name=KERNEL,  # a cell's error raises
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name=KERNEL,  # a cell's error raises
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    ).execute()
 
-    outputs = [output for cell in notebook.cells if cell.cell_type == "code"
-               for output in cell.outputs]
+    outputs = [
+        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+    ]
     images = [output for output in outputs if "image/png" in output.get("data", {})]
     traces = list(experiment.dir.glob("trace-*.csv"))
     assert len(traces) == 1

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import pytest
-
-from scheduler import (Failure, FailureCause, InProcessBackend, Job, Policy, Scheduler, Stage, StageResult, Start,
-                       State, client, devices)
-from scheduler.testing import MockJob
-
 from scheduler_helpers import by_job
 
+from scheduler import (
+    Failure,
+    FailureCause,
+    InProcessBackend,
+    Job,
+    Policy,
+    Scheduler,
+    Stage,
+    StageResult,
+    Start,
+    State,
+    client,
+    devices,
+)
+from scheduler.testing import MockJob
 
-def threads(policy: str | Policy = "round-robin", device_count: int = 2, **kwargs: int) -> Scheduler:
-    return Scheduler([client(), *devices("default", device_count)], policy, InProcessBackend(), **kwargs)
+
+def threads(
+    policy: str | Policy = "round-robin", device_count: int = 2, **kwargs: int
+) -> Scheduler:
+    return Scheduler(
+        [client(), *devices("default", device_count)], policy, InProcessBackend(), **kwargs
+    )
 
 
 @pytest.mark.parametrize("policy", ["round-robin", "sequential", "predictive", "synchronous"])
@@ -96,7 +111,9 @@ def broken_factory() -> Job:
 
 def test_failures_are_data_and_the_others_finish() -> None:
     with threads(device_count=1) as scheduler:
-        scheduler.submit(MockJob("raises", iterations=2, durations=0.001, fail_at={(0, 0, "profile")}))
+        scheduler.submit(
+            MockJob("raises", iterations=2, durations=0.001, fail_at={(0, 0, "profile")})
+        )
         scheduler.submit(Reporting("reports", durations=0.001))
         scheduler.submit(Unstartable())
         scheduler.submit(broken_factory, job_id="factory")
@@ -109,7 +126,9 @@ def test_failures_are_data_and_the_others_finish() -> None:
         "factory": "could not start: ImportError: no module named tvm",
     }
     assert trace.jobs["fine"].status == "done"
-    assert [r.resource for r in trace.records if r.job == "fine" and r.stage == "profile"] == ["default0"] * 2
+    assert [r.resource for r in trace.records if r.job == "fine" and r.stage == "profile"] == [
+        "default0"
+    ] * 2
 
 
 def test_a_failure_carries_its_stage_resource_cause_and_message_as_fields() -> None:
@@ -121,15 +140,22 @@ def test_a_failure_carries_its_stage_resource_cause_and_message_as_fields() -> N
         trace = scheduler.run()
     failures = {job: outcome.failure for job, outcome in trace.jobs.items()}
     assert failures == {
-        "raises": Failure("profile", "default0", FailureCause.STAGE,
-                          "RuntimeError: injected failure in profile of task 0 iteration 0"),
-        "reports": Failure("build", "client", FailureCause.STAGE, "all candidates failed to compile"),
+        "raises": Failure(
+            "profile",
+            "default0",
+            FailureCause.STAGE,
+            "RuntimeError: injected failure in profile of task 0 iteration 0",
+        ),
+        "reports": Failure(
+            "build", "client", FailureCause.STAGE, "all candidates failed to compile"
+        ),
         "factory": Failure(None, None, FailureCause.START, "ImportError: no module named tvm"),
     }
     assert scheduler.state.jobs["reports"].failure == failures["reports"]
     assert {r.job: r.error for r in trace.records if r.status == "error"} == {
         "raises": "RuntimeError: injected failure in profile of task 0 iteration 0",
-        "reports": "all candidates failed to compile"}
+        "reports": "all candidates failed to compile",
+    }
 
 
 def test_crash_at_refuses_to_kill_the_scheduler_process() -> None:
@@ -150,7 +176,9 @@ class Greedy(Policy):
     name = "greedy"
 
     def decide(self, state: State) -> list[Start]:
-        return [Start(r.job_id, r.stage, "default0") for r in state.ready("device:default") if r.stage]
+        return [
+            Start(r.job_id, r.stage, "default0") for r in state.ready("device:default") if r.stage
+        ]
 
 
 def test_a_policy_that_stalls_or_double_books_is_a_bug_not_a_job_failure() -> None:
@@ -172,7 +200,9 @@ def test_resources_are_validated() -> None:
         Resource("gpu0", "device:gpu", capacity=2)
     with pytest.raises(ValueError, match="duplicate resource name 'gpu0'"):
         Scheduler([device("gpu0"), device("gpu0")], backend="threads")
-    with pytest.raises(ValueError, match="unknown backend 'dask'; valid names: processes, ray, threads"):
+    with pytest.raises(
+        ValueError, match="unknown backend 'dask'; valid names: processes, ray, threads"
+    ):
         Scheduler([client()], backend="dask")
 
 
@@ -191,8 +221,9 @@ def test_a_waiting_scheduler_acts_on_a_signal_another_thread_received() -> None:
 
     stage_end: Future = Future()
     ends = threading.Timer(5.0, stage_end.set_result, (None,))
-    sender = threading.Timer(0.3, lambda: signal.pthread_kill(threading.get_ident(),
-                                                             signal.SIGUSR1))
+    sender = threading.Timer(
+        0.3, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+    )
     previous = signal.signal(signal.SIGUSR1, interrupt)
     try:
         ends.start()
@@ -213,8 +244,11 @@ def test_a_serving_loop_waits_idle_for_jobs_and_ends_on_stop() -> None:
     ended: list[str] = []
     with threads() as scheduler:
         result: dict = {}
-        loop = threading.Thread(target=lambda: result.update(
-            trace=scheduler.run(on_job_end=lambda job_id, _: ended.append(job_id), serve=True)))
+        loop = threading.Thread(
+            target=lambda: result.update(
+                trace=scheduler.run(on_job_end=lambda job_id, _: ended.append(job_id), serve=True)
+            )
+        )
         loop.start()
         scheduler.submit(MockJob("first", tasks=1, iterations=1, durations=0.0005))
         deadline = time.time() + 10

@@ -23,8 +23,7 @@ def _two_tuned_runs(write_grid, tiny_onnx, name: str):
 
 
 @pytest.mark.slow
-def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store,
-                                                              tiny_onnx):
+def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store, tiny_onnx):
     grid = _two_tuned_runs(write_grid, tiny_onnx, "together")
     result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "interleaved")
     assert result.exit_code == 0, result.output
@@ -62,7 +61,8 @@ def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_on
     # the actors returned their records with each stage; superb wrote them to the store
     records = open_records(store)
     for run_id, trials, errors in runs[["run_id", "trials", "tuning_errors"]].itertuples(
-            index=False):
+        index=False
+    ):
         assert records.count(run_id=run_id) == trials - errors > 0
     trace = Trace.from_csv(next(experiment.dir.glob("trace-*.csv")))
     assert trace.overlaps() == []
@@ -71,10 +71,13 @@ def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_on
     assert len(client_resources) == 1 and client_resources.pop().startswith("client@")
 
 
-@pytest.mark.parametrize("options,message", [
-    (["--backend", "dask"], "--backend 'dask' is unknown: choose processes or ray"),
-    (["--ray-address", "auto"], "--ray-address needs --backend ray"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--backend", "dask"], "--backend 'dask' is unknown: choose processes or ray"),
+        (["--ray-address", "auto"], "--ray-address needs --backend ray"),
+    ],
+)
 def test_bad_backend_options_are_bad_input(cli, write_grid, store, tiny_onnx, options, message):
     grid = write_grid(f"""
         fixed: {{model: {tiny_onnx}}}
@@ -87,7 +90,8 @@ def test_bad_backend_options_are_bad_input(cli, write_grid, store, tiny_onnx, op
 
 
 def test_a_trace_without_matplotlib_keeps_its_csv_and_says_how_to_get_the_chart(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     import sys
 
     from scheduler import client, devices
@@ -95,9 +99,15 @@ def test_a_trace_without_matplotlib_keeps_its_csv_and_says_how_to_get_the_chart(
     from scheduler.testing import MockJob
     from superb.sweep import save_trace
 
-    trace = simulate([MockJob("job", iterations=1, durations={"select": 1, "build": 1,
-                                                              "profile": 1, "update": 1})],
-                     [client(), *devices("default", 1)], "round-robin")
+    trace = simulate(
+        [
+            MockJob(
+                "job", iterations=1, durations={"select": 1, "build": 1, "profile": 1, "update": 1}
+            )
+        ],
+        [client(), *devices("default", 1)],
+        "round-robin",
+    )
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)  # not installed
     note = save_trace(trace, tmp_path, "trace-x")
     assert "the Gantt chart needs matplotlib: pip install matplotlib" in note
