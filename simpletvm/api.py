@@ -331,14 +331,16 @@ class SimpleTVM:
             "model_bytes": job.model_bytes,
         }
 
-    def build(self, records: str | None = "global") -> SimpleTVM:
+    def build(self, records: str | None = "global", *, default_schedules: bool = True) -> SimpleTVM:
         """Compile the model, applying tuning records.
 
         ``records``: ``"global"`` (every run's records in the store, default), ``"best"``
         (the best record per workload only), ``"run"`` (this run's records), another
         run's id, the path of a records database or store directory (another machine's
         records; a record directory in the legacy JSON-lines format is imported), or None
-        (or ``"none"``: untuned, TVM's default code).
+        (or ``"none"``: untuned). A kernel without a record gets SimpleTVM's default
+        schedule (parallel, vectorized); ``default_schedules=False`` leaves it with TVM's
+        naive one, the baseline to compare tuning with.
         """
         self._require("build()", FlowState.IMPORTED, FlowState.BUILT)
         if isinstance(records, str) and records.lower() == "none":
@@ -347,7 +349,9 @@ class SimpleTVM:
         from simpletvm.tuning.database import best_latency_s, records_database
 
         with self.context.step("build", records=records) as step:
-            self.context.record_parameters("build", records=records)
+            self.context.record_parameters(
+                "build", records=records, default_schedules=default_schedules
+            )
             database = (
                 None
                 if records is None
@@ -364,7 +368,9 @@ class SimpleTVM:
                 if choices:
                     step["conv_forms"] = [choice.describe() for choice in choices]
                 step.update(_records_match(fused, self.target, database))
-            self._executable = compile_fused(fused, self.target, database)
+            self._executable = compile_fused(
+                fused, self.target, database, default_schedules=default_schedules
+            )
             self._library_file = None
             # code for another CPU runs only on a device of that kind, through RPC
             self._vm = self._new_vm(self._library_here()) if self.target.runs_here else None

@@ -6,7 +6,7 @@ Imports Typer only, so either CLI's ``--help`` stays instant."""
 
 from __future__ import annotations
 
-MIN_MINUTES = 0.01  # simpletvm.tuning.options.MIN_MINUTES (not imported: it loads numpy)
+MIN_MINUTES = 0.01  # the smallest --minutes of simpletvm's commands and minutes of a grid
 STORE_HELP = "run store root (default: $SIMPLETVM_HOME or ~/tvm-benchmark)"
 THREADS_HELP = (
     "run (and tune) on this many threads (default: tune on the physical cores, "

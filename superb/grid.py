@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from simpletvm.cli_options import MIN_MINUTES
+
 from .errors import SuperbError
 
 # ---- the parameters ------------------------------------------------------------------
@@ -225,6 +227,8 @@ def check_value(parameter: Parameter, value: Any) -> str | None:
         "mapping": isinstance(value, dict),
         "target": isinstance(value, (str, dict)),
     }[kind]
+    if ok and parameter.name == "minutes" and value < MIN_MINUTES:
+        return f"must be at least {MIN_MINUTES} (as simpletvm's --minutes), got {value!r}"
     if ok:
         return None
     wanted = {

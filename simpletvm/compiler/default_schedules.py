@@ -357,7 +357,10 @@ def default_candidate(task_mod, target, *, context=None):
     from tvm.s_tir import meta_schedule as ms
 
     sch = default_schedule(task_mod, target, context=context)
-    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
+    # as the search makes its candidates: arguments of the function the builder compiles,
+    # with the weight layout rewrite block removed (the runner passes packed weights)
+    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+    return ms.MeasureCandidate(sch, args)
 
 
 # ---- a whole module -------------------------------------------------------------------

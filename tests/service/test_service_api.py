@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import ServiceProcess
+from service_helpers import ServiceProcess
 
 from service.client import Client, ServiceError
 from service.db import JobTable
@@ -138,7 +138,7 @@ def test_non_loopback_without_users_refuses_to_start(tmp_path) -> None:
     import subprocess
     import sys
 
-    from conftest import ROOT, free_port
+    from service_helpers import ROOT, free_port
 
     result = subprocess.run(
         [
@@ -171,7 +171,7 @@ def test_the_simpletvm_commands_reach_the_service(server, tmp_path) -> None:
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from service_helpers import ROOT
 
     service, tokens = server
     (tmp_path / "notes.txt").write_text("hello")

@@ -7,7 +7,7 @@ import shutil
 import time
 
 import pytest
-from conftest import ServiceProcess
+from service_helpers import ServiceProcess
 
 from service.client import Client
 
