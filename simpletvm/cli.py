@@ -384,7 +384,8 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
         side: min(medians[side, count] for count in by_count) for side, by_count in sides.items()
     }
     ours, theirs = fastest["SimpleTVM"], fastest["TFLite (XNNPACK)"]
-    verdict = "faster" if ours < theirs else "slower"
+    ratio = f"{ours / theirs:.2f}"  # the verdict reads the ratio as printed
+    verdict = "as fast" if ratio == "1.00" else "faster" if float(ratio) < 1 else "slower"
     timings = "; ".join(
         f"{side} "
         + ", ".join(f"{medians[side, count]:.3f} ms on {_threads(count)}" for count in by_count)
@@ -392,7 +393,7 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     )
     console.print(
         f"side by side on one input (median per call from Python): {timings}. "
-        f"Each on its faster count: SimpleTVM / TFLite {ours / theirs:.2f}x, "
+        f"Each on its faster count: SimpleTVM / TFLite {ratio}x, "
         f"SimpleTVM is {verdict}"
     )
 

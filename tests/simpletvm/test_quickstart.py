@@ -75,8 +75,12 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
     assert re.search(r"untuned \(median\) after \d+ trials over \d+ tasks", output)
     match = re.search(
         r"from Python\): SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its "
-        r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (?:faster|slower)",
+        r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (faster|slower|as fast)",
         output,
+    )
+    printed_ratio, word = float(match.group(3)), match.group(4)
+    assert word == (
+        "as fast" if printed_ratio == 1 else "faster" if printed_ratio < 1 else "slower"
     )
     ours, tflite = (
         {
