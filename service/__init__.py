@@ -7,3 +7,19 @@ its devices (:mod:`service.infra`) and one scheduler loop running in a thread
 (:mod:`service.db`), so a service killed and started again resumes them under their run
 ids. It uses simpletvm and the scheduler; nothing imports it.
 """
+
+from __future__ import annotations
+
+import importlib.util
+
+INSTALL_HINT = "pip install 'simpletvm[service]'"
+# the libraries of the service extra, by import name; a plain `pip install .` lacks them
+EXTRA_MODULES = ("fastapi", "uvicorn", "httpx", "multipart")
+
+
+def require_extra() -> None:
+    """Raise ImportError naming the extra to install when the service's libraries are
+    missing, before any of them is imported."""
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"the tuning service needs {', '.join(missing)}: {INSTALL_HINT}")

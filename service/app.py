@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from service import INSTALL_HINT
+
+try:
+    from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
+    from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+except ImportError as error:  # a plain `pip install .` has no service extra
+    raise ImportError(f"the tuning service needs FastAPI: {INSTALL_HINT}") from error
 
 from service.db import DONE, FINISHED, QUEUED
 from service.runner import MODULE_FILE, Engine

@@ -27,6 +27,20 @@ Token = Annotated[
 ]
 
 
+def run(args: list[str], prog_name: str) -> None:
+    """Run the service's command line; without the service extra, a message naming it and
+    the bad-input exit code instead of an import error."""
+    from service import require_extra
+    from simpletvm.exit_codes import ExitCode
+
+    try:
+        require_extra()
+    except ImportError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise SystemExit(ExitCode.BAD_INPUT) from None
+    app(args, prog_name=prog_name)
+
+
 @app.command()
 def serve(
     host: Annotated[

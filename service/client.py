@@ -10,7 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+from service import INSTALL_HINT
+
+try:
+    import httpx
+except ImportError as error:  # a plain `pip install .` has no service extra
+    raise ImportError(f"the service's client needs httpx: {INSTALL_HINT}") from error
 
 FINISHED = ("done", "failed", "cancelled")
 

@@ -1095,9 +1095,9 @@ def _service_command(name: str, summary: str) -> None:
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
     def command(ctx: typer.Context) -> None:
-        from service.cli import app as service_app
+        from service.cli import run
 
-        service_app([name, *ctx.args], prog_name="simpletvm")
+        run([name, *ctx.args], prog_name="simpletvm")
 
 
 for _name, _summary in (

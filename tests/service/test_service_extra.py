@@ -1,0 +1,24 @@
+"""A plain `pip install .` has no service extra: the service's commands say which extra
+to install, with the bad-input exit code, instead of failing on an import."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+import service
+from simpletvm.cli import app
+
+
+def test_service_commands_name_the_extra_when_its_libraries_are_missing(monkeypatch):
+    monkeypatch.setattr(service, "EXTRA_MODULES", (*service.EXTRA_MODULES, "no_such_module"))
+    for command in ("serve", "submit", "jobs", "fetch"):
+        result = CliRunner().invoke(app, [command, "--help"])
+        assert result.exit_code == 2, result.output
+        assert "needs no_such_module" in result.output
+        assert "pip install 'simpletvm[service]'" in result.output
+
+
+def test_service_commands_run_when_the_extra_is_installed():
+    result = CliRunner().invoke(app, ["jobs", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "--server" in result.output
