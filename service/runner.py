@@ -21,8 +21,8 @@ from typing import Any
 from scheduler import FailureCause, JobStatus, Scheduler, client
 from scheduler.tuning import rpc_devices
 from service.db import CANCELLED, DONE, FAILED, QUEUED, RUNNING, JobTable
-from service.infra import Devices
 from service.jobs import ServiceJobSpec
+from simpletvm.remote.local_devices import LocalDevices
 from simpletvm.store import RunStore
 
 log = logging.getLogger("service")
@@ -49,7 +49,7 @@ class Engine:
         self.device_keys, self.servers, self.tracker = list(device_keys), servers, tracker
         self.backend_name, self.policy, self.ray_address = backend, policy, ray_address
         self.max_in_flight = max_in_flight
-        self.devices: Devices | None = None
+        self.devices: LocalDevices | None = None
         self.scheduler: Scheduler | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
@@ -65,7 +65,9 @@ class Engine:
         from scheduler.backends import ProcessBackend, RayBackend
 
         if self.tracker is None:
-            self.devices = Devices(self.device_keys, self.servers, self.dir / "rpc.log").start()
+            self.devices = LocalDevices(
+                self.device_keys, self.servers, self.dir / "rpc.log", key_per_server=True
+            ).start()
             self.tracker = self.devices.address
         if self.backend_name == "ray":
             backend: Any = RayBackend(self.ray_address)

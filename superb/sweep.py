@@ -60,9 +60,8 @@ def run_sweep(
     ``ray_address``. ``job_factory(**fields)`` makes each run's job (tests pass fakes).
     """
     from scheduler.tuning import record_writer
+    from simpletvm.remote.local_devices import LocalDevices
     from simpletvm.store import RunStore
-
-    from .infra import LocalInfrastructure
 
     run_store = RunStore(store)
     experiment = Experiment(run_store.superb_dir / plan.grid.name)
@@ -85,7 +84,7 @@ def run_sweep(
         keys = sorted({device_key(plan.resolved_params(run)) for run in pending})
         if tracker is None and any(run.tuned for run in pending):
             infrastructure = stack.enter_context(
-                LocalInfrastructure(
+                LocalDevices(
                     sorted({device_key(run.params) for run in pending if run.tuned}),
                     log=experiment.dir / "rpc.log",
                 )
