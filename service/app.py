@@ -149,6 +149,23 @@ def create_app(settings: Settings) -> FastAPI:
             raise HTTPException(400, "latency_ms must be > 0")
         job_id = uuid.uuid4().hex
         digest = None
+
+        def request() -> dict[str, Any]:
+            """The job's row as the client asked for it (name, path and digest once known)."""
+            return dict(
+                id=job_id,
+                user=who,
+                model=name,
+                model_path=str(path),
+                model_sha256=digest,
+                target=target,
+                device_key=key,
+                minutes=minutes,
+                trials=trials,
+                latency_ms=latency_ms,
+                known_only=int(known_only),
+            )
+
         if file is not None:
             name, path, digest = await _save_upload(
                 file, engine.uploads, job_id, settings.max_upload_bytes
@@ -160,17 +177,7 @@ def create_app(settings: Settings) -> FastAPI:
                 # the same model on the same target already has a module built from the
                 # store's records that meets the target: the answer, with no trial
                 table.add_job(
-                    id=job_id,
-                    user=who,
-                    model=name,
-                    model_path=str(path),
-                    model_sha256=digest,
-                    target=target,
-                    device_key=key,
-                    minutes=minutes,
-                    trials=trials,
-                    latency_ms=latency_ms,
-                    known_only=int(known_only),
+                    **request(),
                     state=DONE,
                     answered_from_store=1,
                     estimate_ms=known["estimate_ms"],
@@ -193,19 +200,7 @@ def create_app(settings: Settings) -> FastAPI:
                     f"unknown built-in model {model!r}: choose one of "
                     f"{', '.join(sorted(BUILTIN_MODELS))}",
                 )
-        table.add_job(
-            id=job_id,
-            user=who,
-            model=name,
-            model_path=str(path),
-            model_sha256=digest,
-            target=target,
-            device_key=key,
-            minutes=minutes,
-            trials=trials,
-            latency_ms=latency_ms,
-            known_only=int(known_only),
-        )
+        table.add_job(**request())
         await asyncio.to_thread(engine.admit)
         return {"id": job_id, "state": QUEUED, "url": f"/api/v1/jobs/{job_id}"}
 
