@@ -23,6 +23,7 @@ from simpletvm._process.scratch import sweep_orphans
 from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm.compiler.winograd import register_schedule_rules
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
+from simpletvm.tuning.cost_model import update_cost_model
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import StageSpec, TuningPlan
 from simpletvm.tuning.records import RecordStore
@@ -323,7 +324,7 @@ class TuningJob:
         context, workload = self._tune_contexts[index], self._workloads[index]
         source = self._samplers[index] if self._sampled else context
         source.search_strategy.notify_runner_results(self._candidates, self._run_results)
-        self._cost_model.update(context, self._candidates, self._run_results)
+        update_cost_model(self._cost_model, context, self._candidates, self._run_results)
         args_info = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         latencies = []
         for candidate, result in zip(self._candidates, self._run_results):
@@ -556,7 +557,8 @@ class TuningJob:
 
         records = self._database.get_top_k(workload, TRANSFER_RECORDS)
         if records:
-            self._cost_model.update(
+            update_cost_model(
+                self._cost_model,
                 context,
                 [r.as_measure_candidate() for r in records],
                 [RunnerResult(list(r.run_secs), None) for r in records],
@@ -614,11 +616,11 @@ class TuningJob:
         if self._runner is None:
             from tvm.s_tir import meta_schedule as ms
 
-            from simpletvm._process.orphans import exit_with_parent
+            from simpletvm._process.orphans import exit_with_this_process
 
             self._runner = ms.runner.LocalRunner(
                 timeout_sec=self.options.resolved_timeout(self.target.device_type),
-                initializer=exit_with_parent,
+                initializer=exit_with_this_process(),
                 evaluator_config=evaluator_config(self.options, self.cache_mode),
                 f_alloc_argument=alloc_arguments,
                 f_run_evaluator=run_evaluator(self.cache_mode, self.model_bytes),

@@ -91,6 +91,33 @@ def test_selects_sample_the_design_space_until_the_cost_model_can_predict(fused,
     assert len(rows) == job.trials == 140 and len(set(rows)) == len(rows)
 
 
+def test_xgboost_trains_only_once_it_holds_its_warmup_samples(fused, tmp_path, monkeypatch):
+    """Below its warm-up count XGBoost predicts at random whatever it was trained on: the
+    updates keep every measurement and leave the training to the one that reaches it."""
+    import xgboost
+
+    trained_on, train = [], xgboost.train
+
+    def counting_train(params, dtrain, *args, **kwargs):
+        trained_on.append(dtrain.num_row())
+        return train(params, dtrain, *args, **kwargs)
+
+    monkeypatch.setattr(xgboost, "train", counting_train)
+    job = TuningJob(
+        fused.fused_module,
+        fused.target,
+        TuningOptions(candidates_per_iteration=16, seed=0, total_trials=112, **SEARCH),
+        records=RecordStore(tmp_path / "records.sqlite"),
+        builder=fake_builder(),
+        runner=fake_runner(0),
+        run_id="f" * 32,
+    )
+    job.run()
+    assert job.trials == 112
+    assert trained_on, "never trained, though the job measured past the warm-up count"
+    assert min(trained_on) >= 100, trained_on  # XGBoost's num_warmup_samples
+
+
 def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_path):
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "b" * 32
     first = job_of(fused, records, run_id, seed=1, trials=12)
