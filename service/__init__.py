@@ -10,9 +10,9 @@ ids. It uses simpletvm and the scheduler; nothing imports it.
 
 from __future__ import annotations
 
-import importlib.util
+from simpletvm.extras import install_hint, require
 
-INSTALL_HINT = "pip install 'simpletvm[service]'"
+INSTALL_HINT = install_hint("service")
 # the libraries of the service extra, by import name; a plain `pip install .` lacks them
 EXTRA_MODULES = ("fastapi", "uvicorn", "httpx", "multipart")
 
@@ -20,6 +20,4 @@ EXTRA_MODULES = ("fastapi", "uvicorn", "httpx", "multipart")
 def require_extra() -> None:
     """Raise ImportError naming the extra to install when the service's libraries are
     missing, before any of them is imported."""
-    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ImportError(f"the tuning service needs {', '.join(missing)}: {INSTALL_HINT}")
+    require("service", EXTRA_MODULES, "the tuning service")

@@ -27,6 +27,7 @@ MODEL_SUFFIXES = (".onnx", ".tflite", ".pb", ".keras", ".h5")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 LOCAL_USER = "local"
 PAGE = Path(__file__).with_name("page.html")
+USERS_REFRESH_S = 5.0  # how soon a user another process re-keyed loses the old token
 
 
 @dataclass
@@ -54,6 +55,7 @@ def create_app(settings: Settings) -> FastAPI:
         **settings.engine_options,
     )
     table = engine.table
+    view = table.view  # what status requests read: no SQLite on the event loop
     require_tokens = settings.require_tokens or settings.host not in LOOPBACK
     if require_tokens and not table.has_users():
         raise SystemExit(
@@ -63,36 +65,35 @@ def create_app(settings: Settings) -> FastAPI:
 
     from contextlib import asynccontextmanager
 
+    async def refresh_users() -> None:
+        while True:
+            await asyncio.sleep(USERS_REFRESH_S)
+            await asyncio.to_thread(table.load_users)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await asyncio.to_thread(engine.start)
+        refreshing = asyncio.create_task(refresh_users())
         try:
             yield
         finally:
+            refreshing.cancel()
             await asyncio.to_thread(engine.stop)
 
     app = FastAPI(title="SimpleTVM tuning service", version="1", lifespan=lifespan)
     app.state.engine = engine
 
-    @app.middleware("http")
-    async def refuse_large_bodies(request: Request, call_next):
-        """Refuse an upload whose declared size is over the limit before the form
-        parser spools it to disk (the handler also counts what it reads)."""
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > settings.max_upload_bytes + (1 << 16):
-            return JSONResponse(
-                {
-                    "detail": f"upload too large: over the limit of "
-                    f"{settings.max_upload_bytes} bytes"
-                },
-                status_code=413,
-            )
-        return await call_next(request)
+    app.add_middleware(RefuseLargeBodies, limit=settings.max_upload_bytes)
 
     async def user(authorization: str | None = Header(default=None)) -> str:
         if authorization:
             scheme, _, token = authorization.partition(" ")
-            name = table.user_of(token.strip()) if scheme.lower() == "bearer" else None
+            token, name = token.strip(), None
+            if scheme.lower() == "bearer":
+                name = view.user_of(token)
+                if name is None:  # perhaps a user added since by another process
+                    await asyncio.to_thread(table.load_users)
+                    name = view.user_of(token)
             if name is None:
                 raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
             return name
@@ -101,7 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
         return LOCAL_USER
 
     async def own_job(job_id: str, who: str = Depends(user)) -> dict[str, Any]:
-        job = table.job(job_id)
+        job = view.job(job_id)
         if job is None or job["user"] != who:
             raise HTTPException(404, f"no job {job_id!r} of yours")
         return job
@@ -170,13 +171,16 @@ def create_app(settings: Settings) -> FastAPI:
             name, path, digest = await _save_upload(
                 file, engine.uploads, job_id, settings.max_upload_bytes
             )
-            known = table.known_module(digest, target, latency_ms) if latency_ms else None
+            known = None
+            if latency_ms:
+                known = await asyncio.to_thread(table.known_module, digest, target, latency_ms)
             if known is not None and await asyncio.to_thread(
                 _copy_module, engine, known["id"], job_id
             ):
                 # the same model on the same target already has a module built from the
                 # store's records that meets the target: the answer, with no trial
-                table.add_job(
+                await asyncio.to_thread(
+                    table.add_job,
                     **request(),
                     state=DONE,
                     answered_from_store=1,
@@ -185,7 +189,8 @@ def create_app(settings: Settings) -> FastAPI:
                     finished=time.time(),
                     progress=1.0,
                 )
-                table.update(
+                await asyncio.to_thread(
+                    table.update,
                     job_id,
                     ("known", {"from_job": known["id"], "estimate_ms": known["estimate_ms"]}),
                 )
@@ -200,13 +205,13 @@ def create_app(settings: Settings) -> FastAPI:
                     f"unknown built-in model {model!r}: choose one of "
                     f"{', '.join(sorted(BUILTIN_MODELS))}",
                 )
-        table.add_job(**request())
+        await asyncio.to_thread(table.add_job, **request())
         await asyncio.to_thread(engine.admit)
         return {"id": job_id, "state": QUEUED, "url": f"/api/v1/jobs/{job_id}"}
 
     @app.get("/api/v1/jobs")
     async def jobs(who: str = Depends(user)) -> list[dict[str, Any]]:
-        return [_public(job) for job in table.jobs(who)]
+        return [_public(job) for job in view.jobs(who)]
 
     @app.get("/api/v1/jobs/{job_id}")
     async def job(job: dict = Depends(own_job)) -> dict[str, Any]:
@@ -220,7 +225,7 @@ def create_app(settings: Settings) -> FastAPI:
     def all_trace(who: str = Depends(user)) -> list[dict[str, Any]]:
         return [
             {"job": j["id"], **e}
-            for j in table.jobs(who)
+            for j in view.jobs(who)
             for e in table.events(j["id"], kind="stage")
         ]
 
@@ -234,8 +239,10 @@ def create_app(settings: Settings) -> FastAPI:
                 for event in await asyncio.to_thread(table.events, job["id"], last):
                     last = event["id"]
                     yield f"id: {last}\nevent: {event['kind']}\ndata: {json.dumps(event)}\n\n"
-                current = await asyncio.to_thread(table.job, job["id"])
-                if current["state"] in FINISHED and not table.events(job["id"], last):
+                current = view.job(job["id"])
+                if current["state"] in FINISHED and not await asyncio.to_thread(
+                    table.events, job["id"], last
+                ):
                     yield f"event: end\ndata: {json.dumps(_public(current))}\n\n"
                     return
                 if await request.is_disconnected():
@@ -274,6 +281,28 @@ def create_app(settings: Settings) -> FastAPI:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
     return app
+
+
+class RefuseLargeBodies:
+    """Refuse an upload whose declared size is over the limit before the form parser
+    spools it to disk (the handler also counts what it reads). Plain ASGI: the
+    ``@app.middleware`` kind would cost every request, status ones included, a task
+    group and a stream of its own."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            declared = dict(scope["headers"]).get(b"content-length", b"")
+            if declared.isdigit() and int(declared) > self.limit + (1 << 16):
+                response = JSONResponse(
+                    {"detail": f"upload too large: over the limit of {self.limit} bytes"},
+                    status_code=413,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _public(job: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,9 @@ def serve(
     tracker: Annotated[
         str | None, typer.Option(help="HOST:PORT of your own RPC tracker instead of local servers")
     ] = None,
-    backend: Annotated[str, typer.Option(help="processes or ray")] = "processes",
+    backend: Annotated[
+        str, typer.Option(help="where jobs run: processes, or ray (a local Ray instance)")
+    ] = "processes",
     max_in_flight: Annotated[int, typer.Option(help="jobs in the scheduler at once")] = 2,
     max_upload_mb: Annotated[float, typer.Option()] = 100.0,
     require_tokens: Annotated[bool, typer.Option(help="require tokens on loopback too")] = False,
@@ -71,8 +73,20 @@ def serve(
 
     from service.app import Settings, create_app
     from service.db import JobTable
+    from service.runner import BACKENDS
     from simpletvm.store import RunStore
 
+    if backend not in BACKENDS:
+        typer.echo(f"error: --backend {backend!r} is unknown: choose processes or ray", err=True)
+        raise typer.Exit(2)
+    if backend == "ray":
+        from simpletvm.extras import require
+
+        try:
+            require("ray", ("ray",), "--backend ray")
+        except ImportError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(2) from None
     root = RunStore(store).root
     if add_user:
         token = JobTable(root / "service" / "service.sqlite").add_user(add_user)
@@ -98,7 +112,7 @@ def serve(
 
 
 def _client(server: str, token: str | None):
-    from service.client import Client
+    from simpletvm.client import Client
 
     return Client(server, token or os.environ.get(TOKEN_ENV))
 
@@ -119,7 +133,7 @@ def submit(
     wait: Annotated[bool, typer.Option(help="show progress until the job ends")] = False,
 ) -> None:
     """Submit a model; prints its job id (its run id in the store)."""
-    from service.client import ServiceError
+    from simpletvm.client import ServiceError
 
     with _client(server, token) as client:
         try:
@@ -168,7 +182,7 @@ def submit(
 @app.command()
 def jobs(server: Server, token: Token = None) -> None:
     """Your jobs: id, model, state, trials, estimate."""
-    from service.client import ServiceError
+    from simpletvm.client import ServiceError
 
     with _client(server, token) as client:
         try:
@@ -196,7 +210,7 @@ def fetch(
     token: Token = None,
 ) -> None:
     """Download a done job's module directory."""
-    from service.client import ServiceError
+    from simpletvm.client import ServiceError
 
     with _client(server, token) as client:
         try:

@@ -1,5 +1,6 @@
 """The service's tables in SQLite (WAL): users with hashed tokens, jobs with their state,
-and each job's events (stages, trials, state changes) for progress, SSE and the trace."""
+and each job's events (stages, trials, state changes) for progress, SSE and the trace;
+and the service's view of users and jobs in memory, which status requests read."""
 
 from __future__ import annotations
 
@@ -59,14 +60,59 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class JobTable:
-    """One connection per thread to ``<store>/service/service.sqlite``."""
+class StatusView:
+    """Users (token hash -> name) and job rows in memory, so that a status request does no
+    SQLite and no blocking work on the service's event loop, however many arrive at once.
 
-    def __init__(self, path: str | Path) -> None:
+    The :class:`JobTable` that owns it puts each job row it writes here after the write
+    commits (the service's process is the only writer of jobs). Rows are replaced, never
+    changed in place, so a reader holds a consistent row. Users come from the table when
+    it starts and after each change it makes; :meth:`JobTable.load_users` reads again
+    those another process added (``serve --add-user`` while the service runs)."""
+
+    def __init__(self) -> None:
+        self._users: dict[str, str] = {}
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._by_user: dict[str, dict[str, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def user_of(self, token: str) -> str | None:
+        return self._users.get(token_hash(token))
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self._jobs.get(job_id)
+
+    def jobs(self, user: str) -> list[dict[str, Any]]:
+        """``user``'s jobs in the order of :meth:`JobTable.jobs`."""
+        with self._lock:
+            rows = list(self._by_user.get(user, {}).values())
+        return sorted(rows, key=lambda row: (row["created"], row["id"]))
+
+    def _put(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._jobs[row["id"]] = row
+            self._by_user.setdefault(row["user"], {})[row["id"]] = row
+
+    def _set_users(self, users: dict[str, str]) -> None:
+        self._users = users  # one assignment: a reader sees the old map or the new one
+
+
+class JobTable:
+    """One connection per thread to ``<store>/service/service.sqlite``; with ``view``, a
+    :class:`StatusView` (``self.view``) kept current by this table's writes."""
+
+    def __init__(self, path: str | Path, view: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._db().executescript(SCHEMA)
+        # the view takes rows in the order their writes commit
+        self._writing = threading.Lock()
+        self.view = StatusView() if view else None
+        if self.view is not None:
+            self.load_users()
+            for row in self.jobs():
+                self.view._put(row)
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -102,7 +148,15 @@ class JobTable:
                 "DO UPDATE SET token_sha256 = excluded.token_sha256",
                 (name, token_hash(token)),
             )
+        if self.view is not None:
+            self.load_users()
         return token
+
+    def load_users(self) -> None:
+        """Read the users into the view again: those another process added, and the new
+        token of one it re-keyed (the old one stops working)."""
+        rows = self._db().execute("SELECT token_sha256, name FROM users").fetchall()
+        self.view._set_users({digest: name for digest, name in rows})
 
     def user_of(self, token: str) -> str | None:
         row = (
@@ -120,30 +174,55 @@ class JobTable:
         fields.setdefault("state", QUEUED)
         fields.setdefault("created", time.time())
         names = ", ".join(fields)
-        with self._tx() as db:
-            db.execute(
-                f"INSERT INTO jobs ({names}) VALUES ({', '.join('?' * len(fields))})",
-                tuple(fields.values()),
-            )
-            _event(db, fields["id"], "state", {"state": fields["state"]})
+        with self._writing:
+            with self._tx() as db:
+                db.execute(
+                    f"INSERT INTO jobs ({names}) VALUES ({', '.join('?' * len(fields))})",
+                    tuple(fields.values()),
+                )
+                _event(db, fields["id"], "state", {"state": fields["state"]})
+                row = self._written(db, fields["id"])
+            self._show(row)
 
     def update(self, job_id: str, event: tuple[str, dict] | None = None, **fields: Any) -> None:
-        with self._tx() as db:
-            if fields:
-                sets = ", ".join(f"{name} = ?" for name in fields)
-                db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
-            if "state" in fields:
-                _event(
-                    db,
-                    job_id,
-                    "state",
-                    {
-                        "state": fields["state"],
-                        **({"error": fields["error"]} if fields.get("error") else {}),
-                    },
-                )
-            if event is not None:
-                _event(db, job_id, *event)
+        with self._writing:
+            with self._tx() as db:
+                self._update(db, job_id, event, fields)
+                row = self._written(db, job_id) if fields else None
+            self._show(row)
+
+    def _update(
+        self, db: sqlite3.Connection, job_id: str, event: tuple[str, dict] | None, fields: dict
+    ) -> None:
+        if fields:
+            sets = ", ".join(f"{name} = ?" for name in fields)
+            db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+        if "state" in fields:
+            _event(
+                db,
+                job_id,
+                "state",
+                {
+                    "state": fields["state"],
+                    **({"error": fields["error"]} if fields.get("error") else {}),
+                },
+            )
+        if event is not None:
+            _event(db, job_id, *event)
+
+    def _written(self, db: sqlite3.Connection, job_id: str) -> dict[str, Any] | None:
+        """The job's row as this transaction wrote it (with the columns' defaults), for
+        the view; None without one."""
+        if self.view is None:
+            return None
+        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return dict(row) if row else None
+
+    def _show(self, row: dict[str, Any] | None) -> None:
+        """Put a committed row in the view (still under ``_writing``: rows go in in the
+        order their transactions committed)."""
+        if row is not None:
+            self.view._put(row)
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         row = self._db().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()

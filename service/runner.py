@@ -27,6 +27,7 @@ from simpletvm.store import RunStore
 
 log = logging.getLogger("service")
 MODULE_FILE = "model.so"
+BACKENDS = ("processes", "ray")  # where jobs run: local worker processes or Ray actors
 
 
 class Engine:
@@ -41,11 +42,13 @@ class Engine:
         max_in_flight: int = 2,
         ray_address: str | None = None,
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} is unknown: choose {' or '.join(BACKENDS)}")
         self.store = RunStore(store)
         self.dir = self.store.root / "service"
         self.uploads = self.dir / "uploads"
         self.uploads.mkdir(parents=True, exist_ok=True)
-        self.table = JobTable(self.dir / "service.sqlite")
+        self.table = JobTable(self.dir / "service.sqlite", view=True)  # status from memory
         self.device_keys, self.servers, self.tracker = list(device_keys), servers, tracker
         self.backend_name, self.policy, self.ray_address = backend, policy, ray_address
         self.max_in_flight = max_in_flight

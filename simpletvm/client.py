@@ -1,4 +1,7 @@
-"""A Python client for the tuning service (httpx)."""
+"""A Python client for the tuning service (``simpletvm serve``), over httpx.
+
+It talks HTTP only, so it lives in simpletvm, where users look for it, and needs only
+httpx of the service extra; nothing in simpletvm imports it."""
 
 from __future__ import annotations
 
@@ -10,12 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from service import INSTALL_HINT
+from simpletvm.extras import require
 
-try:
-    import httpx
-except ImportError as error:  # a plain `pip install .` has no service extra
-    raise ImportError(f"the service's client needs httpx: {INSTALL_HINT}") from error
+require("service", ("httpx",), "simpletvm.client")  # a plain `pip install .` has no httpx
+
+import httpx  # noqa: E402
 
 FINISHED = ("done", "failed", "cancelled")
 

@@ -7,8 +7,8 @@ import httpx
 import pytest
 from service_helpers import ServiceProcess
 
-from service.client import Client, ServiceError
 from service.db import JobTable
+from simpletvm.client import Client, ServiceError
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +132,76 @@ def _submit_bytes(url: str, token: str) -> str:
     )
     assert response.status_code == 202, response.text
     return response.json()["id"]
+
+
+def test_200_status_requests_at_once_are_each_answered_right(server) -> None:
+    """Each user's jobs and list, another user's job (404) and a bad token (401), all at
+    once while the jobs move (their workers fail at import): every answer right. How fast
+    they come is bench/service_load.py's question (timed tests are flaky)."""
+    import asyncio
+
+    service, tokens = server
+    users = ("alice", "bob")
+    mine = {name: [_submit_bytes(service.url, tokens[name]) for _ in range(2)] for name in users}
+    listed = {}
+    for name in users:
+        with Client(service.url, tokens[name]) as client:
+            listed[name] = {job["id"] for job in client.jobs()}
+    states = ("queued", "running", "done", "failed", "cancelled")
+
+    async def one(http: httpx.AsyncClient, i: int) -> tuple[int, int, bool]:
+        name, other = users[i % 2], users[1 - i % 2]
+        auth = {"Authorization": f"Bearer {tokens[name]}"}
+        kind = i // 2 % 5
+        if kind == 0:
+            response = await http.get("/api/v1/jobs", headers=auth)
+            rows = response.json()
+            right = response.status_code == 200 and {j["id"] for j in rows} == listed[name]
+            return i, response.status_code, right and all(j["user"] == name for j in rows)
+        if kind in (1, 2):
+            job_id = mine[name][kind - 1]
+            response = await http.get(f"/api/v1/jobs/{job_id}", headers=auth)
+            row = response.json()
+            right = response.status_code == 200 and (row["id"], row["user"]) == (job_id, name)
+            return i, response.status_code, right and row["state"] in states
+        if kind == 3:
+            response = await http.get(f"/api/v1/jobs/{mine[other][0]}", headers=auth)
+            return i, response.status_code, response.status_code == 404
+        response = await http.get("/api/v1/jobs", headers={"Authorization": "Bearer nope"})
+        return i, response.status_code, response.status_code == 401
+
+    async def burst() -> list[tuple[int, int, bool]]:
+        async with httpx.AsyncClient(
+            base_url=service.url, timeout=60, limits=httpx.Limits(max_connections=200)
+        ) as http:
+            return await asyncio.gather(*(one(http, i) for i in range(200)))
+
+    answers = asyncio.run(burst())
+    assert len(answers) == 200 and [a for a in answers if not a[2]] == []
+    # each answer is the stored row: a finished job reads as the table has it
+    table = JobTable(service.store / "service" / "service.sqlite")
+    with Client(service.url, tokens["alice"]) as alice:
+        for job_id in mine["alice"]:
+            shown = alice.wait(job_id, timeout=300, poll_s=0.1)
+            stored = table.job(job_id)
+            assert (shown["state"], shown["error"]) == (stored["state"], stored["error"])
+
+
+def test_a_user_added_while_the_service_runs_gets_in_and_a_replaced_token_not(server) -> None:
+    service, _ = server
+
+    def jobs(token: str) -> list:
+        with Client(service.url, token) as client:
+            return client.jobs()
+
+    table = JobTable(service.store / "service" / "service.sqlite")  # as `serve --add-user`
+    first = table.add_user("carol")
+    assert jobs(first) == []
+    second = table.add_user("carol")  # re-keyed
+    assert jobs(second) == []
+    with pytest.raises(ServiceError) as refused:
+        jobs(first)
+    assert refused.value.status == 401
 
 
 def test_non_loopback_without_users_refuses_to_start(tmp_path) -> None:

@@ -22,3 +22,23 @@ def test_service_commands_run_when_the_extra_is_installed():
     result = CliRunner().invoke(app, ["jobs", "--help"])
     assert result.exit_code == 0, result.output
     assert "--server" in result.output
+
+
+def test_the_client_names_the_extra_without_httpx_and_simpletvm_imports_without_it(monkeypatch):
+    import importlib
+    import subprocess
+    import sys
+
+    import pytest
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "simpletvm.client", raising=False)
+    with pytest.raises(ImportError, match=r"needs httpx: pip install 'simpletvm\[service\]'"):
+        importlib.import_module("simpletvm.client")
+    lazy = subprocess.run(
+        [sys.executable, "-c", "import sys, simpletvm; print('httpx' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert lazy.stdout.strip() == "False"

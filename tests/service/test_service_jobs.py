@@ -9,7 +9,7 @@ import time
 import pytest
 from service_helpers import ServiceProcess
 
-from service.client import Client
+from simpletvm.client import Client
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +30,12 @@ def tuned(tmp_path_factory, tiny_model):
 
 
 def test_a_tuning_job_measures_its_budget_and_its_module_downloads(tuned, tmp_path) -> None:
+    """simpletvm.client.Client submitted it (the fixture), lists it and fetches its module."""
     service, client, job = tuned
     assert job["state"] == "done", job
     assert job["trials_done"] == 16 and job["estimate_ms"] > 0
     assert not job["answered_from_store"]
+    assert [j["id"] for j in client.jobs()][:1] == [job["id"]]  # the first job listed
     stages = client.trace(job["id"])
     assert {s["stage"] for s in stages} >= {"select", "build", "profile", "update", "save"}
     device = sorted((s["start"], s["end"]) for s in stages if s["role"].startswith("device"))
