@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import pickle
+import select
 import signal
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -34,8 +35,8 @@ class ProcessBackend(Backend):
     sees :class:`WorkerDied` on that job's future, as with Ray.
 
     Each worker leads a process group of its own, so cancelling a job also ends what
-    it started (compiler and profiler subprocesses), and asks Linux to kill it when
-    the scheduler's process dies, so a killed scheduler leaves no job behind.
+    it started (compiler and profiler subprocesses), and kills that group when the
+    scheduler's process dies, so a killed scheduler leaves no job behind.
     ``start_method`` defaults to "spawn", which is safe in a process that runs threads;
     "forkserver" with ``preload`` (modules its server imports once) starts workers warm.
     """
@@ -85,7 +86,9 @@ class _Worker:
 
     def __init__(self, context, job_id: str) -> None:
         self._conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child,), name=f"scheduler-job-{job_id}")
+        self.process = context.Process(
+            target=_serve, args=(child, os.getpid()), name=f"scheduler-job-{job_id}"
+        )
         self.process.start()
         child.close()
         self._lock = threading.Lock()
@@ -174,10 +177,10 @@ def _nothing() -> None:
     pass
 
 
-def _serve(conn) -> None:
+def _serve(conn, owner: int) -> None:
     """A worker's body: build the job, then run the stages it is sent until the pipe closes."""
     os.setsid()
-    _die_with_parent()
+    _die_with(owner)
     job: Job | None = None
     try:
         while True:
@@ -210,12 +213,38 @@ def _picklable(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when the process that started it ends."""
-    parent = os.getppid()
+def _die_with(owner: int) -> None:
+    """SIGKILL this worker's process group (the job and what it started) as soon as the
+    scheduler's process ``owner`` ends, from a daemon thread.
+
+    Not PR_SET_PDEATHSIG: that follows the parent, which under "forkserver" is the fork
+    server, and the server outlives a killed scheduler for as long as a job runs (every
+    job holds its "alive" pipe); under "spawn" it fires when the *thread* that started
+    the job ends, though the scheduler lives on.
+    """
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent ended before the request took effect
-        os._exit(1)
+        pidfd = os.pidfd_open(owner)
+    except ProcessLookupError:  # the owner ended before this worker started
+        os.killpg(0, signal.SIGKILL)
+    except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3): poll
+        pidfd = None
+
+    def watch() -> None:
+        if pidfd is not None:
+            select.select([pidfd], [], [])  # readable once the owner has ended
+        else:
+            while _exists(owner):
+                time.sleep(1.0)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-scheduler", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True

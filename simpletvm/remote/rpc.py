@@ -244,7 +244,7 @@ class LocalRPC:
         try:
             if self.tracker is None:
                 low, high = (self.port, self.port + 1) if self.port else TRACKER_PORTS
-                self._tracker = Tracker(self.host, low, high, silent=True)
+                self._tracker = _exits_with_this_process(Tracker(self.host, low, high, silent=True))
             registered = {
                 name: 1 if self.key_per_server else self.servers
                 for key in self.keys
@@ -276,6 +276,7 @@ class LocalRPC:
             silent=log is None,
             server_init_callback=partial(_log_sessions_to, str(log)) if log else None,
         )
+        _exits_with_this_process(server)
         self._servers[server] = key
         return server
 
@@ -308,6 +309,17 @@ class LocalRPC:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _exits_with_this_process(handle):
+    """Make a TVM Tracker's or Server's process exit once this one is gone: it runs the
+    tracker or server in a thread that is not a daemon, so it outlives a SIGKILLed owner.
+    Its worker waits for the next function once the thread is started."""
+    from simpletvm._process.orphans import exit_with_this_process
+
+    handle.proc.send(exit_with_this_process())
+    handle.proc.recv()
+    return handle
 
 
 def _log_sessions_to(path: str) -> None:

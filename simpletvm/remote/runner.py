@@ -51,6 +51,7 @@ def rpc_runner(options, device_type: str, tracker: tuple[str, int], device_key: 
     candidates as the job's options say (timeout, cache mode, evaluator)."""
     from tvm.s_tir import meta_schedule as ms
 
+    from simpletvm._process.orphans import exit_with_this_process
     from simpletvm.tuning.timing import evaluator_config, resolve_cache_mode
 
     timeout = options.resolved_timeout(device_type)
@@ -64,4 +65,5 @@ def rpc_runner(options, device_type: str, tracker: tuple[str, int], device_key: 
         ),
         evaluator_config=evaluator_config(options, mode),
         max_workers=1,
+        initializer=exit_with_this_process(),
     )

@@ -22,11 +22,11 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from simpletvm._process.scratch import make_scratch_dir
 
 
-def _worker_init(target_kind: str) -> None:
+def _worker_init(target_kind: str, parent: int) -> None:
     from simpletvm._process.orphans import exit_with_parent
     from simpletvm.targets import load_tensor_intrinsics
 
-    exit_with_parent()
+    exit_with_parent(parent=parent)
     load_tensor_intrinsics(target_kind)
 
 
@@ -86,7 +86,7 @@ class PersistentBuilder(PyBuilder):
             max_workers=self.max_workers,
             timeout=timeout_sec,
             initializer=_worker_init,
-            initargs=(target_kind,),
+            initargs=(target_kind, os.getpid()),
         )
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
