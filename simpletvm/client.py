@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from simpletvm.errors import SimpleTVMError
 from simpletvm.extras import require
 
 require("service", ("httpx",), "simpletvm.client")  # a plain `pip install .` has no httpx
@@ -22,7 +23,7 @@ import httpx  # noqa: E402
 FINISHED = ("done", "failed", "cancelled")
 
 
-class ServiceError(Exception):
+class ServiceError(SimpleTVMError):
     """The service refused a request: ``status`` and its ``detail``."""
 
     def __init__(self, status: int, detail: str) -> None:

@@ -67,6 +67,8 @@ def sample(cls: type[BaseException]) -> BaseException:
         )
     if cls.__name__ == "PlanOrderError":
         return cls("profiled", Phase.SELECT, Phase.PROFILE)
+    if cls.__name__ == "ServiceError":
+        return cls(404, "no job 'x' of yours")
     return cls("something went wrong")
 
 

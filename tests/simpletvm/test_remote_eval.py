@@ -67,24 +67,24 @@ def timed_seconds(stvm: SimpleTVM) -> float:
 
 def test_evaluate_times_the_model_in_the_servers_process(rpc, store, model_64):
     """The same evaluation costs this process its CPU time when local, and the server's
-    process when remote: at least half the wall time of its timed runs each time (CPU
-    time, unlike wall time, does not grow on a busy machine)."""
+    process when remote (the server spent about 0.6 of the local CPU time here, hence
+    the bound of a quarter). CPU time is compared with CPU time, never with wall time:
+    on a busy machine the timed runs' wall time grows while the CPU they get does not."""
     local = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(model_64)
     local.build(records=None)
     before = own_cpu_seconds()
     local.evaluate(repeat=1000, warmup=2)
     work = own_cpu_seconds() - before
-    assert work > 0.5 * timed_seconds(local) > 0.1
+    assert work > 0.1 and timed_seconds(local) > 0.1
 
     stvm = remote(store, rpc).from_model(model_64).build(records=None).save()
     servers_before, own_before = child_cpu_seconds(), own_cpu_seconds()
     stvm.evaluate(repeat=1000, warmup=2)
     own = own_cpu_seconds() - own_before
-    timed = timed_seconds(stvm)
     deadline = time.monotonic() + 30
-    while (spent := cpu_spent_since(servers_before)) < 0.5 * timed:  # reaped after the session
+    while (spent := cpu_spent_since(servers_before)) < 0.25 * work:  # reaped after the session
         assert time.monotonic() < deadline, (
-            f"the servers spent {spent:.2f} s of CPU on {timed:.2f} s of timed runs"
+            f"the servers spent {spent:.2f} s of CPU on what took {work:.2f} s here"
         )
         time.sleep(0.2)
     assert own < 0.25 * spent, f"this process spent {own:.2f} s of CPU, the servers {spent:.2f} s"
