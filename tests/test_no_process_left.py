@@ -2,14 +2,14 @@
 it tunes, take every process they started with them (job workers, fork server, resource
 tracker, MetaSchedule's build workers, RPC tracker and servers).
 
-Each runs in a session of its own; its descendants are recorded from /proc as (pid,
+Each runs in a session of its own; its descendants are recorded (psutil keeps each one's
 start time), so neither a reused pid nor another test's processes can confuse the check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from simpletvm.testing import tiny_cnn_onnx
@@ -117,7 +118,7 @@ def _kill_while_tuning(command: list[str], tmp_path: Path, then=None) -> None:
             command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-    recorded: dict[int, tuple[int, str]] = {}
+    recorded: list[psutil.Process] = []
     try:
         if then is not None:
             then(process)
@@ -133,75 +134,64 @@ def _kill_while_tuning(command: list[str], tmp_path: Path, then=None) -> None:
         while (left := _still_there(recorded, process.pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not left, "left behind:\n" + "\n".join(
-            f"{pid} {command}" for pid, (_, command) in sorted(left.items())
+            f"{p.pid} {_command(p)}" for p in sorted(left, key=lambda p: p.pid)
         )
     finally:  # a failure leaves nothing running either
         if process.poll() is None:
             process.kill()
             process.wait()
-        for pid, (start, _) in _still_there(recorded, process.pid).items():
-            for kill in (os.killpg, os.kill):
-                try:
-                    if _stat(pid) and _stat(pid)[2] == start:
-                        kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        for leftover in _still_there(recorded, process.pid):
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()  # psutil checks the pid still names the recorded process
 
 
-def _tuning(tree: dict[int, tuple[int, str]]) -> bool:
+def _tuning(tree: list[psutil.Process]) -> bool:
     """Whether a job's process (a multiprocessing worker) has started TVM workers (its
     builder's: the RPC tracker's and servers' have another parent)."""
-    parents = {pid: stat[0] for pid in tree if (stat := _stat(pid))}
+    commands = {p.pid: _command(p) for p in tree}
     return any(
-        "tvm.exec.popen_worker" in command
-        and "multiprocessing" in tree.get(parents.get(pid, 0), (0, ""))[1]
-        for pid, (_, command) in tree.items()
+        "tvm.exec.popen_worker" in commands[p.pid]
+        and "multiprocessing" in commands.get(_parent(p), "")
+        for p in tree
     )
 
 
-def _descendants(root: int) -> dict[int, tuple[int, str]]:
-    """pid -> (start time, command line) of ``root``'s live descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (stat := _stat(int(name))):
-            children.setdefault(stat[0], []).append(int(name))
-    tree, todo = {}, list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        if stat := _stat(pid):
-            tree[pid] = (stat[2], _command(pid))
-            todo.extend(children.get(pid, []))
-    return tree
+def _descendants(root: int) -> list[psutil.Process]:
+    """``root``'s live descendants (psutil keeps each one's start time, so a reused pid
+    is never taken for it)."""
+    try:
+        return psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
-def _still_there(recorded: dict[int, tuple[int, str]], session: int) -> dict[int, tuple[int, str]]:
+def _still_there(recorded: list[psutil.Process], session: int) -> list[psutil.Process]:
     """The recorded processes still running (not zombies, not their pid reused), and any
     other process of the killed process's session (started after the record)."""
-    left = {}
-    for name in os.listdir("/proc"):
-        pid = int(name) if name.isdigit() else 0
-        stat = _stat(pid) if pid else None
-        if stat is None or stat[3] == "Z":
-            continue
-        if (pid in recorded and recorded[pid][0] == stat[2]) or (
-            stat[1] == session and pid != session
-        ):
-            left[pid] = (stat[2], _command(pid))
-    return left
+    left = {p.pid: p for p in recorded if _alive(p)}
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.pid != session and os.getsid(process.pid) == session and _alive(process):
+                left.setdefault(process.pid, process)
+    return list(left.values())
 
 
-def _stat(pid: int) -> tuple[int, int, int, str] | None:
-    """(parent pid, session id, start time, state) of a process, None once it is gone."""
+def _alive(process: psutil.Process) -> bool:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), int(fields[3]), int(fields[19]), fields[0]
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def _command(pid: int) -> str:
+def _parent(process: psutil.Process) -> int:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-    except OSError:
+        return process.ppid()
+    except psutil.Error:
+        return 0
+
+
+def _command(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())[:200]
+    except psutil.Error:
         return "?"
