@@ -45,7 +45,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start(store: Path, port: int, in_flight: int) -> subprocess.Popen:
+def start(store: Path, port: int, in_flight: int, policy: str) -> subprocess.Popen:
     log = open(store / "serve.log", "ab")
     process = subprocess.Popen(
         [
@@ -59,6 +59,8 @@ def start(store: Path, port: int, in_flight: int) -> subprocess.Popen:
             str(store),
             "--max-in-flight",
             str(in_flight),
+            "--policy",
+            policy,
         ],
         cwd=ROOT,
         stdout=log,
@@ -127,6 +129,7 @@ def main() -> None:
     )
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--in-flight", type=int, default=2)
+    parser.add_argument("--policy", default="round-robin")
     parser.add_argument("--kill-after", type=float, default=None)
     parser.add_argument("--status-requests", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
@@ -139,7 +142,7 @@ def main() -> None:
     models = [tiny_cnn_onnx(store / f"tiny{size}.onnx", image_size=size) for size in (24, 28, 32)]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = start(store, port, args.in_flight)
+    process = start(store, port, args.in_flight, args.policy)
     # the heaviest user is client 0: it sends half the jobs
     owners = [0] * (args.jobs // 2) + [
         1 + i % (args.clients - 1) for i in range(args.jobs - args.jobs // 2)
@@ -184,7 +187,7 @@ def main() -> None:
             process.wait()
             killed = True
             print(f"SIGKILLed the service at {time.time() - began:.0f} s; starting it again")
-            process = start(store, port, args.in_flight)
+            process = start(store, port, args.in_flight, args.policy)
         with lock:
             ids = list(submitted)
         if not latencies and len(ids) >= 2:
@@ -258,7 +261,12 @@ def main() -> None:
     over_budget = [
         i for i, r in zip(ids, rows) if records.count(run_id=i) > max(r["trials_done"], args.trials)
     ]
+    work: dict[str, float] = defaultdict(float)
+    for s in stages:
+        work[s["resource"]] += s["end"] - s["start"]
     result = {
+        "policy": args.policy,
+        "in_flight": args.in_flight,
         "jobs": len(ids),
         "ok": sum(r["state"] == "done" for r in rows),
         "failed": {r["id"]: r["error"] for r in rows if r["state"] != "done"},
@@ -269,6 +277,7 @@ def main() -> None:
         "makespan_s": round(makespan, 1),
         "lower_bound_s": round(bound, 1),
         "ratio": round(makespan / bound, 3) if bound else None,
+        "busy_fraction": {r: round(w / makespan, 3) for r, w in sorted(work.items())},
         "device_overlaps": overlaps(stages),
         "max_heavy_user_jobs_admitted_ahead_of_a_waiting_other_users_job": overtakes,
         "first_job_queue_wait_s": first_waits,
@@ -317,8 +326,9 @@ async def _get(host: str, port: int, path: str, token: str) -> tuple[int, object
     through it times the client."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""  # none on loopback
         writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}"
             "Connection: close\r\n\r\n".encode()
         )
         await writer.drain()

@@ -15,8 +15,9 @@ from typing import Any
 from service import INSTALL_HINT
 
 try:
-    from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
+    from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 except ImportError as error:  # a plain `pip install .` has no service extra
     raise ImportError(f"the tuning service needs FastAPI: {INSTALL_HINT}") from error
 
@@ -41,6 +42,7 @@ class Settings:
     max_in_flight: int = 2
     max_upload_bytes: int = 100 * 1024 * 1024
     require_tokens: bool = False
+    policy: str = "round-robin"
     engine_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -51,6 +53,7 @@ def create_app(settings: Settings) -> FastAPI:
         settings.servers,
         settings.tracker,
         settings.backend,
+        policy=settings.policy,
         max_in_flight=settings.max_in_flight,
         **settings.engine_options,
     )
@@ -85,18 +88,21 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.add_middleware(RefuseLargeBodies, limit=settings.max_upload_bytes)
 
-    async def user(authorization: str | None = Header(default=None)) -> str:
-        if authorization:
-            scheme, _, token = authorization.partition(" ")
-            token, name = token.strip(), None
-            if scheme.lower() == "bearer":
-                name = view.user_of(token)
-                if name is None:  # perhaps a user added since by another process
-                    await asyncio.to_thread(table.load_users)
-                    name = view.user_of(token)
+    bearer = HTTPBearer(auto_error=False, description="a user's token (simpletvm serve --add-user)")
+
+    async def user(
+        request: Request, credentials: HTTPAuthorizationCredentials | None = Security(bearer)
+    ) -> str:
+        if credentials is not None:
+            name = view.user_of(credentials.credentials)
+            if name is None:  # perhaps a user added since by another process
+                await asyncio.to_thread(table.load_users)
+                name = view.user_of(credentials.credentials)
             if name is None:
                 raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
             return name
+        if "authorization" in request.headers:
+            raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
         if require_tokens:
             raise HTTPException(401, "missing token: send 'Authorization: Bearer TOKEN'")
         return LOCAL_USER
@@ -210,12 +216,12 @@ def create_app(settings: Settings) -> FastAPI:
         return {"id": job_id, "state": QUEUED, "url": f"/api/v1/jobs/{job_id}"}
 
     @app.get("/api/v1/jobs")
-    async def jobs(who: str = Depends(user)) -> list[dict[str, Any]]:
-        return [_public(job) for job in view.jobs(who)]
+    async def jobs(who: str = Depends(user)) -> JSONResponse:
+        return JSONResponse([_public(job) for job in view.jobs(who)])
 
     @app.get("/api/v1/jobs/{job_id}")
-    async def job(job: dict = Depends(own_job)) -> dict[str, Any]:
-        return _public(job)
+    async def job(job: dict = Depends(own_job)) -> JSONResponse:
+        return JSONResponse(_public(job))
 
     @app.get("/api/v1/jobs/{job_id}/trace")
     def trace(job: dict = Depends(own_job)) -> list[dict[str, Any]]:

@@ -62,6 +62,9 @@ def serve(
         str, typer.Option(help="where jobs run: processes, or ray (a local Ray instance)")
     ] = "processes",
     max_in_flight: Annotated[int, typer.Option(help="jobs in the scheduler at once")] = 2,
+    policy: Annotated[
+        str, typer.Option(help="how the scheduler interleaves the jobs' stages")
+    ] = "round-robin",
     max_upload_mb: Annotated[float, typer.Option()] = 100.0,
     require_tokens: Annotated[bool, typer.Option(help="require tokens on loopback too")] = False,
     add_user: Annotated[
@@ -87,6 +90,13 @@ def serve(
         except ImportError as error:
             typer.echo(f"error: {error}", err=True)
             raise typer.Exit(2) from None
+    from scheduler.policies import policy_name
+
+    try:
+        policy = policy_name(policy)
+    except ValueError as error:
+        typer.echo(f"error: --policy: {error}", err=True)
+        raise typer.Exit(2) from None
     root = RunStore(store).root
     if add_user:
         token = JobTable(root / "service" / "service.sqlite").add_user(add_user)
@@ -106,6 +116,7 @@ def serve(
         max_in_flight,
         int(max_upload_mb * 1024 * 1024),
         require_tokens,
+        policy=policy,
     )
     app = create_app(settings)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.base import CLIENT, Job, Stage, StageResult
+from scheduler.base import Job, Stage
 from scheduler.tuning import TUNE, SimpleTVMJob
 
-SAVE = "save"
+IMPORT, SAVE = "import", "save"
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class ServiceJobSpec:
     tuning: dict[str, Any] = field(default_factory=dict)
     latency_ms: float | None = None
     known_only: bool = False
+    niceness: int = 10  # the job's CPU priority below the service's (see ServiceJob)
 
     def __call__(self) -> Job:
         return ServiceJob(self)
@@ -51,52 +52,69 @@ def known_estimate_ms(tuning) -> tuple[bool, float | None]:
 
 
 class ServiceJob(SimpleTVMJob):
-    """Tune (unless the store's records already answer), then build from the store's
-    records and save the module where the store keeps the run's modules."""
+    """Import the model, tune (unless the store's records already answer), then build
+    from the store's records and save the module where the store keeps the run's modules.
+
+    The import is a client stage like the tuning's, so the scheduler runs it beside the
+    other jobs' stages and the trace shows it. The worker runs at a lower CPU priority
+    than the service (``niceness``): status requests are answered first, and the
+    devices' servers, which measure, keep the cores they need.
+    """
 
     def __init__(self, spec: ServiceJobSpec) -> None:
         import os
 
         from simpletvm import BenchmarkingContext, SimpleTVM
-        from simpletvm.tuning import TuningOptions
 
+        os.nice(spec.niceness)  # before the tuning's build workers, which inherit it
         self.spec = spec
         context = BenchmarkingContext(
             spec.target, device_key=spec.device_key, store=spec.store, run_id=spec.job_id
         )
-        simpletvm = SimpleTVM(context, rpc_tracker=spec.tracker).from_model(spec.model)
-        super().__init__(simpletvm, [TUNE, SAVE], spec.tracker, spec.device_key)
-        self.pid = os.getpid()
-        options = TuningOptions.from_mapping(spec.tuning)
-        self.tuning = simpletvm.tuning_job(options, spec.tracker, self.device)
-        complete, self.known_ms = known_estimate_ms(self.tuning)
-        target_met = (
-            spec.latency_ms is not None
-            and self.known_ms is not None
-            and self.known_ms <= spec.latency_ms
+        super().__init__(
+            SimpleTVM(context, rpc_tracker=spec.tracker),
+            [IMPORT, TUNE, SAVE],
+            spec.tracker,
+            spec.device_key,
         )
-        resumed = self.tuning.trials > 0
-        self.answered_from_store = complete and (spec.known_only or target_met) and not resumed
-        if self.answered_from_store:
-            self.tuning.finalize()
-            self.tuning = None
-            self.steps = [SAVE]
-        elif spec.known_only:
-            raise ValueError(
-                "known-only: the store has no records for some of this model's "
-                "tasks on this target; submit it with a budget to tune it"
-            )
-        elif self.tuning.is_complete():
-            self._finish_tuning()
+        self.pid = os.getpid()
+        self.known_ms: float | None = None
+        self.answered_from_store = False
 
     @property
     def job_id(self) -> str:
         return self.spec.job_id
 
-    def next_stage(self) -> Stage | None:
-        if self.steps and self.steps[0] == SAVE:
-            return Stage(SAVE, CLIENT)
-        return super().next_stage()
+    def _import(self, stage: Stage) -> None:
+        from simpletvm.tuning import TuningOptions
+
+        spec = self.spec
+        self.simpletvm.from_model(spec.model)
+        tuning = self.simpletvm.tuning_job(
+            TuningOptions.from_mapping(spec.tuning), spec.tracker, self.device
+        )
+        complete, self.known_ms = known_estimate_ms(tuning)
+        target_met = (
+            spec.latency_ms is not None
+            and self.known_ms is not None
+            and self.known_ms <= spec.latency_ms
+        )
+        resumed = tuning.trials > 0
+        self.answered_from_store = complete and (spec.known_only or target_met) and not resumed
+        if spec.known_only and not self.answered_from_store:
+            tuning.finalize()
+            raise ValueError(
+                "known-only: the store has no records for some of this model's "
+                "tasks on this target; submit it with a budget to tune it"
+            )
+        self.step_done()
+        if self.answered_from_store:
+            tuning.finalize()
+            self.steps = [SAVE]
+            return
+        self.tuning = tuning
+        if tuning.is_complete():
+            self._finish_tuning()
 
     def _save(self, stage: Stage) -> None:
         self.simpletvm.build("global").save()
@@ -116,9 +134,6 @@ class ServiceJob(SimpleTVMJob):
         if not self.steps:
             details["module"] = str(self.simpletvm.store.module_dir(self.spec.job_id))
         return details
-
-    def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
-        return super().run_stage(stage, resource_name)
 
 
 def _estimate_ms(summary: dict[str, Any]) -> float | None:

@@ -4,6 +4,8 @@ its module downloads, its events stream, and the page shows it in a headless Chr
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -37,7 +39,15 @@ def test_a_tuning_job_measures_its_budget_and_its_module_downloads(tuned, tmp_pa
     assert not job["answered_from_store"]
     assert [j["id"] for j in client.jobs()][:1] == [job["id"]]  # the first job listed
     stages = client.trace(job["id"])
-    assert {s["stage"] for s in stages} >= {"select", "build", "profile", "update", "save"}
+    assert {s["stage"] for s in stages} >= {
+        "import",
+        "select",
+        "build",
+        "profile",
+        "update",
+        "save",
+    }
+    assert stages[0]["stage"] == "import" and stages[0]["role"] == "client"
     device = sorted((s["start"], s["end"]) for s in stages if s["role"].startswith("device"))
     assert device and all(a[1] <= b[0] + 1e-6 for a, b in zip(device, device[1:]))
     out = client.fetch(job["id"], tmp_path / "module")
@@ -55,7 +65,7 @@ def test_what_is_known_answers_first_with_0_trials(tuned, tmp_path) -> None:
     assert job["state"] == "done" and job["answered_from_store"], job
     assert job["trials_done"] == 0
     assert job["estimate_ms"] == pytest.approx(tuned_job["estimate_ms"], rel=0.5)
-    assert [s["stage"] for s in client.trace(job_id)] == ["save"]
+    assert [s["stage"] for s in client.trace(job_id)] == ["import", "save"]
     assert (client.fetch(job_id, tmp_path / "m") / "model.so").exists()
     events = list(client.events(job_id))
     assert events[-1]["event"] == "end" and events[-1]["state"] == "done"
@@ -145,3 +155,20 @@ def test_the_page_shows_a_job_move_to_done_and_its_stages(tuned, tmp_path) -> No
         assert driver.execute_script("return document.getElementById('error').textContent") == ""
     finally:
         driver.quit()
+
+
+def test_a_job_worker_runs_below_the_service_priority(tmp_path) -> None:
+    """Status requests are answered first: the worker a service job is built in lowers its
+    own CPU priority by the spec's niceness before it starts anything (the tuning's build
+    workers inherit it)."""
+    code = (
+        "import os, sys\n"
+        "from service.jobs import ServiceJobSpec\n"
+        "before = os.nice(0)\n"
+        f"ServiceJobSpec('j', 'm.onnx', {str(tmp_path)!r}, None, 'local', niceness=7)()\n"
+        "print(os.nice(0) - before)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split()[-1] == "7", done.stderr[-2000:]

@@ -1,0 +1,106 @@
+"""What status traffic costs the tuning: trials per minute of one job tuning in the
+service, with and without bursts of concurrent status requests, in alternating rounds.
+
+    python bench/service_status_cost.py                  # 2 rounds of each, 1 minute jobs
+    python bench/service_status_cost.py --rounds 3 --minutes 2
+
+Each round starts a service on a fresh store (so no round tunes warm from another's
+records), submits the same tiny ONNX CNN with a minutes budget and, in a loaded round,
+sends a burst of ``--requests`` concurrent status requests every ``--every`` seconds
+until the job ends. Trials per minute: the job's trials over the span of its tuning
+stages in the trace. The bursts' latencies are reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import statistics
+import tempfile
+import threading
+from pathlib import Path
+
+from service_load import _ms, _percentile, free_port, start, status_burst_as
+
+from simpletvm.client import Client  # importable: service_load put the project on sys.path
+from simpletvm.testing import tiny_cnn_onnx
+
+TUNING_STAGES = ("select", "build", "profile", "update")
+
+
+def one_round(args: argparse.Namespace, loaded: bool) -> dict:
+    store = Path(tempfile.mkdtemp(prefix="status-cost-"))
+    model = tiny_cnn_onnx(store / "tiny.onnx", image_size=32)
+    port = free_port()
+    process = start(store, port, 2, "round-robin")
+    url = f"http://127.0.0.1:{port}"
+    latencies: list[float] = []
+    wrong = 0
+    try:
+        with Client(url) as client:
+            job_id = client.submit(model, minutes=args.minutes)
+            done = threading.Event()
+
+            def wait() -> None:
+                client.wait(job_id, poll_s=1.0)
+                done.set()
+
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+            while loaded and not done.wait(args.every):
+                burst, burst_wrong = asyncio.run(status_burst_as(url, "", [job_id], args.requests))
+                latencies += burst
+                wrong += burst_wrong
+            waiter.join()
+            job = client.job(job_id)
+            stages = [s for s in client.trace(job_id) if s["stage"] in TUNING_STAGES]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    span = max(s["end"] for s in stages) - min(s["start"] for s in stages)
+    return {
+        "loaded": loaded,
+        "state": job["state"],
+        "trials": job["trials_done"],
+        "tuning_s": round(span, 1),
+        "trials_per_minute": round(job["trials_done"] / span * 60, 1),
+        "bursts": len(latencies) // args.requests,
+        "status_p50_ms": _ms(_percentile(latencies, 0.5)) if latencies else None,
+        "status_p99_ms": _ms(_percentile(latencies, 0.99)) if latencies else None,
+        "status_wrong": wrong,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each kind")
+    parser.add_argument("--minutes", type=float, default=1.0, help="each job's budget")
+    parser.add_argument("--requests", type=int, default=200, help="status requests per burst")
+    parser.add_argument("--every", type=float, default=2.0, help="seconds between bursts")
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    args = parser.parse_args()
+    rounds = []
+    for i in range(args.rounds):
+        for loaded in (False, True) if i % 2 == 0 else (True, False):
+            rounds.append(one_round(args, loaded))
+            print(json.dumps(rounds[-1]), flush=True)
+    quiet = [r["trials_per_minute"] for r in rounds if not r["loaded"]]
+    busy = [r["trials_per_minute"] for r in rounds if r["loaded"]]
+    latencies_p99 = [r["status_p99_ms"] for r in rounds if r["loaded"]]
+    result = {
+        "rounds": rounds,
+        "trials_per_minute_unloaded": statistics.median(quiet),
+        "trials_per_minute_loaded": statistics.median(busy),
+        "loaded_over_unloaded": round(statistics.median(busy) / statistics.median(quiet), 3),
+        "worst_status_p99_ms": max(latencies_p99),
+        "status_wrong": sum(r["status_wrong"] for r in rounds),
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "rounds"}, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
