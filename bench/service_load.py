@@ -128,8 +128,8 @@ def main() -> None:
         "--spread", type=float, default=180.0, help="seconds over which jobs arrive"
     )
     parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--in-flight", type=int, default=2)
-    parser.add_argument("--policy", default="round-robin")
+    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--policy", default="predictive")
     parser.add_argument("--kill-after", type=float, default=None)
     parser.add_argument("--status-requests", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
@@ -249,11 +249,16 @@ def main() -> None:
         ),
         default=0,
     )
-    first_waits = {}
+    first_waits, admitted_ahead = {}, {}
     for user in range(args.clients):
         own = sorted((arrivals[i], i) for i in ids if submitted[i]["user"] == user)
         if own and admitted[own[0][1]]:
-            first_waits[f"user{user}"] = round(admitted[own[0][1]] - own[0][0], 1)
+            arrived, first = own[0]
+            first_waits[f"user{user}"] = round(admitted[first] - arrived, 1)
+            # jobs given a slot while this user's first job waited for one
+            admitted_ahead[f"user{user}"] = sum(
+                1 for i in ids if admitted[i] and arrived < admitted[i] < admitted[first]
+            )
     modules = sum(1 for i in ids if (store / "modules" / i / "model.so").exists())
     from simpletvm.tuning.record_files import open_records
 
@@ -281,6 +286,7 @@ def main() -> None:
         "device_overlaps": overlaps(stages),
         "max_heavy_user_jobs_admitted_ahead_of_a_waiting_other_users_job": overtakes,
         "first_job_queue_wait_s": first_waits,
+        "jobs_admitted_while_a_users_first_job_waited": admitted_ahead,
         "status_requests": len(latencies),
         "status_wrong": wrong,
         "status_p50_ms": _ms(_percentile(latencies, 0.5)) if latencies else None,

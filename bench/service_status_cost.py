@@ -34,7 +34,7 @@ def one_round(args: argparse.Namespace, loaded: bool) -> dict:
     store = Path(tempfile.mkdtemp(prefix="status-cost-"))
     model = tiny_cnn_onnx(store / "tiny.onnx", image_size=32)
     port = free_port()
-    process = start(store, port, 2, "round-robin")
+    process = start(store, port, 4, "predictive")  # the service's defaults
     url = f"http://127.0.0.1:{port}"
     latencies: list[float] = []
     wrong = 0

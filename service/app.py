@@ -17,7 +17,7 @@ from service import INSTALL_HINT
 try:
     from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from fastapi.security import HTTPBearer
 except ImportError as error:  # a plain `pip install .` has no service extra
     raise ImportError(f"the tuning service needs FastAPI: {INSTALL_HINT}") from error
 
@@ -39,10 +39,10 @@ class Settings:
     servers: int = 1
     tracker: tuple[str, int] | None = None
     backend: str = "processes"
-    max_in_flight: int = 2
+    max_in_flight: int = 4
     max_upload_bytes: int = 100 * 1024 * 1024
     require_tokens: bool = False
-    policy: str = "round-robin"
+    policy: str = "predictive"
     engine_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,26 +88,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.add_middleware(RefuseLargeBodies, limit=settings.max_upload_bytes)
 
-    bearer = HTTPBearer(auto_error=False, description="a user's token (simpletvm serve --add-user)")
+    user = Security(Users(view, table, require_tokens))
 
-    async def user(
-        request: Request, credentials: HTTPAuthorizationCredentials | None = Security(bearer)
-    ) -> str:
-        if credentials is not None:
-            name = view.user_of(credentials.credentials)
-            if name is None:  # perhaps a user added since by another process
-                await asyncio.to_thread(table.load_users)
-                name = view.user_of(credentials.credentials)
-            if name is None:
-                raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
-            return name
-        if "authorization" in request.headers:
-            raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
-        if require_tokens:
-            raise HTTPException(401, "missing token: send 'Authorization: Bearer TOKEN'")
-        return LOCAL_USER
-
-    async def own_job(job_id: str, who: str = Depends(user)) -> dict[str, Any]:
+    async def own_job(job_id: str, who: str = user) -> dict[str, Any]:
         job = view.job(job_id)
         if job is None or job["user"] != who:
             raise HTTPException(404, f"no job {job_id!r} of yours")
@@ -136,7 +119,7 @@ def create_app(settings: Settings) -> FastAPI:
         trials: int | None = Form(default=None),
         latency_ms: float | None = Form(default=None),
         known_only: bool = Form(default=False),
-        who: str = Depends(user),
+        who: str = user,
     ) -> dict[str, Any]:
         if (file is None) == (model is None):
             raise HTTPException(
@@ -216,7 +199,7 @@ def create_app(settings: Settings) -> FastAPI:
         return {"id": job_id, "state": QUEUED, "url": f"/api/v1/jobs/{job_id}"}
 
     @app.get("/api/v1/jobs")
-    async def jobs(who: str = Depends(user)) -> JSONResponse:
+    async def jobs(who: str = user) -> JSONResponse:
         return JSONResponse([_public(job) for job in view.jobs(who)])
 
     @app.get("/api/v1/jobs/{job_id}")
@@ -228,7 +211,7 @@ def create_app(settings: Settings) -> FastAPI:
         return table.events(job["id"], kind="stage")
 
     @app.get("/api/v1/trace")
-    def all_trace(who: str = Depends(user)) -> list[dict[str, Any]]:
+    def all_trace(who: str = user) -> list[dict[str, Any]]:
         return [
             {"job": j["id"], **e}
             for j in view.jobs(who)
@@ -287,6 +270,35 @@ def create_app(settings: Settings) -> FastAPI:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
     return app
+
+
+class Users(HTTPBearer):
+    """The user a request's bearer token names (OpenAPI documents the scheme): one
+    dependency that reads the header itself, as status requests are answered by the
+    hundred. Without a token, the loopback's local user, unless tokens are required."""
+
+    def __init__(self, view, table, require_tokens: bool) -> None:
+        super().__init__(
+            scheme_name="bearer", auto_error=False, description="a user's token (serve --add-user)"
+        )
+        self.view, self.table, self.require_tokens = view, table, require_tokens
+
+    async def __call__(self, request: Request) -> str:  # type: ignore[override]
+        authorization = request.headers.get("authorization")
+        if authorization is None:
+            if self.require_tokens:
+                raise HTTPException(401, "missing token: send 'Authorization: Bearer TOKEN'")
+            return LOCAL_USER
+        scheme, _, token = authorization.partition(" ")
+        name = None
+        if scheme.lower() == "bearer" and token.strip():
+            name = self.view.user_of(token.strip())
+            if name is None:  # perhaps a user added since by another process
+                await asyncio.to_thread(self.table.load_users)
+                name = self.view.user_of(token.strip())
+        if name is None:
+            raise HTTPException(401, "unknown token (expected 'Authorization: Bearer TOKEN')")
+        return name
 
 
 class RefuseLargeBodies:

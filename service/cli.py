@@ -61,10 +61,10 @@ def serve(
     backend: Annotated[
         str, typer.Option(help="where jobs run: processes, or ray (a local Ray instance)")
     ] = "processes",
-    max_in_flight: Annotated[int, typer.Option(help="jobs in the scheduler at once")] = 2,
+    max_in_flight: Annotated[int, typer.Option(help="jobs in the scheduler at once")] = 4,
     policy: Annotated[
         str, typer.Option(help="how the scheduler interleaves the jobs' stages")
-    ] = "round-robin",
+    ] = "predictive",
     max_upload_mb: Annotated[float, typer.Option()] = 100.0,
     require_tokens: Annotated[bool, typer.Option(help="require tokens on loopback too")] = False,
     add_user: Annotated[
@@ -119,7 +119,8 @@ def serve(
         policy=policy,
     )
     app = create_app(settings)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # warnings and errors only; no access log, so a status request makes no logging call
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
 def _client(server: str, token: str | None):

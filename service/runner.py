@@ -6,7 +6,9 @@ worker process). When a slot frees, the next job is the oldest queued job of the
 with the fewest jobs in flight, ties going to the user whose turn is longest ago, so a
 user who submits 20 jobs takes turns with one who submits 1 instead of going first 20
 times. Inside the scheduler the policy interleaves the admitted jobs' stages; the
-devices stay exclusive for profiling.
+devices stay exclusive for profiling. The defaults, four in flight and the predictive
+policy, keep the client busiest: with two, the client idles whenever both jobs wait
+for the device.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ class Engine:
         servers: int = 1,
         tracker: tuple[str, int] | None = None,
         backend: str = "processes",
-        policy: str = "round-robin",
-        max_in_flight: int = 2,
+        policy: str = "predictive",
+        max_in_flight: int = 4,
         ray_address: str | None = None,
     ) -> None:
         if backend not in BACKENDS:

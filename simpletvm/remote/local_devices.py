@@ -2,14 +2,14 @@
 
 superb's sweeps and the tuning service both profile through RPC servers they start
 themselves. The helper (``python -m simpletvm.remote.local_devices``) leads a process
-group of its own (the tracker's and servers' processes join it), asks Linux to SIGTERM
-it when its owner dies (PR_SET_PDEATHSIG) and stops when its stdin closes; :meth:`stop`
-then kills the group, so an owner killed with SIGKILL leaves no tracker or server behind.
+group of its own (the tracker's and servers' processes join it), exits when its owner's
+process is gone (:func:`simpletvm._process.orphans.exit_with_parent`; the tracker and
+servers then follow it) and stops when its stdin closes; :meth:`stop` then kills the
+group, so an owner killed with SIGKILL leaves no tracker or server behind.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -40,7 +40,12 @@ class LocalDevices:
         self.address: tuple[str, int] | None = None
 
     def start(self) -> LocalDevices:
-        config = {"keys": self.keys, "servers": self.servers, "key_per_server": self.key_per_server}
+        config = {
+            "keys": self.keys,
+            "servers": self.servers,
+            "key_per_server": self.key_per_server,
+            "owner": os.getpid(),
+        }
         log = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
@@ -99,24 +104,13 @@ def _pythonpath() -> str:
     return root + (os.pathsep + rest if rest else "")
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM this process when its owner ends (it then stops its tracker
-    and servers on the way out)."""
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the owner died before the request took effect
-        os._exit(1)
-
-
 def _helper(argv: list[str]) -> int:
     """Run the tracker and servers until stdin closes (or SIGTERM)."""
+    from simpletvm._process.orphans import exit_with_parent
     from simpletvm.remote.rpc import LocalRPC
 
-    _die_with_parent()
     config = json.loads(argv[0])
+    exit_with_parent(parent=config["owner"])  # the owner's process, not a thread of it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when this stops
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # ... or stop cleanly
     devices = LocalRPC(config["keys"], config["servers"], key_per_server=config["key_per_server"])
