@@ -29,11 +29,15 @@ are written beside the table.
                           [--total-trials N] [--threads 2] [--sgemm-size 2048]
                           [--out bench/results/peers]
     python bench/peers.py --retime bench/results/peers/peers.json --out bench/results/again
+    python bench/peers.py --untuned --out bench/results/untuned
 
 ``--retime`` times the modules an earlier run tuned and saved (its stores under the
 system's temporary directory must still exist) against the peers again, without tuning:
 the host's speed drifts between runs, and a tuning of 30 minutes need not be repeated to
 time its result in a quieter moment.
+
+``--untuned`` tunes nothing: the untuned build (every kernel on its default schedule)
+is timed with the peers, in the rounds, and its build time reported.
 
 Tuning options not given keep SimpleTVM's defaults.
 """
@@ -312,12 +316,16 @@ def bench_model(
         .standard_normal((1, args.image_size, args.image_size, 3))
         .astype("float32")
     )
+    began = time.perf_counter()
     untuned = (
         SimpleTVM(BenchmarkingContext("cpu", num_threads=args.threads, store=store))
         .from_model(model, image_size=args.image_size)
         .build(records=None)
     )
-    if earlier is None:
+    untuned_build_s = time.perf_counter() - began
+    if args.untuned:
+        tuned, tuning, curve = None, None, []
+    elif earlier is None:
         tuned, tuning, curve = tune_model(model, args, store, out)
     else:
         tuned, tuning, curve = load_tuned(earlier, args.threads)
@@ -345,7 +353,8 @@ def bench_model(
         except ImportError as error:  # an optional peer not installed: go on without it
             missing[name] = str(error)
     runners["tvm untuned"] = simpletvm_runner(untuned, example)
-    runners["tvm tuned"] = simpletvm_runner(tuned, example)
+    if tuned is not None:
+        runners["tvm tuned"] = simpletvm_runner(tuned, example)
     reference = runners["tensorflow"]()
     agreement = {}
     for name, infer in runners.items():
@@ -356,16 +365,19 @@ def bench_model(
                 f"{model}: {name} disagrees with TensorFlow "
                 f"(max abs difference {agreement[name]:.3g})"
             )
-    # the untuned build (a hundred times slower) is timed after the rounds, alone: inside
-    # them its 15 s per turn put the tuned module and the peers that far apart in time
-    untuned_runner = {"tvm untuned": runners.pop("tvm untuned")}
+    # beside a tuned module the untuned build (TVM's naive kernels were a hundred times
+    # slower) is timed after the rounds, alone: inside them its turns put the tuned
+    # module and the peers far apart in time. With --untuned it is in the rounds.
+    untuned_runner = {} if args.untuned else {"tvm untuned": runners.pop("tvm untuned")}
     samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
-    samples.update(time_side_by_side(untuned_runner, 1, args.calls, args.warmup))
+    if untuned_runner:
+        samples.update(time_side_by_side(untuned_runner, 1, args.calls, args.warmup))
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
     fastest_peer = min((peer for peer in PEERS if peer in medians), key=medians.__getitem__)
     sgemm = sgemm_rate(args.threads, args.sgemm_size)  # right after the timing, same load
     gflops = {name: flops / (m * 1e-3) / 1e9 for name, m in medians.items()}
-    tuning["measured_to_estimate"] = medians["tvm tuned"] / tuning["estimated_ms"]
+    if tuning is not None:
+        tuning["measured_to_estimate"] = medians["tvm tuned"] / tuning["estimated_ms"]
     return {
         "model": model,
         "image_size": args.image_size,
@@ -373,6 +385,7 @@ def bench_model(
         "host": host,
         "model_gflop": flops / 1e9,
         "missing_peers": missing,
+        "untuned_build_s": untuned_build_s,
         "median_ms": medians,
         "p90_ms": {name: float(np.percentile(s, 90)) * 1e3 for name, s in samples.items()},
         "ratio_to_fastest_peer": {name: m / medians[fastest_peer] for name, m in medians.items()},
@@ -418,6 +431,9 @@ def print_report(result: dict) -> None:
         f"{sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s, best of "
         f"{sgemm['repeats']} (median {sgemm['median_gflops']:.1f})"
     )
+    print(f"  untuned build (default schedules): {result['untuned_build_s']:.1f} s")
+    if tuning is None:  # --untuned
+        return
     options = tuning["options"]
     print(
         f"  tuned with {tuning['trials']} trials over {tuning['tasks']} tasks "
@@ -499,6 +515,11 @@ def main() -> None:
         default=2048,
         help="n of the n x n float32 matmul that gives the machine's rate",
     )
+    parser.add_argument(
+        "--untuned",
+        action="store_true",
+        help="no tuning: time the untuned build (its default schedules) in the rounds",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/peers"))
     parser.add_argument(
         "--retime",
@@ -530,9 +551,10 @@ def main() -> None:
             )
             if getattr(args, name) is not None
         ]
-        if given:
+        if given or args.untuned:
             parser.error(
-                f"--retime times modules tuned before: {', '.join(given)} would not be used"
+                f"--retime times modules tuned before: "
+                f"{', '.join(given + (['--untuned'] if args.untuned else []))} would not be used"
             )
         args.models = args.models or ",".join(earlier)
         unknown = [m for m in args.models.split(",") if m not in earlier]
@@ -552,6 +574,14 @@ def main() -> None:
                 f"({', '.join(gone)}); tune again"
             )
         args.image_size = next(iter(earlier.values()))["image_size"]
+    if args.untuned:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("minutes", "trials", "total_trials", "candidates_per_iteration")
+            if getattr(args, name) is not None
+        ]
+        if given:
+            parser.error(f"--untuned tunes nothing: {', '.join(given)} would not be used")
     args.models = args.models or "mobilenetv2,resnet18"
 
     # every framework gets the same threads: TVM's runtime pool, TF's intra-op pool

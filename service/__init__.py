@@ -10,9 +10,8 @@ ids. It uses simpletvm and the scheduler; nothing imports it.
 
 from __future__ import annotations
 
-from simpletvm.extras import install_hint, require
+from simpletvm.extras import require
 
-INSTALL_HINT = install_hint("service")
 # the libraries of the service extra, by import name; a plain `pip install .` lacks them
 EXTRA_MODULES = ("fastapi", "uvicorn", "httpx", "multipart")
 

@@ -12,17 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service import INSTALL_HINT
+from service import require_extra
 
-try:
-    from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
-    from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-    from fastapi.security import HTTPBearer
-except ImportError as error:  # a plain `pip install .` has no service extra
-    raise ImportError(f"the tuning service needs FastAPI: {INSTALL_HINT}") from error
+require_extra()  # a plain `pip install .` has no service extra: name it, not a missing module
 
-from service.db import DONE, FINISHED, QUEUED
-from service.runner import MODULE_FILE, Engine
+from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile  # noqa: E402
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse  # noqa: E402
+from fastapi.security import HTTPBearer  # noqa: E402
+
+from service.db import DONE, FINISHED, QUEUED  # noqa: E402
+from service.runner import MODULE_FILE, Engine  # noqa: E402
 
 MODEL_SUFFIXES = (".onnx", ".tflite", ".pb", ".keras", ".h5")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
