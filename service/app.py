@@ -87,7 +87,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.add_middleware(RefuseLargeBodies, limit=settings.max_upload_bytes)
 
-    user = Security(Users(view, table, require_tokens))
+    users = Users(view, table, require_tokens)
+    user = Security(users)
 
     async def own_job(job_id: str, who: str = user) -> dict[str, Any]:
         job = view.job(job_id)
@@ -197,14 +198,6 @@ def create_app(settings: Settings) -> FastAPI:
         await asyncio.to_thread(engine.admit)
         return {"id": job_id, "state": QUEUED, "url": f"/api/v1/jobs/{job_id}"}
 
-    @app.get("/api/v1/jobs")
-    async def jobs(who: str = user) -> JSONResponse:
-        return JSONResponse([_public(job) for job in view.jobs(who)])
-
-    @app.get("/api/v1/jobs/{job_id}")
-    async def job(job: dict = Depends(own_job)) -> JSONResponse:
-        return JSONResponse(_public(job))
-
     @app.get("/api/v1/jobs/{job_id}/trace")
     def trace(job: dict = Depends(own_job)) -> list[dict[str, Any]]:
         return table.events(job["id"], kind="stage")
@@ -268,7 +261,94 @@ def create_app(settings: Settings) -> FastAPI:
     async def problem(_: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
+    app.add_middleware(StatusAnswers, users=users, view=view)
+    app.openapi = documented(app)
     return app
+
+
+class StatusAnswers:
+    """``GET /api/v1/jobs`` (my jobs) and ``GET /api/v1/jobs/{job_id}`` (one of them),
+    answered from the status view before the request enters FastAPI: clients poll them by
+    the hundred while jobs tune, and the framework's stack costs a request more than
+    uvicorn does (BENCHMARKS.md). Same tokens, answers and errors as every other route;
+    :func:`documented` describes the two in the OpenAPI schema."""
+
+    PATH = "/api/v1/jobs"
+
+    def __init__(self, app, users: Users, view) -> None:
+        self.app, self.users, self.view = app, users, view
+
+    async def __call__(self, scope, receive, send) -> None:
+        job_id = self._asked(scope)
+        if job_id is None:
+            await self.app(scope, receive, send)
+            return
+        authorization = dict(scope["headers"]).get(b"authorization")
+        try:
+            who = await self.users.name_for(authorization and authorization.decode("latin-1"))
+            if job_id == "":
+                response = JSONResponse([_public(job) for job in self.view.jobs(who)])
+            else:
+                job = self.view.job(job_id)
+                if job is None or job["user"] != who:
+                    raise HTTPException(404, f"no job {job_id!r} of yours")
+                response = JSONResponse(_public(job))
+        except HTTPException as error:
+            response = JSONResponse({"detail": error.detail}, status_code=error.status_code)
+        await response(scope, receive, send)
+
+    def _asked(self, scope) -> str | None:
+        """ "" for the list, the job id for one job, None for any other request."""
+        if scope["type"] != "http" or scope["method"] != "GET":
+            return None
+        path = scope["path"]
+        if path == self.PATH:
+            return ""
+        head, _, job_id = path.rpartition("/")
+        return job_id if head == self.PATH and job_id else None
+
+
+def documented(app: FastAPI):
+    """``app.openapi`` with the two routes :class:`StatusAnswers` serves described."""
+    from fastapi.openapi.utils import get_openapi
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            bearer = [{"bearer": []}]
+            document["paths"].setdefault(StatusAnswers.PATH, {})["get"] = {
+                "summary": "My jobs",
+                "description": "Your jobs, oldest first: state, stage, trials, estimate, ETA.",
+                "security": bearer,
+                "responses": {"200": {"description": "a list of jobs"}, "401": _BAD_TOKEN},
+            }
+            document["paths"][StatusAnswers.PATH + "/{job_id}"] = {
+                "get": {
+                    "summary": "One of my jobs",
+                    "description": "State, stage, trials, best estimate (ms) and ETA (s).",
+                    "security": bearer,
+                    "parameters": [
+                        {
+                            "name": "job_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": {"description": "the job"},
+                        "401": _BAD_TOKEN,
+                        "404": {"description": "no such job of yours"},
+                    },
+                }
+            }
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    return schema
+
+
+_BAD_TOKEN = {"description": "a missing or unknown token"}
 
 
 class Users(HTTPBearer):
@@ -283,7 +363,9 @@ class Users(HTTPBearer):
         self.view, self.table, self.require_tokens = view, table, require_tokens
 
     async def __call__(self, request: Request) -> str:  # type: ignore[override]
-        authorization = request.headers.get("authorization")
+        return await self.name_for(request.headers.get("authorization"))
+
+    async def name_for(self, authorization: str | None) -> str:
         if authorization is None:
             if self.require_tokens:
                 raise HTTPException(401, "missing token: send 'Authorization: Bearer TOKEN'")

@@ -50,6 +50,27 @@ def test_a_missing_or_wrong_token_is_401(server) -> None:
     assert_problem(httpx.get(server[0].url + "/api/v1/jobs"), 401, "missing token")
 
 
+def test_status_routes_refuse_bad_tokens_and_are_documented(server) -> None:
+    """The two status routes are answered before FastAPI (service.app.StatusAnswers):
+    they keep its errors, and OpenAPI still describes them with the bearer scheme."""
+    service, tokens = server
+    url = service.url + "/api/v1/jobs"
+    assert_problem(httpx.get(url, headers={"Authorization": "Basic x"}), 401, "unknown token")
+    assert_problem(httpx.get(url + "/abc", headers={"Authorization": "Bearer no"}), 401)
+    alice = {"Authorization": f"Bearer {tokens['alice']}"}
+    assert_problem(httpx.get(url + "/nonexistent", headers=alice), 404, "nonexistent")
+    assert httpx.get(url + "/nonexistent/trace", headers=alice).status_code == 404
+    schema = httpx.get(service.url + "/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["bearer"]["description"],
+    }
+    for path in ("/api/v1/jobs", "/api/v1/jobs/{job_id}"):
+        assert schema["paths"][path]["get"]["security"] == [{"bearer": []}], path
+    assert "post" in schema["paths"]["/api/v1/jobs"]  # submitting stays FastAPI's route
+
+
 def test_a_file_that_is_not_a_model_is_refused(server) -> None:
     assert_problem(
         post(server, "alice", files={"file": ("notes.txt", b"hello")}),
