@@ -108,11 +108,11 @@ def overlaps(stages: list[dict]) -> int:
     return count
 
 
-def _ms(seconds: float) -> float:
+def ms(seconds: float) -> float:
     return round(seconds * 1e3, 1)
 
 
-def _percentile(values: list[float], fraction: float) -> float:
+def percentile(values: list[float], fraction: float) -> float:
     """The median for 0.5 (as statistics.median), else the value at ``fraction`` of the
     sorted list."""
     if fraction == 0.5:
@@ -214,9 +214,9 @@ def main() -> None:
                 wrong += paced_wrong
                 print(
                     f"status burst of {len(latencies)} while jobs tune: p50 "
-                    f"{_ms(_percentile(latencies, 0.5))} ms, p99 "
-                    f"{_ms(_percentile(latencies, 0.99))} ms; paced: p50 "
-                    f"{_ms(_percentile(paced, 0.5))} ms, p99 {_ms(_percentile(paced, 0.99))} ms; "
+                    f"{ms(percentile(latencies, 0.5))} ms, p99 "
+                    f"{ms(percentile(latencies, 0.99))} ms; paced: p50 "
+                    f"{ms(percentile(paced, 0.5))} ms, p99 {ms(percentile(paced, 0.99))} ms; "
                     f"{wrong} wrong",
                     flush=True,
                 )
@@ -288,10 +288,10 @@ def main() -> None:
         "jobs_admitted_while_a_users_first_job_waited": admitted_ahead,
         "status_requests": len(latencies),
         "status_wrong": wrong,
-        "status_p50_ms": _ms(_percentile(latencies, 0.5)) if latencies else None,
-        "status_p99_ms": _ms(_percentile(latencies, 0.99)) if latencies else None,
-        "paced_status_p50_ms": _ms(_percentile(paced, 0.5)) if paced else None,
-        "paced_status_p99_ms": _ms(_percentile(paced, 0.99)) if paced else None,
+        "status_p50_ms": ms(percentile(latencies, 0.5)) if latencies else None,
+        "status_p99_ms": ms(percentile(latencies, 0.99)) if latencies else None,
+        "paced_status_p50_ms": ms(percentile(paced, 0.5)) if paced else None,
+        "paced_status_p99_ms": ms(percentile(paced, 0.99)) if paced else None,
         "store": str(store),
         "load_average": os.getloadavg(),
     }

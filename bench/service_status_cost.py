@@ -23,7 +23,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from service_load import _ms, _percentile, free_port, start, status_burst_as
+from service_load import free_port, ms, percentile, start, status_burst_as
 
 from simpletvm.client import Client  # importable: service_load put the project on sys.path
 from simpletvm.testing import tiny_cnn_onnx
@@ -54,7 +54,7 @@ def one_round(args: argparse.Namespace, loaded: bool) -> dict:
             while loaded and not done.wait(args.every):
                 burst, burst_wrong = asyncio.run(status_burst_as(url, "", [job_id], args.requests))
                 latencies += burst
-                burst_p99.append(_percentile(burst, 0.99))
+                burst_p99.append(percentile(burst, 0.99))
                 wrong += burst_wrong
             waiter.join()
             job = client.job(job_id)
@@ -70,10 +70,10 @@ def one_round(args: argparse.Namespace, loaded: bool) -> dict:
         "tuning_s": round(span, 1),
         "trials_per_minute": round(job["trials_done"] / span * 60, 1),
         "bursts": len(burst_p99),
-        "status_p50_ms": _ms(_percentile(latencies, 0.5)) if latencies else None,
-        "status_p99_ms": _ms(_percentile(latencies, 0.99)) if latencies else None,
+        "status_p50_ms": ms(percentile(latencies, 0.5)) if latencies else None,
+        "status_p99_ms": ms(percentile(latencies, 0.99)) if latencies else None,
         # each burst's own p99: how often 200 requests at once all came back in time
-        "burst_p99_ms": [_ms(p) for p in burst_p99],
+        "burst_p99_ms": [ms(p) for p in burst_p99],
         "bursts_p99_under_100ms": sum(p < 0.1 for p in burst_p99),
         "status_wrong": wrong,
     }

@@ -91,10 +91,7 @@ def create_app(settings: Settings) -> FastAPI:
     user = Security(users)
 
     async def own_job(job_id: str, who: str = user) -> dict[str, Any]:
-        job = view.job(job_id)
-        if job is None or job["user"] != who:
-            raise HTTPException(404, f"no job {job_id!r} of yours")
-        return job
+        return owned_job(view, job_id, who)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> str:
@@ -259,11 +256,25 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def problem(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+        return problem_response(exc)
 
     app.add_middleware(StatusAnswers, users=users, view=view)
     app.openapi = documented(app)
     return app
+
+
+def owned_job(view, job_id: str, who: str) -> dict[str, Any]:
+    """``who``'s job ``job_id`` from the status view; another user's job is 404 as a
+    missing one, so ids of others' jobs cannot be probed."""
+    job = view.job(job_id)
+    if job is None or job["user"] != who:
+        raise HTTPException(404, f"no job {job_id!r} of yours")
+    return job
+
+
+def problem_response(error: HTTPException) -> JSONResponse:
+    """Every refusal's body: ``{"detail": ...}`` with its status."""
+    return JSONResponse({"detail": error.detail}, status_code=error.status_code)
 
 
 class StatusAnswers:
@@ -289,12 +300,9 @@ class StatusAnswers:
             if job_id == "":
                 response = JSONResponse([_public(job) for job in self.view.jobs(who)])
             else:
-                job = self.view.job(job_id)
-                if job is None or job["user"] != who:
-                    raise HTTPException(404, f"no job {job_id!r} of yours")
-                response = JSONResponse(_public(job))
+                response = JSONResponse(_public(owned_job(self.view, job_id, who)))
         except HTTPException as error:
-            response = JSONResponse({"detail": error.detail}, status_code=error.status_code)
+            response = problem_response(error)
         await response(scope, receive, send)
 
     def _asked(self, scope) -> str | None:
