@@ -264,6 +264,7 @@ def quickstart(
         ctx.status = "running"
         ctx.save()  # listed as running while it works
         untuned = stvm.build(records=None).evaluate().last_evaluation
+        untuned_module = _untuned_runner(stvm, options)  # kept across the rebuild
         stvm.autotune(
             trials=trials,
             minutes=minutes,
@@ -291,7 +292,7 @@ def quickstart(
         f"tasks in {tuning_s:.0f} s; {_estimate_text(summary)}"
     )
     _print_skipped(console, summary)
-    _compare_with_tflite(console, stvm, model, options)
+    _compare_with_tflite(console, stvm, model, options, untuned_module)
     console.print(f"run id   {ctx.run_id}", soft_wrap=True)
     console.print(f"context  {context_path}", soft_wrap=True)
     console.print(f"module   {ctx.artifacts.get('module')}", soft_wrap=True)
@@ -350,18 +351,38 @@ COMPARISON_ROUNDS = 20
 COMPARISON_CALLS = 50
 
 
-def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
-    """Time the tuned module and TFLite (XNNPACK) on one input, in turns, from Python:
-    what a user's inference loop sees of either. Each runs on every core and on one (the
-    module only on its count when ``--threads`` pins one), and the comparison takes each
-    one's faster count."""
+def _example(options: dict):
+    import numpy as np
+
+    size = options["image_size"]
+    return np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
+
+
+def _untuned_runner(stvm, options: dict):
+    """The built module's entry on the quickstart's input; it keeps the module it was
+    made from when ``stvm`` builds again."""
+    from simpletvm.runtime.comparison import simpletvm_runner
+
+    return simpletvm_runner(stvm, _example(options))
+
+
+def _compare_with_tflite(console, stvm, model: str, options: dict, untuned) -> None:
+    """Time the tuned module, the ``untuned`` one and TFLite (XNNPACK) on one input, in
+    turns, from Python: what a user's inference loop sees of either. Each runs on every
+    core and on one (the modules only on their count when ``--threads`` pins one), and
+    the comparison takes each one's faster count."""
     import numpy as np
 
     from simpletvm.models.zoo import builtin_tflite
-    from simpletvm.runtime.comparison import simpletvm_runners, tflite_runners, time_side_by_side
+    from simpletvm.runtime.comparison import (
+        at_thread_counts,
+        simpletvm_runner,
+        tflite_runners,
+        thread_counts,
+        time_side_by_side,
+    )
 
-    size = options["image_size"]
-    example = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype("float32")
+    example = _example(options)
     try:
         tflite = tflite_runners(
             builtin_tflite(model, stvm.store.zoo_dir, **options), example, stvm.target.host_cores()
@@ -369,8 +390,9 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     except ImportError:
         console.print("TFLite is not installed here: no comparison")
         return
-    with simpletvm_runners(stvm, example) as simpletvm:
-        sides = {"SimpleTVM": simpletvm, "TFLite (XNNPACK)": tflite}
+    modules = {"SimpleTVM": simpletvm_runner(stvm, example), "SimpleTVM untuned": untuned}
+    with at_thread_counts(modules, thread_counts(stvm)) as ours:
+        sides = {**ours, "TFLite (XNNPACK)": tflite}
         runners = {
             (side, count): infer
             for side, by_count in sides.items()
@@ -383,9 +405,6 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     fastest = {
         side: min(medians[side, count] for count in by_count) for side, by_count in sides.items()
     }
-    ours, theirs = fastest["SimpleTVM"], fastest["TFLite (XNNPACK)"]
-    ratio = f"{ours / theirs:.2f}"  # the verdict reads the ratio as printed
-    verdict = "as fast" if ratio == "1.00" else "faster" if float(ratio) < 1 else "slower"
     timings = "; ".join(
         f"{side} "
         + ", ".join(f"{medians[side, count]:.3f} ms on {_threads(count)}" for count in by_count)
@@ -393,9 +412,15 @@ def _compare_with_tflite(console, stvm, model: str, options: dict) -> None:
     )
     console.print(
         f"side by side on one input (median per call from Python): {timings}. "
-        f"Each on its faster count: SimpleTVM / TFLite {ratio}x, "
-        f"SimpleTVM is {verdict}"
+        f"Each on its faster count: {_against_tflite('SimpleTVM', fastest)}; "
+        f"{_against_tflite('SimpleTVM untuned', fastest)}"
     )
+
+
+def _against_tflite(side: str, fastest: dict[str, float]) -> str:
+    ratio = f"{fastest[side] / fastest['TFLite (XNNPACK)']:.2f}"  # the verdict reads it as printed
+    verdict = "as fast" if ratio == "1.00" else "faster" if float(ratio) < 1 else "slower"
+    return f"{side} / TFLite {ratio}x, {side} is {verdict}"
 
 
 def _threads(count: int) -> str:

@@ -83,19 +83,37 @@ def simpletvm_runners(
     on the count the context pins (``num_threads``). The faster count is the host's state
     of the moment (the count a build chose can be the slower one minutes later, and
     TFLite's faster count moves too), so each side is compared on its faster count
-    measured in the same rounds. A runner resizes the pool only when the
-    other left it at another count: once per turn, not per call. Leaving the block sets
-    the pool back to the count it had."""
+    measured in the same rounds."""
+    infer = simpletvm_runner(stvm, example)
+    with at_thread_counts({"module": infer}, thread_counts(stvm, counts)) as runners:
+        yield runners["module"]
+
+
+def thread_counts(stvm, counts: Iterable[int] | None = None) -> list[int]:
+    """``counts``, or the counts a module is compared on: every core and one, or only the
+    count the context pins (``num_threads``); the largest first."""
+    if counts is None:
+        from simpletvm.runtime.threads import runtime_threads
+
+        pinned = stvm.context.num_threads is not None
+        counts = {runtime_threads()} if pinned else {stvm.target.host_cores(), 1}
+    return sorted(set(counts), reverse=True)
+
+
+@contextmanager
+def at_thread_counts(
+    runners: dict[Hashable, Runner], counts: Iterable[int]
+) -> Iterator[dict[Hashable, dict[int, Runner]]]:
+    """Each of ``runners`` (SimpleTVM modules: they share TVM's thread pool) on each of
+    ``counts``, keyed by name and count. A runner resizes the pool only when another
+    left it at another count: once per turn, not per call. Leaving the block sets the
+    pool back to the count it had."""
     from simpletvm.runtime.threads import runtime_threads, set_runtime_threads
 
     before = runtime_threads()
-    if counts is None:
-        pinned = stvm.context.num_threads is not None
-        counts = {before} if pinned else {stvm.target.host_cores(), 1}
-    infer = simpletvm_runner(stvm, example)
     current = None  # the count the runners last set
 
-    def on(count: int) -> Runner:
+    def on(infer: Runner, count: int) -> Runner:
         def run() -> np.ndarray:
             nonlocal current
             if current != count:
@@ -106,7 +124,10 @@ def simpletvm_runners(
         return run
 
     try:
-        yield {count: on(count) for count in sorted(set(counts), reverse=True)}
+        yield {
+            name: {count: on(infer, count) for count in sorted(set(counts), reverse=True)}
+            for name, infer in runners.items()
+        }
     finally:
         set_runtime_threads(before)
 

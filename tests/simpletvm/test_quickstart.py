@@ -74,26 +74,31 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
     check_verdict(output, untuned, tuned)
     assert re.search(r"untuned \(median\) after \d+ trials over \d+ tasks", output)
     match = re.search(
-        r"from Python\): SimpleTVM (.*?); TFLite \(XNNPACK\) (.*?)\. Each on its "
-        r"faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is (faster|slower|as fast)",
+        r"from Python\): SimpleTVM (.*?); SimpleTVM untuned (.*?); TFLite \(XNNPACK\) (.*?)\. "
+        r"Each on its faster count: SimpleTVM / TFLite ([\d.]+)x, SimpleTVM is "
+        r"(faster|slower|as fast); SimpleTVM untuned / TFLite ([\d.]+)x, SimpleTVM untuned "
+        r"is (faster|slower|as fast)",
         output,
     )
-    printed_ratio, word = float(match.group(3)), match.group(4)
-    assert word == (
-        "as fast" if printed_ratio == 1 else "faster" if printed_ratio < 1 else "slower"
-    )
-    ours, tflite = (
+    assert match, output
+    ours, untuned_ours, tflite = (
         {
             int(count): float(ms)
             for ms, count in re.findall(r"([\d.]+) ms on (\d+) threads?", match.group(side))
         }
-        for side in (1, 2)
+        for side in (1, 2, 3)
     )
     cores = psutil.cpu_count(logical=False)  # the target's cores, as SimpleTVM counts them
     # each side on every core and on one: the faster of each counts
-    assert set(ours) == set(tflite) == {cores, 1}
-    ratio = float(match.group(3))
-    assert ratio == pytest.approx(min(ours.values()) / min(tflite.values()), rel=0.02, abs=0.01)
+    assert set(ours) == set(untuned_ours) == set(tflite) == {cores, 1}
+    for side, ratio_group in ((ours, 4), (untuned_ours, 6)):
+        printed_ratio, word = float(match.group(ratio_group)), match.group(ratio_group + 1)
+        assert word == (
+            "as fast" if printed_ratio == 1 else "faster" if printed_ratio < 1 else "slower"
+        )
+        assert printed_ratio == pytest.approx(
+            min(side.values()) / min(tflite.values()), rel=0.02, abs=0.01
+        )
     assert re.search(r"tasks in \d+ s; estimate [\d.]+ ms", output)
     run_id = re.search(r"run id (\w{32})", output).group(1)
     context = json.loads((tmp_path / "runs" / run_id / "context.json").read_text())
