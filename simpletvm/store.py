@@ -8,6 +8,8 @@ otherwise)::
     modules/<run_id>/              saved modules (library + metadata.json)
     records.sqlite                 every tuning record, with its run id; the best per
                                    workload and target (see simpletvm.tuning.records)
+    cost_models/<target>.tar       per target, the cost model every tuning job starts
+                                   from (see simpletvm.tuning.cost_model)
     superb/                        results of grid sweeps
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -122,6 +125,11 @@ class RunStore:
     @property
     def records_path(self) -> Path:
         return self.root / "records.sqlite"
+
+    def cost_model_path(self, target_key: str) -> Path:
+        """The cost model of a target (``simpletvm.tuning.records.target_key``)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", target_key).strip("_") or "target"
+        return self.root / "cost_models" / f"{name}.tar"
 
     @property
     def superb_dir(self) -> Path:

@@ -1,4 +1,5 @@
-"""Cost-model updates that train only when the training can change a prediction.
+"""Cost-model updates that train only when the training can change a prediction, and
+the cost model a store keeps for every job on a target.
 
 MetaSchedule's XGBoost model predicts at random until it holds ``num_warmup_samples``
 measurements, yet retrains on every early update (about half a second each on 2 cores). A
@@ -9,8 +10,17 @@ training is left for the update that reaches it.
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from simpletvm.store import file_lock
 
 
 def update_cost_model(model: Any, context: Any, candidates: list, results: list) -> None:
@@ -29,3 +39,77 @@ def update_cost_model(model: Any, context: Any, candidates: list, results: list)
         model.update(context, candidates, results)
     finally:
         model.last_train_size = last_train_size
+
+
+# ---- the store's cost model ----------------------------------------------------------
+# One XGBoost model per target in the store: its measurements (features and latencies,
+# grouped by workload) and the booster trained on them. A job starts from it, so its
+# tasks are ranked by what every earlier run measured instead of at random for their
+# first samples; the booster ranks candidates by their speed relative to the fastest of
+# their own workload, which is what carries over to workloads never measured.
+
+STORE_SAMPLES = 20_000  # the most a store's model keeps: the newest workloads' first
+
+
+def load_store_cost_model(model: Any, path: Path, log: logging.Logger | None = None) -> int:
+    """Load the store's model at ``path`` into the XGBoost ``model``; returns how many
+    measurements it holds (0: none there, or unreadable, which is logged and skipped:
+    the job then starts cold as it would on a new store)."""
+    if not path.exists():
+        return 0
+    try:
+        with file_lock(path), _xgboost_file_warning_off():
+            model.load(str(path))
+    except Exception as error:  # noqa: BLE001 - a damaged file costs warmth, not the job
+        if log is not None:
+            log.warning("the store's cost model %s is unreadable, starting cold: %s", path, error)
+        model.data, model.data_size, model.booster = OrderedDict(), 0, None
+        return 0
+    return model.data_size
+
+
+def save_store_cost_model(model: Any, path: Path) -> None:
+    """Merge what ``model`` measured into the store's model at ``path``.
+
+    Jobs that ran at the same time each started from the file and add to it when they
+    end: per workload the larger set of measurements is kept (a job's set holds the
+    file's as it was when the job started, plus its own), workloads only the file holds
+    stay, and the oldest workloads go first beyond :data:`STORE_SAMPLES`. The booster
+    saved is the job's; the next job trains on the merged data at its first update."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    if model.booster is None:  # never trained: below the warm-up count, nothing to give
+        return
+    with file_lock(path), _xgboost_file_warning_off():
+        merged = XGBModel()
+        if path.exists():
+            try:
+                merged.load(str(path))
+            except Exception:  # noqa: BLE001 - replaced by this job's model below
+                merged.data = OrderedDict()
+        groups = OrderedDict(merged.data)
+        for key, group in model.data.items():
+            if key not in groups or len(group.costs) >= len(groups[key].costs):
+                groups.pop(key, None)
+                groups[key] = group  # the newest last
+        while sum(len(g.costs) for g in groups.values()) > STORE_SAMPLES and len(groups) > 1:
+            groups.popitem(last=False)
+        merged.data, merged.booster = groups, model.booster
+        merged.data_size = sum(len(g.costs) for g in groups.values())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        merged.save(str(partial))
+        os.replace(partial, path)  # readers never see half a file
+
+
+@contextmanager
+def _xgboost_file_warning_off() -> Iterator[None]:
+    """MetaSchedule names its booster file ``model.bin``, whose extension XGBoost warns
+    about on every save and load before it picks the format right."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=".*(Unknown file format|Saving model in the UBJSON)",
+            category=UserWarning,
+        )
+        yield

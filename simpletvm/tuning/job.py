@@ -16,6 +16,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from simpletvm._process.interrupts import raise_if_interrupted
@@ -23,7 +24,11 @@ from simpletvm._process.scratch import sweep_orphans
 from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm.compiler.winograd import register_schedule_rules
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
-from simpletvm.tuning.cost_model import update_cost_model
+from simpletvm.tuning.cost_model import (
+    load_store_cost_model,
+    save_store_cost_model,
+    update_cost_model,
+)
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import StageSpec, TuningPlan
 from simpletvm.tuning.records import RecordStore
@@ -85,6 +90,7 @@ class TuningJob:
         context=None,
         num_threads: int | None = None,
         run_id: str | None = None,
+        cost_model_file: Path | None = None,
     ):
         from tvm.s_tir import meta_schedule as ms
 
@@ -139,6 +145,17 @@ class TuningJob:
             )
             if options.cost_model == "xgb"
             else ms.cost_model.RandomModel()
+        )
+        # the store's cost model: what every earlier job on this target measured
+        self._cost_model_file = (
+            cost_model_file if options.cost_model == "xgb" and options.transfer_learning else None
+        )
+        self._cost_model_loaded = (
+            load_store_cost_model(
+                self._cost_model, self._cost_model_file, context.logger if context else None
+            )
+            if self._cost_model_file is not None
+            else 0
         )
         self._builder = builder
         self._own_builder = builder is None  # ours to start and to close
@@ -238,6 +255,10 @@ class TuningJob:
             self._close_task(index)
         if self._own_builder and self._builder is not None:
             self._builder.close()
+        if self._cost_model_file is not None and (
+            self._cost_model.data_size > self._cost_model_loaded
+        ):
+            save_store_cost_model(self._cost_model, self._cost_model_file)
         self.records.close()
         return self.summary()
 
@@ -552,18 +573,22 @@ class TuningJob:
 
     def _warm_cost_model(self, context, workload) -> None:
         """Train the cost model on the best records known for this workload (an index
-        lookup: the store is never read whole)."""
+        lookup: the store is never read whole), unless the store's cost model holds the
+        workload's measurements already."""
         from tvm.s_tir.meta_schedule.runner import RunnerResult
+        from tvm.s_tir.meta_schedule.utils import shash2hex
 
         records = self._database.get_top_k(workload, TRANSFER_RECORDS)
-        if records:
+        if not records:
+            return
+        if shash2hex(context.mod) not in getattr(self._cost_model, "data", {}):
             update_cost_model(
                 self._cost_model,
                 context,
                 [r.as_measure_candidate() for r in records],
                 [RunnerResult(list(r.run_secs), None) for r in records],
             )
-            self.plan.known_best(min(_mean_seconds(r.run_secs) or math.inf for r in records))
+        self.plan.known_best(min(_mean_seconds(r.run_secs) or math.inf for r in records))
 
     def _note_errors(self, messages) -> None:
         for message in messages:

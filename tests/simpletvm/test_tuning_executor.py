@@ -11,6 +11,7 @@ import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.testing import fake_builder, fake_runner
+from simpletvm.tuning.cost_model import load_store_cost_model
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.records import RecordStore
@@ -116,6 +117,73 @@ def test_xgboost_trains_only_once_it_holds_its_warmup_samples(fused, tmp_path, m
     assert job.trials == 112
     assert trained_on, "never trained, though the job measured past the warm-up count"
     assert min(trained_on) >= 100, trained_on  # XGBoost's num_warmup_samples
+
+
+def store_job(fused, tmp_path, run_id, cost_model_file, total_trials, **options):
+    context = BenchmarkingContext("cpu", store=tmp_path / "store")
+    job = TuningJob(
+        fused.fused_module,
+        fused.target,
+        TuningOptions(
+            candidates_per_iteration=16,
+            seed=0,
+            total_trials=total_trials,
+            population=32,
+            genetic_iterations=1,
+            **options,
+        ),
+        records=RecordStore(tmp_path / "records.sqlite"),
+        builder=fake_builder(),
+        runner=fake_runner(0),
+        context=context,
+        run_id=run_id,
+        cost_model_file=cost_model_file,
+    )
+    return job, context
+
+
+def test_a_job_starts_from_the_store_cost_model_and_adds_to_it(fused, tmp_path):
+    """The first job on a store leaves its cost model there; the next starts from it:
+    its selects evolve on predictions from the first (none samples at random while a
+    cold model would), and its measurements join the file."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    file = tmp_path / "store" / "cost_models" / "llvm.tar"
+    first, _ = store_job(fused, tmp_path, "1" * 32, file, 112)
+    first.run()
+    saved = XGBModel()
+    assert load_store_cost_model(saved, file) == 112 and saved.booster is not None
+
+    second, context = store_job(fused, tmp_path, "2" * 32, file, 32)
+    second.run()
+    selects = [s for s in context.stages if s["stage"] == "select" and s["candidates"]]
+    assert selects and not any(s.get("sampled") for s in selects)
+    assert load_store_cost_model(XGBModel(), file) == 112 + 32
+
+
+def test_without_transfer_learning_a_job_neither_reads_nor_writes_the_store_model(fused, tmp_path):
+    file = tmp_path / "store" / "cost_models" / "llvm.tar"
+    job, context = store_job(fused, tmp_path, "3" * 32, file, 112, transfer_learning=False)
+    job.run()
+    assert not file.exists()
+    assert any(s.get("sampled") for s in context.stages if s["stage"] == "select")
+
+
+def test_an_unreadable_store_model_costs_warmth_not_the_job(fused, tmp_path):
+    """A damaged file: a warning naming it, the job tunes cold, and its model replaces
+    the file."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    file = tmp_path / "store" / "cost_models" / "llvm.tar"
+    file.parent.mkdir(parents=True)
+    file.write_bytes(b"not a cost model")
+    job, context = store_job(fused, tmp_path, "4" * 32, file, 112)
+    job.run()
+    assert job.trials == 112
+    assert any(s.get("sampled") for s in context.stages if s["stage"] == "select")
+    log = context.store.log_path(context.run_id).read_text()
+    assert "unreadable, starting cold" in log and str(file) in log
+    assert load_store_cost_model(XGBModel(), file) == 112
 
 
 def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_path):

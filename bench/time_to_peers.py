@@ -1,0 +1,356 @@
+"""How long a user waits to beat the peers: the measured latency of the module built from
+one ``autotune(minutes=M)`` run's records at checkpoints of that run, each timed against
+the peers in the same rounds.
+
+    python bench/time_to_peers.py [--models mobilenetv2,resnet18,quickstart,FILE.tflite]
+                                  [--minutes 15] [--checkpoints 0,1,2,5,10,15] [--runs 1]
+                                  [--warm-from STORE[,STORE...]] [--keep-stores DIR]
+                                  [--threads 2] [--out bench/results/time_to_peers]
+
+Each run tunes on a fresh store: empty (cold), or holding the records of the stores
+``--warm-from`` names (warm: give stores that tuned other models, not this one; keep a
+cold run's store with ``--keep-stores``). While it tunes, the store's records are copied
+at the first stage that ends after each checkpoint, with the job's trials and estimate
+at that moment; the last checkpoint is the store after the run (its closing round
+included). Then a module is built from each copy (checkpoint 0: the untuned build, or
+the warm store's records) and all of them are timed with the peers in alternating
+rounds, after every output is checked against the reference (TensorFlow's for a built-in
+model, TFLite's for a ``.tflite`` file, which is imported as shipped).
+
+Built-in models: ``mobilenetv2`` and ``resnet18`` at 224x224, ``quickstart`` (the
+quickstart's MobileNetV2, width 0.35, 96x96); their peers are TFLite (XNNPACK), ONNX
+Runtime and OpenVINO, as in ``bench/peers.py``. A ``.tflite`` file's peer is TFLite.
+The report: per checkpoint the measured latency, its ratio to the fastest peer, the
+estimate and measured / estimate; a PNG of latency against minutes with the peers as
+horizontal lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import (
+    host_description,
+    keras_to_onnx,
+    onnxruntime_runner,
+    openvino_runner,
+    tflite_keras_runner,
+)
+
+from simpletvm.runtime.comparison import (
+    simpletvm_runner,
+    tflite_runner,
+    time_side_by_side,
+)
+
+BUILTIN = {  # name -> (built-in model, its options)
+    "mobilenetv2": ("mobilenetv2", {"image_size": 224}),
+    "resnet18": ("resnet18", {"image_size": 224}),
+    "quickstart": ("mobilenetv2", {"image_size": 96, "alpha": 0.35}),
+}
+PEERS = ("tflite", "onnxruntime", "openvino")
+
+
+def first_output(output) -> np.ndarray:
+    return np.asarray(output[0] if isinstance(output, (list, tuple)) else output)
+
+
+def copy_records(source: Path, destination: Path) -> None:
+    """A consistent copy of a records database while the tuning writes to it."""
+    with sqlite3.connect(source) as reading, sqlite3.connect(destination) as writing:
+        reading.backup(writing)
+
+
+def merge_records(sources: list[Path], store_records: Path) -> int:
+    """Every record of ``sources`` (stores or records files) added to ``store_records``
+    under its own run id; returns how many."""
+    from simpletvm.tuning.record_files import open_records
+    from simpletvm.tuning.records import RecordStore
+
+    into = RecordStore(store_records)
+    added = 0
+    for source in sources:
+        path = open_records(source).path
+        with sqlite3.connect(path) as connection:
+            rows = connection.execute(
+                "SELECT w.key, w.json, r.run_id, r.json FROM records r "
+                "JOIN workloads w ON w.id = r.workload_id ORDER BY w.key, r.run_id"
+            ).fetchall()
+        groups: dict[tuple[str, str | None], tuple[str, list]] = {}
+        for key, workload, run_id, record in rows:
+            groups.setdefault((key, run_id), (workload, []))[1].append(json.loads(record))
+        for (key, run_id), (workload, records) in groups.items():
+            added += into.add(key, json.loads(workload), records, run_id)
+    into.close()
+    return added
+
+
+def peer_runners(name: str, example: np.ndarray, threads: int, scratch: Path):
+    """The peers' runners and the reference output every module is checked against."""
+    if name.endswith(".tflite"):
+        peers = {"tflite": tflite_runner(Path(name).read_bytes(), example, threads)}
+        return peers, first_output(peers["tflite"]())
+    from simpletvm.models.zoo import build_keras_model
+
+    model, options = BUILTIN[name]
+    keras_model = build_keras_model(model, **options)
+    onnx_path = keras_to_onnx(keras_model, example.shape, scratch / f"{name}.onnx")
+    makers: dict[str, Callable] = {
+        "tflite": lambda: tflite_keras_runner(keras_model, example, threads),
+        "onnxruntime": lambda: onnxruntime_runner(onnx_path, example, threads),
+        "openvino": lambda: openvino_runner(onnx_path, example, threads),
+    }
+    peers = {}
+    for peer, make in makers.items():
+        try:
+            peers[peer] = make()
+        except ImportError as error:  # an optional peer not installed: go on without it
+            print(f"  {peer} not run: {error}", flush=True)
+    return peers, np.asarray(keras_model(example))
+
+
+def import_model(name: str, context):
+    from simpletvm import SimpleTVM
+
+    if name.endswith(".tflite"):
+        return SimpleTVM(context).from_model(name)
+    model, options = BUILTIN[name]
+    return SimpleTVM(context).from_model(model, **options)
+
+
+def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
+    """Tune ``name`` once with checkpoints, then time every checkpoint's module with the
+    peers."""
+    from simpletvm import BenchmarkingContext
+
+    store = scratch / f"store-{run}"
+    store.mkdir(parents=True)
+    context = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
+    records_path = context.store.records_path
+    warm_records = merge_records(args.warm_from, records_path) if args.warm_from else 0
+    stvm = import_model(name, context)
+    example = (
+        np.random.default_rng(0)
+        .standard_normal(stvm.model.inputs[0].shape)
+        .astype(stvm.model.inputs[0].dtype)
+    )
+    copies: dict[float, dict] = {}
+    if warm_records:
+        copy_records(records_path, scratch / f"records-{run}-0.sqlite")
+    copies[0.0] = {
+        "at_s": 0.0,
+        "trials": 0,
+        "records": str(scratch / f"records-{run}-0.sqlite") if warm_records else None,
+    }
+    pending = sorted(c for c in args.checkpoints if 0 < c < args.minutes)
+    began = time.time()
+
+    def on_stage(job) -> None:
+        elapsed = time.time() - began
+        while pending and elapsed >= pending[0] * 60:
+            checkpoint = pending.pop(0)
+            path = scratch / f"records-{run}-{checkpoint:g}.sqlite"
+            copy_records(records_path, path)
+            summary = job.summary()
+            measured = sum(t["best_latency_s"] is not None for t in summary["tasks"])
+            copies[checkpoint] = {
+                "at_s": round(elapsed, 1),
+                "trials": job.trials,
+                "records": str(path),
+                "estimated_ms": summary["estimated_latency_s"] * 1e3,
+                "tasks_measured": f"{measured} of {summary['num_tasks']}",
+            }
+            print(f"  {checkpoint:g} min: {job.trials} trials", flush=True)
+
+    stvm.autotune(minutes=args.minutes, seed=run, on_stage=on_stage)
+    path = scratch / f"records-{run}-{args.minutes:g}.sqlite"
+    copy_records(records_path, path)
+    summary = stvm.tuning_summary
+    copies[float(args.minutes)] = {
+        "at_s": round(time.time() - began, 1),
+        "trials": summary["trials"],
+        "records": str(path),
+        "estimated_ms": summary["estimated_latency_s"] * 1e3,
+        "tasks_measured": f"{sum(t['best_latency_s'] is not None for t in summary['tasks'])} "
+        f"of {summary['num_tasks']}",
+    }
+    if args.keep_stores:
+        kept = args.keep_stores / f"{Path(name).stem}-{'warm' if args.warm_from else 'cold'}-{run}"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(store, kept, ignore=shutil.ignore_patterns("zoo", "runs"))
+        print(f"  store kept: {kept}", flush=True)
+
+    runners, reference = peer_runners(name, example, args.threads, scratch)
+    agreement: dict[str, float] = {}
+    for checkpoint, copy in sorted(copies.items()):
+        began_build = time.perf_counter()
+        fresh = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
+        built = import_model(name, fresh).build(records=copy["records"])
+        copy["build_s"] = round(time.perf_counter() - began_build, 1)
+        runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
+    for label, infer in runners.items():
+        output = first_output(infer())
+        agreement[label] = float(np.abs(output - reference).max())
+        if output.shape != reference.shape or not np.allclose(
+            output, reference, rtol=1e-3, atol=1e-4
+        ):
+            raise SystemExit(
+                f"{name}: {label} disagrees with the reference "
+                f"(max abs difference {agreement[label]:.3g})"
+            )
+    samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
+    medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
+    peers = {peer: medians[peer] for peer in PEERS if peer in medians}
+    fastest = min(peers, key=peers.__getitem__)
+    checkpoints = []
+    for checkpoint, copy in sorted(copies.items()):
+        measured = medians[f"{checkpoint:g} min"]
+        estimate = copy.get("estimated_ms")
+        checkpoints.append(
+            {
+                "minutes": checkpoint,
+                **{k: v for k, v in copy.items() if k != "records"},
+                "measured_ms": measured,
+                "x_fastest_peer": measured / peers[fastest],
+                "measured_over_estimate": measured / estimate if estimate else None,
+            }
+        )
+    return {
+        "model": name,
+        "run": run,
+        "kind": "warm" if args.warm_from else "cold",
+        "warm_records": warm_records,
+        "threads": args.threads,
+        "host": host,
+        "peers_ms": peers,
+        "fastest_peer": fastest,
+        "checkpoints": checkpoints,
+        "never_slower_later": all(
+            later["measured_ms"] <= earlier["measured_ms"]
+            for earlier, later in zip(checkpoints, checkpoints[1:])
+        ),
+        "max_abs_difference_to_reference": agreement,
+        "stage_seconds": stvm.context.stage_durations(),
+    }
+
+
+def print_run(result: dict) -> None:
+    host = result["host"]
+    peers = ", ".join(f"{p} {ms:.3f} ms" for p, ms in result["peers_ms"].items())
+    print(
+        f"\n{result['model']} ({result['kind']}, run {result['run']}), {result['threads']} "
+        f"threads, {host['cpu']} (LLVM cpu {host['llvm_cpu']}); peers: {peers}"
+    )
+    print(
+        f"  {'minutes':>7} {'trials':>7} {'measured ms':>12} {'x ' + result['fastest_peer']:>14}"
+        f" {'estimate ms':>12} {'meas/est':>9} {'tasks measured':>15} {'build s':>8}"
+    )
+    for c in result["checkpoints"]:
+        estimate = f"{c['estimated_ms']:.3f}" if c.get("estimated_ms") else "-"
+        ratio = f"{c['measured_over_estimate']:.3f}" if c["measured_over_estimate"] else "-"
+        print(
+            f"  {c['minutes']:>7g} {c['trials']:>7} {c['measured_ms']:>12.3f} "
+            f"{c['x_fastest_peer']:>14.3f} {estimate:>12} {ratio:>9} "
+            f"{c.get('tasks_measured', '-'):>15} {c['build_s']:>8}"
+        )
+    print(f"  never slower at a later checkpoint: {result['never_slower_later']}")
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in results))
+    figure, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.2), squeeze=False)
+    for axis, model in zip(axes[0], models):
+        mine = [r for r in results if r["model"] == model]
+        for r in mine:
+            points = r["checkpoints"]
+            axis.plot(
+                [c["minutes"] for c in points],
+                [c["measured_ms"] for c in points],
+                marker="o",
+                label=f"SimpleTVM {r['kind']} run {r['run']}",
+            )
+        for peer in mine[0]["peers_ms"]:
+            level = statistics.median(r["peers_ms"][peer] for r in mine)
+            axis.axhline(level, linestyle="--", linewidth=1, color="grey")
+            axis.annotate(peer, (0, level), fontsize=8, va="bottom")
+        axis.set_yscale("log")
+        axis.set_xlabel("minutes of autotune()")
+        axis.set_ylabel("measured latency, ms (batch 1)")
+        axis.set_title(Path(model).name)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="mobilenetv2,resnet18")
+    parser.add_argument("--minutes", type=float, default=15.0)
+    parser.add_argument("--checkpoints", default="0,1,2,5,10,15")
+    parser.add_argument("--runs", type=int, default=1, help="runs per model (seeds 0, 1, ...)")
+    parser.add_argument("--warm-from", default=None, help="stores whose records warm the run")
+    parser.add_argument("--keep-stores", type=Path, default=None, help="keep each run's store")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/time_to_peers"))
+    args = parser.parse_args()
+    models = args.models.split(",")
+    for name in models:
+        if name.endswith(".tflite"):
+            if not Path(name).is_file():
+                parser.error(f"--models: no such file {name}")
+        elif name not in BUILTIN:
+            parser.error(f"--models: {name!r} is neither a .tflite file nor one of {list(BUILTIN)}")
+    try:
+        args.checkpoints = sorted({float(c) for c in args.checkpoints.split(",")})
+    except ValueError:
+        parser.error(f"--checkpoints: minutes separated by commas, not {args.checkpoints!r}")
+    if args.checkpoints[-1] != args.minutes or args.checkpoints[0] < 0:
+        parser.error("--checkpoints: from 0 up to --minutes, the last being --minutes")
+    if args.warm_from:
+        args.warm_from = [Path(p) for p in args.warm_from.split(",")]
+        missing = [str(p) for p in args.warm_from if not p.exists()]
+        if missing:
+            parser.error(f"--warm-from: no such store or records file: {', '.join(missing)}")
+
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    host = host_description()
+    kind = "warm" if args.warm_from else "cold"
+    results = []
+    for name in models:
+        for run in range(args.runs):
+            scratch = Path(tempfile.mkdtemp(prefix="simpletvm-time-to-peers-"))
+            try:
+                results.append(one_run(name, run, args, scratch, host))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            print_run(results[-1])
+            stem = args.out / f"time-to-peers-{kind}"
+            stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+            plot(results, stem.with_suffix(".png"))
+    print(f"\nresults: {stem}.json, {stem}.png")
+
+
+if __name__ == "__main__":
+    main()
