@@ -36,21 +36,6 @@ class ServiceJobSpec:
         return ServiceJob(self)
 
 
-def known_estimate_ms(tuning) -> tuple[bool, float | None]:
-    """Whether every task of ``tuning`` (a TuningJob) has records in its store on its
-    target, and the model's estimate from the best ones: the sum over tasks of weight x
-    best latency, in ms (None when some task has none)."""
-    from simpletvm.tuning.database import RecordDatabase, best_latency_s
-    from simpletvm.tuning.plan import built_estimate
-
-    database = RecordDatabase(tuning.records, tuning._tvm_target, scope="best")
-    best = {i: best_latency_s(database, task) for i, task in enumerate(tuning.tasks)}
-    if any(latency is None for latency in best.values()):
-        return False, None
-    weights = {i: int(task.weight) for i, task in enumerate(tuning.tasks)}
-    return True, built_estimate(best, weights, tuning.plan.rivals) * 1e3
-
-
 class ServiceJob(SimpleTVMJob):
     """Import the model, tune (unless the store's records already answer), then build
     from the store's records and save the module where the store keeps the run's modules.
@@ -93,14 +78,17 @@ class ServiceJob(SimpleTVMJob):
         tuning = self.simpletvm.tuning_job(
             TuningOptions.from_mapping(spec.tuning), spec.tracker, self.device
         )
-        complete, self.known_ms = known_estimate_ms(tuning)
+        known_s = tuning.known_estimate_s()  # None: some task has no record
+        self.known_ms = None if known_s is None else known_s * 1e3
         target_met = (
             spec.latency_ms is not None
             and self.known_ms is not None
             and self.known_ms <= spec.latency_ms
         )
         resumed = tuning.trials > 0
-        self.answered_from_store = complete and (spec.known_only or target_met) and not resumed
+        self.answered_from_store = (
+            self.known_ms is not None and (spec.known_only or target_met) and not resumed
+        )
         if spec.known_only and not self.answered_from_store:
             tuning.finalize()
             raise ValueError(

@@ -294,7 +294,7 @@ class SimpleTVM:
             num_threads=self.context.num_threads,
             run_id=self.context.run_id,
             cost_model_file=self.store.cost_model_path(
-                target_key(self.target.tvm_target().export())
+                target_key(json.loads(str(self.target.tvm_target())))  # a Target prints as JSON
             ),
         )
         self.context.model["num_tasks"] = len(job.tasks)

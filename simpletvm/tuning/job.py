@@ -30,7 +30,7 @@ from simpletvm.tuning.cost_model import (
     update_cost_model,
 )
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.plan import StageSpec, TuningPlan
+from simpletvm.tuning.plan import StageSpec, TuningPlan, built_estimate
 from simpletvm.tuning.records import RecordStore
 from simpletvm.tuning.tasks import TaskProgress
 from simpletvm.tuning.timing import (
@@ -266,6 +266,18 @@ class TuningJob:
         """Per-task trials, errors and best latency, the weighted model estimate (of the
         tuned tasks), and the tasks skipped because they could not be tuned."""
         return self.plan.summary()
+
+    def known_estimate_s(self) -> float | None:
+        """The model's estimate from the store's best record of every task on this
+        target, before any tuning (seconds); None when some task has none."""
+        from simpletvm.tuning.database import RecordDatabase, best_latency_s
+
+        database = RecordDatabase(self.records, self._tvm_target, scope="best")
+        best = {i: best_latency_s(database, task) for i, task in enumerate(self.tasks)}
+        if any(latency is None for latency in best.values()):
+            return None
+        weights = {i: int(task.weight) for i, task in enumerate(self.tasks)}
+        return built_estimate(best, weights, self.plan.rivals)
 
     # ---- stages ---------------------------------------------------------------------
     def _select(self) -> dict[str, Any]:
