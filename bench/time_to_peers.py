@@ -7,9 +7,9 @@ the peers in the same rounds.
                                   [--warm-from STORE[,STORE...]] [--keep-stores DIR]
                                   [--threads 2] [--out bench/results/time_to_peers]
 
-Each run tunes on a fresh store: empty (cold), or holding the records of the stores
-``--warm-from`` names (warm: give stores that tuned other models, not this one; keep a
-cold run's store with ``--keep-stores``). While it tunes, the store's records are copied
+Each run tunes on a fresh store: empty (cold), or holding the records and cost models
+of the stores ``--warm-from`` names (warm: give stores that tuned other models, not this
+one; keep a cold run's store with ``--keep-stores``). While it tunes, the store's records are copied
 at the first stage that ends after each checkpoint, with the job's trials and estimate
 at that moment; the last checkpoint is the store after the run (its closing round
 included). Then a module is built from each copy (checkpoint 0: the untuned build, or
@@ -74,13 +74,17 @@ def copy_records(source: Path, destination: Path) -> None:
         reading.backup(writing)
 
 
-def merge_records(sources: list[Path], store_records: Path) -> int:
-    """Every record of ``sources`` (stores or records files) added to ``store_records``
-    under its own run id; returns how many."""
+def warm_store(sources: list[Path], store) -> int:
+    """Every record of ``sources`` (stores or records files) added to ``store`` (a
+    RunStore) under its own run id, and the sources' cost models merged into the
+    store's; returns how many records."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    from simpletvm.tuning.cost_model import load_store_cost_model, save_store_cost_model
     from simpletvm.tuning.record_files import open_records
     from simpletvm.tuning.records import RecordStore
 
-    into = RecordStore(store_records)
+    into = RecordStore(store.records_path)
     added = 0
     for source in sources:
         path = open_records(source).path
@@ -94,6 +98,10 @@ def merge_records(sources: list[Path], store_records: Path) -> int:
             groups.setdefault((key, run_id), (workload, []))[1].append(json.loads(record))
         for (key, run_id), (workload, records) in groups.items():
             added += into.add(key, json.loads(workload), records, run_id)
+        for model_file in sorted(Path(source).glob("cost_models/*.tar")):
+            model = XGBModel()
+            if load_store_cost_model(model, model_file):
+                save_store_cost_model(model, store.root / "cost_models" / model_file.name)
     into.close()
     return added
 
@@ -140,7 +148,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     store.mkdir(parents=True)
     context = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
     records_path = context.store.records_path
-    warm_records = merge_records(args.warm_from, records_path) if args.warm_from else 0
+    warm_records = warm_store(args.warm_from, context.store) if args.warm_from else 0
     stvm = import_model(name, context)
     example = (
         np.random.default_rng(0)
@@ -187,18 +195,15 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         "tasks_measured": f"{sum(t['best_latency_s'] is not None for t in summary['tasks'])} "
         f"of {summary['num_tasks']}",
     }
-    if args.keep_stores:
-        kept = args.keep_stores / f"{Path(name).stem}-{'warm' if args.warm_from else 'cold'}-{run}"
-        shutil.rmtree(kept, ignore_errors=True)
-        shutil.copytree(store, kept, ignore=shutil.ignore_patterns("zoo", "runs"))
-        print(f"  store kept: {kept}", flush=True)
-
     runners, reference = peer_runners(name, example, args.threads, scratch)
     agreement: dict[str, float] = {}
     for checkpoint, copy in sorted(copies.items()):
         began_build = time.perf_counter()
-        fresh = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
-        built = import_model(name, fresh).build(records=copy["records"])
+        if checkpoint == args.minutes:  # the tuned session's own build, saved under its run
+            built = stvm.build(records=copy["records"]).save()
+        else:
+            fresh = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
+            built = import_model(name, fresh).build(records=copy["records"])
         copy["build_s"] = round(time.perf_counter() - began_build, 1)
         runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
     for label, infer in runners.items():
@@ -212,6 +217,12 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
                 f"(max abs difference {agreement[label]:.3g})"
             )
     samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
+    if args.keep_stores:
+        kept = args.keep_stores / f"{Path(name).stem}-{'warm' if args.warm_from else 'cold'}-{run}"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(store, kept)
+        print(f"  store kept: {kept}", flush=True)
+
     medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
     peers = {peer: medians[peer] for peer in PEERS if peer in medians}
     fastest = min(peers, key=peers.__getitem__)
@@ -231,6 +242,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     return {
         "model": name,
         "run": run,
+        "run_id": stvm.context.run_id,  # its module saved, for bench/estimate_fidelity.py
         "kind": "warm" if args.warm_from else "cold",
         "warm_records": warm_records,
         "threads": args.threads,

@@ -146,17 +146,12 @@ class TuningJob:
             if options.cost_model == "xgb"
             else ms.cost_model.RandomModel()
         )
-        # the store's cost model: what every earlier job on this target measured
+        # the store's cost model (what every earlier job on this target measured), loaded
+        # when the first task starts: a job answered from the store never reads it
         self._cost_model_file = (
             cost_model_file if options.cost_model == "xgb" and options.transfer_learning else None
         )
-        self._cost_model_loaded = (
-            load_store_cost_model(
-                self._cost_model, self._cost_model_file, context.logger if context else None
-            )
-            if self._cost_model_file is not None
-            else 0
-        )
+        self._cost_model_loaded: int | None = None  # measurements it held; None: not read
         self._builder = builder
         self._own_builder = builder is None  # ours to start and to close
         self._runner = runner
@@ -255,7 +250,7 @@ class TuningJob:
             self._close_task(index)
         if self._own_builder and self._builder is not None:
             self._builder.close()
-        if self._cost_model_file is not None and (
+        if self._cost_model_loaded is not None and (
             self._cost_model.data_size > self._cost_model_loaded
         ):
             save_store_cost_model(self._cost_model, self._cost_model_file)
@@ -444,6 +439,11 @@ class TuningJob:
     def _start_task(self, index: int) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        if self._cost_model_file is not None and self._cost_model_loaded is None:
+            log = self.context.logger if self.context is not None else None
+            self._cost_model_loaded = load_store_cost_model(
+                self._cost_model, self._cost_model_file, log
+            )
         task = self.tasks[index]
         options = self.options
         if options.search_strategy == "evolutionary":

@@ -14,7 +14,7 @@ from simpletvm.testing import fake_builder, fake_runner
 from simpletvm.tuning.cost_model import load_store_cost_model
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.records import RecordStore
+from simpletvm.tuning.records import RecordStore, target_key
 
 pytestmark = pytest.mark.slow  # MetaSchedule's search runs for real
 
@@ -159,6 +159,22 @@ def test_a_job_starts_from_the_store_cost_model_and_adds_to_it(fused, tmp_path):
     selects = [s for s in context.stages if s["stage"] == "select" and s["candidates"]]
     assert selects and not any(s.get("sampled") for s in selects)
     assert load_store_cost_model(XGBModel(), file) == 112 + 32
+
+
+def test_autotune_starts_from_the_store_cost_model_of_its_target(fused, tiny_onnx, tmp_path):
+    """``SimpleTVM.tuning_job`` (what autotune() and the schedulers run) finds the model
+    the store keeps for its target: its first select evolves on predictions."""
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
+    file = stvm.store.cost_model_path(target_key(json.loads(str(stvm.target.tvm_target()))))
+    first, _ = store_job(fused, tmp_path, "5" * 32, file, 112)
+    first.run()
+    job = stvm.tuning_job(TuningOptions(total_trials=16, seed=0))
+    try:
+        job.run_stage()
+    finally:
+        job.finalize()
+    select = stvm.context.stages[-1]
+    assert select["stage"] == "select" and select["candidates"] and not select.get("sampled")
 
 
 def test_without_transfer_learning_a_job_neither_reads_nor_writes_the_store_model(fused, tmp_path):
