@@ -43,12 +43,22 @@ def update_cost_model(model: Any, context: Any, candidates: list, results: list)
 
 # ---- the store's cost model ----------------------------------------------------------
 # One XGBoost model per target in the store: its measurements (features and latencies,
-# grouped by workload) and the booster trained on them. A job starts from it, so its
-# tasks are ranked by what every earlier run measured instead of at random for their
-# first samples; the booster ranks candidates by their speed relative to the fastest of
-# their own workload, which is what carries over to workloads never measured.
+# grouped by workload) and the booster trained on them. A job whose workloads it has
+# measured starts from it, so the search is guided from its first select instead of
+# sampling at random. A job of workloads it never measured starts cold: one trained on
+# another model's workloads ranked them no better than sampling does, and evolving on
+# its predictions costs more per select (BENCHMARKS.md, "time to the peers", warm).
 
 STORE_SAMPLES = 20_000  # the most a store's model keeps: the newest workloads' first
+
+
+def new_xgb_model() -> Any:
+    """MetaSchedule's XGBoost cost model as every job uses it."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.cost_model.XGBModel(
+        extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True
+    )
 
 
 def load_store_cost_model(model: Any, path: Path, log: logging.Logger | None = None) -> int:

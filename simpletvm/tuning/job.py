@@ -26,6 +26,7 @@ from simpletvm.compiler.winograd import register_schedule_rules
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from simpletvm.tuning.cost_model import (
     load_store_cost_model,
+    new_xgb_model,
     save_store_cost_model,
     update_cost_model,
 )
@@ -140,14 +141,10 @@ class TuningJob:
             records, self._tvm_target, scope="run", run_id=self.run_id
         )
         self._cost_model = (
-            ms.cost_model.XGBModel(
-                extractor=ms.feature_extractor.PerStoreFeature(), adaptive_training=True
-            )
-            if options.cost_model == "xgb"
-            else ms.cost_model.RandomModel()
+            new_xgb_model() if options.cost_model == "xgb" else ms.cost_model.RandomModel()
         )
-        # the store's cost model (what every earlier job on this target measured), loaded
-        # when the first task starts: a job answered from the store never reads it
+        # the store's cost model (what earlier jobs on this target measured), read when
+        # the first task starts: a job answered from the store never reads it
         self._cost_model_file = (
             cost_model_file if options.cost_model == "xgb" and options.transfer_learning else None
         )
@@ -440,10 +437,7 @@ class TuningJob:
         from tvm.s_tir import meta_schedule as ms
 
         if self._cost_model_file is not None and self._cost_model_loaded is None:
-            log = self.context.logger if self.context is not None else None
-            self._cost_model_loaded = load_store_cost_model(
-                self._cost_model, self._cost_model_file, log
-            )
+            self._start_from_store_cost_model()
         task = self.tasks[index]
         options = self.options
         if options.search_strategy == "evolutionary":
@@ -480,6 +474,22 @@ class TuningJob:
             self._warm_cost_model(context, workload)
         if options.search_strategy == "evolutionary" and self._cost_model_is_cold():
             self._samplers[index] = self._cold_sampler(index, context, spaces)
+
+    def _start_from_store_cost_model(self) -> None:
+        """Take the store's cost model when it has measured one of this job's workloads
+        (this model tuned before, or one sharing layers with it); otherwise start cold
+        (see :mod:`simpletvm.tuning.cost_model`). Either way the job's measurements join
+        the store's model when it ends."""
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        stored = new_xgb_model()
+        log = self.context.logger if self.context is not None else None
+        held = load_store_cost_model(stored, self._cost_model_file, log)
+        mine = {shash2hex(task.dispatched[0]) for task in self.tasks}  # as the model groups
+        if held and not mine.isdisjoint(stored.data):
+            self._cost_model, self._cost_model_loaded = stored, held
+        else:
+            self._cost_model_loaded = 0
 
     def _default_candidate(self, context):
         """The task's default schedule as a candidate (None: it has none; the task is

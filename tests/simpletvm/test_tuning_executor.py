@@ -161,6 +161,26 @@ def test_a_job_starts_from_the_store_cost_model_and_adds_to_it(fused, tmp_path):
     assert load_store_cost_model(XGBModel(), file) == 112 + 32
 
 
+def test_a_store_model_of_other_workloads_leaves_the_job_cold_and_takes_its_measurements(
+    fused, keras_model, tmp_path
+):
+    """A model trained only on another model's workloads is not started from (it ranked
+    new workloads no better than sampling, BENCHMARKS.md); the job's measurements still
+    join it, beside the other model's."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    other = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "other")).from_model(
+        keras_model  # NHWC, depthwise: no workload of the ONNX model's
+    )
+    file = tmp_path / "store" / "cost_models" / "llvm.tar"
+    first, _ = store_job(other, tmp_path, "6" * 32, file, 112)
+    first.run()
+    job, context = store_job(fused, tmp_path, "7" * 32, file, 112)
+    job.run()
+    assert any(s.get("sampled") for s in context.stages if s["stage"] == "select")  # cold
+    assert load_store_cost_model(XGBModel(), file) == 112 + 112
+
+
 def test_autotune_starts_from_the_store_cost_model_of_its_target(fused, tiny_onnx, tmp_path):
     """``SimpleTVM.tuning_job`` (what autotune() and the schedulers run) finds the model
     the store keeps for its target: its first select evolves on predictions."""
