@@ -43,9 +43,9 @@ def update_cost_model(model: Any, context: Any, candidates: list, results: list)
 
 # ---- the store's cost model ----------------------------------------------------------
 # One XGBoost model per target in the store: its measurements (features and latencies,
-# grouped by workload) and the booster trained on them. A job whose workloads it has
-# measured starts from it, so the search is guided from its first select instead of
-# sampling at random. A job of workloads it never measured starts cold: one trained on
+# grouped by workload) and the booster trained on them. A job most of whose workloads it
+# has measured starts from it, so the search is guided from its first select instead of
+# sampling at random. Any other job starts cold: one trained on
 # another model's workloads ranked them no better than sampling does, and evolving on
 # its predictions costs more per select (BENCHMARKS.md, "time to the peers", warm).
 

@@ -476,17 +476,18 @@ class TuningJob:
             self._samplers[index] = self._cold_sampler(index, context, spaces)
 
     def _start_from_store_cost_model(self) -> None:
-        """Take the store's cost model when it has measured one of this job's workloads
-        (this model tuned before, or one sharing layers with it); otherwise start cold
-        (see :mod:`simpletvm.tuning.cost_model`). Either way the job's measurements join
-        the store's model when it ends."""
+        """Take the store's cost model when it has measured at least half of this job's
+        workloads (this model tuned before, or one sharing most layers with it: a softmax
+        that every classifier has is not enough); otherwise start cold (see
+        :mod:`simpletvm.tuning.cost_model`). Either way the job's measurements join the
+        store's model when it ends."""
         from tvm.s_tir.meta_schedule.utils import shash2hex
 
         stored = new_xgb_model()
         log = self.context.logger if self.context is not None else None
         held = load_store_cost_model(stored, self._cost_model_file, log)
-        mine = {shash2hex(task.dispatched[0]) for task in self.tasks}  # as the model groups
-        if held and not mine.isdisjoint(stored.data):
+        mine = [shash2hex(task.dispatched[0]) for task in self.tasks]  # as the model groups
+        if held and 2 * sum(key in stored.data for key in mine) >= len(mine):
             self._cost_model, self._cost_model_loaded = stored, held
         else:
             self._cost_model_loaded = 0
