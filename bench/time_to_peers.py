@@ -15,7 +15,8 @@ at that moment; the last checkpoint is the store after the run (its closing roun
 included). Then a module is built from each copy (checkpoint 0: the untuned build, or
 the warm store's records) and all of them are timed with the peers in alternating
 rounds, after every output is checked against the reference (TensorFlow's for a built-in
-model, TFLite's for a ``.tflite`` file, which is imported as shipped).
+model, TFLite's for a ``.tflite`` file, which is imported as shipped): the largest
+difference at most a thousandth of the reference's largest value.
 
 Built-in models: ``mobilenetv2`` and ``resnet18`` at 224x224, ``quickstart`` (the
 quickstart's MobileNetV2, width 0.35, 96x96); their peers are TFLite (XNNPACK), ONNX
@@ -206,12 +207,11 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             built = import_model(name, fresh).build(records=copy["records"])
         copy["build_s"] = round(time.perf_counter() - began_build, 1)
         runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
+    scale = float(np.abs(reference).max())  # a detector's boxes are pixels, a softmax's 1e-3
     for label, infer in runners.items():
         output = first_output(infer())
         agreement[label] = float(np.abs(output - reference).max())
-        if output.shape != reference.shape or not np.allclose(
-            output, reference, rtol=1e-3, atol=1e-4
-        ):
+        if output.shape != reference.shape or agreement[label] > 1e-3 * scale + 1e-6:
             raise SystemExit(
                 f"{name}: {label} disagrees with the reference "
                 f"(max abs difference {agreement[label]:.3g})"
