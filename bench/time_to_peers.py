@@ -3,7 +3,8 @@ one ``autotune(minutes=M)`` run's records at checkpoints of that run, each timed
 the peers in the same rounds.
 
     python bench/time_to_peers.py [--models mobilenetv2,resnet18,quickstart,FILE.tflite]
-                                  [--minutes 15] [--checkpoints 0,1,2,5,10,15] [--runs 1]
+                                  [--minutes 15] [--checkpoints 0,1,2,5,10,15]
+                                  [--runs 1] [--first-seed 0]
                                   [--warm-from STORE[,STORE...]] [--keep-stores DIR]
                                   [--threads 2] [--out bench/results/time_to_peers]
 
@@ -317,7 +318,8 @@ def main() -> None:
     parser.add_argument("--models", default="mobilenetv2,resnet18")
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--checkpoints", default="0,1,2,5,10,15")
-    parser.add_argument("--runs", type=int, default=1, help="runs per model (seeds 0, 1, ...)")
+    parser.add_argument("--runs", type=int, default=1, help="runs per model, one seed each")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first run's seed")
     parser.add_argument("--warm-from", default=None, help="stores whose records warm the run")
     parser.add_argument("--keep-stores", type=Path, default=None, help="keep each run's store")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -351,7 +353,7 @@ def main() -> None:
     kind = "warm" if args.warm_from else "cold"
     results = []
     for name in models:
-        for run in range(args.runs):
+        for run in range(args.first_seed, args.first_seed + args.runs):
             scratch = Path(tempfile.mkdtemp(prefix="simpletvm-time-to-peers-"))
             try:
                 results.append(one_run(name, run, args, scratch, host))
