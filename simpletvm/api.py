@@ -269,7 +269,7 @@ class SimpleTVM:
         from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.remote.runner import DeviceRunner, rpc_runner
         from simpletvm.tuning.job import TuningJob
-        from simpletvm.tuning.records import RecordBuffer, target_key
+        from simpletvm.tuning.records import RecordBuffer, tvm_target_key
 
         device = device_key if isinstance(device_key, DeviceGrant) else DeviceGrant(device_key)
         runner = (
@@ -293,9 +293,7 @@ class SimpleTVM:
             context=self.context,
             num_threads=self.context.num_threads,
             run_id=self.context.run_id,
-            cost_model_file=self.store.cost_model_path(
-                target_key(json.loads(str(self.target.tvm_target())))  # a Target prints as JSON
-            ),
+            cost_model_file=self.store.cost_model_path(tvm_target_key(self.target.tvm_target())),
         )
         self.context.model["num_tasks"] = len(job.tasks)
         return job

@@ -8,8 +8,8 @@ otherwise)::
     modules/<run_id>/              saved modules (library + metadata.json)
     records.sqlite                 every tuning record, with its run id; the best per
                                    workload and target (see simpletvm.tuning.records)
-    cost_models/<target>.tar       per target, the cost model every tuning job starts
-                                   from (see simpletvm.tuning.cost_model)
+    cost_models/<target>.tar       per target, a cost model of every tuning job's
+                                   measurements (see simpletvm.tuning.cost_model)
     superb/                        results of grid sweeps
 """
 
@@ -127,7 +127,7 @@ class RunStore:
         return self.root / "records.sqlite"
 
     def cost_model_path(self, target_key: str) -> Path:
-        """The cost model of a target (``simpletvm.tuning.records.target_key``)."""
+        """The cost model of a target (``simpletvm.tuning.records.tvm_target_key``)."""
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", target_key).strip("_") or "target"
         return self.root / "cost_models" / f"{name}.tar"
 

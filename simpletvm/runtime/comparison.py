@@ -105,12 +105,13 @@ def at_thread_counts(
     runners: dict[Hashable, Runner], counts: Iterable[int]
 ) -> Iterator[dict[Hashable, dict[int, Runner]]]:
     """Each of ``runners`` (SimpleTVM modules: they share TVM's thread pool) on each of
-    ``counts``, keyed by name and count. A runner resizes the pool only when another
+    ``counts`` (in their order), keyed by name and count. A runner resizes the pool only when another
     left it at another count: once per turn, not per call. Leaving the block sets the
     pool back to the count it had."""
     from simpletvm.runtime.threads import runtime_threads, set_runtime_threads
 
     before = runtime_threads()
+    counts = list(counts)
     current = None  # the count the runners last set
 
     def on(infer: Runner, count: int) -> Runner:
@@ -125,8 +126,7 @@ def at_thread_counts(
 
     try:
         yield {
-            name: {count: on(infer, count) for count in sorted(set(counts), reverse=True)}
-            for name, infer in runners.items()
+            name: {count: on(infer, count) for count in counts} for name, infer in runners.items()
         }
     finally:
         set_runtime_threads(before)

@@ -102,10 +102,10 @@ def save_store_cost_model(model: Any, path: Path) -> None:
             if key not in groups or len(group.costs) >= len(groups[key].costs):
                 groups.pop(key, None)
                 groups[key] = group  # the newest last
-        while sum(len(g.costs) for g in groups.values()) > STORE_SAMPLES and len(groups) > 1:
-            groups.popitem(last=False)
-        merged.data, merged.booster = groups, model.booster
-        merged.data_size = sum(len(g.costs) for g in groups.values())
+        size = sum(len(g.costs) for g in groups.values())
+        while size > STORE_SAMPLES and len(groups) > 1:
+            size -= len(groups.popitem(last=False)[1].costs)
+        merged.data, merged.booster, merged.data_size = groups, model.booster, size
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
         merged.save(str(partial))

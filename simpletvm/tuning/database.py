@@ -9,7 +9,6 @@ records, one run's, or the best per workload only.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from simpletvm.compiler.lowering import workload_key
 from simpletvm.errors import RunNotFoundError
 from simpletvm.tuning.record_files import open_records
-from simpletvm.tuning.records import RecordStore, target_key
+from simpletvm.tuning.records import RecordStore, tvm_target_key
 
 SCOPES = ("all", "run", "best")
 
@@ -48,7 +47,7 @@ class RecordDatabase(PyDatabase):
         self.records = records
         self.scope = scope
         self.run_id = run_id
-        self.target_key = target_key(json.loads(str(target)))  # a Target prints as JSON
+        self.target_key = tvm_target_key(target)
         self._workloads: dict[str, Workload] = {}
         self._workload_json: dict[str, Any] = {}
 

@@ -88,6 +88,11 @@ def target_key(target_json: Any) -> str:
     return "/".join(parts)
 
 
+def tvm_target_key(target: Any) -> str:
+    """:func:`target_key` of a TVM Target (which prints as its JSON)."""
+    return target_key(json.loads(str(target)))
+
+
 def record_latency(record_json: list) -> float | None:
     """Mean measured seconds of a record's JSON (None: it has no measurement)."""
     values = [float(v) for v in (record_json[1] or [])]

@@ -14,7 +14,7 @@ from simpletvm.testing import fake_builder, fake_runner
 from simpletvm.tuning.cost_model import load_store_cost_model
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.records import RecordStore, target_key
+from simpletvm.tuning.records import RecordStore, tvm_target_key
 
 pytestmark = pytest.mark.slow  # MetaSchedule's search runs for real
 
@@ -185,7 +185,7 @@ def test_autotune_starts_from_the_store_cost_model_of_its_target(fused, tiny_onn
     """``SimpleTVM.tuning_job`` (what autotune() and the schedulers run) finds the model
     the store keeps for its target: its first select evolves on predictions."""
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
-    file = stvm.store.cost_model_path(target_key(json.loads(str(stvm.target.tvm_target()))))
+    file = stvm.store.cost_model_path(tvm_target_key(stvm.target.tvm_target()))
     first, _ = store_job(fused, tmp_path, "5" * 32, file, 112)
     first.run()
     job = stvm.tuning_job(TuningOptions(total_trials=16, seed=0))
@@ -240,7 +240,7 @@ def test_a_resumed_job_measures_nothing_twice_and_keeps_one_budget(fused, tmp_pa
 
 def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_records(fused, tmp_path):
     from simpletvm.compiler.lowering import workload_key
-    from simpletvm.tuning.records import record_latency, target_key
+    from simpletvm.tuning.records import record_latency
 
     records, run_id = RecordStore(tmp_path / "records.sqlite"), "c" * 32
     job = job_of(fused, records, run_id, total_trials=20, remeasure=2)
@@ -252,7 +252,7 @@ def test_the_closing_round_replaces_each_tasks_best_timings_without_adding_recor
     assert closing and not any(stage.remeasure for stage in stages[: -len(closing)])
     assert {stage.kind for stage in closing} == {"select", "build", "profile", "update"}
     assert records.count(run_id=run_id) == 20  # new timings replace, they add no record
-    target = target_key(json.loads(str(job.target.tvm_target())))
+    target = tvm_target_key(job.target.tvm_target())
     for task, progress in zip(job.tasks, job.progress):
         best = records.top(workload_key(task.dispatched[0]), target, 1, run_id=run_id)
         assert record_latency(best[0]) == pytest.approx(progress.best_latency_s)
