@@ -35,7 +35,7 @@ from kernels_in_situ import load_saved, rebuilt, whole_model_ms
 def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
     """Per tuned task of the built module: (calls per run, its best latency in the
     records, that record compiled alone and loaded as the profile stage loads a
-    candidate, random arguments)."""
+    candidate, random arguments, the task's name)."""
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -62,13 +62,24 @@ def best_kernels(stvm, database, built, scratch: str) -> list[tuple]:
                 best_latency_s(database, task),
                 tvm.runtime.load_module(library),
                 arguments,
+                task.task_name,
             )
         )
     return kernels
 
 
-def estimate_ms(kernels: list[tuple], mode: str, model_bytes: int) -> float:
-    """The sum over tasks of calls x median latency, each best record timed by the profile
+def tuning_cache_mode(saved) -> str:
+    """The cache mode the saved run's tuning timed its candidates in (runs of earlier
+    versions did not record it: this version's choice for them)."""
+    from simpletvm.tuning.timing import resolve_cache_mode
+
+    return (saved.context.tuning or {}).get("cache_mode") or resolve_cache_mode(
+        "auto", device_type="cpu", local=True
+    )
+
+
+def kernel_ms(kernels: list[tuple], mode: str, model_bytes: int) -> dict[str, float]:
+    """Per task name, calls x median latency in ms, each best record timed by the profile
     stage's evaluator for ``mode`` (``model_bytes``: what the "model" mode streams)."""
     import tvm
 
@@ -78,10 +89,15 @@ def estimate_ms(kernels: list[tuple], mode: str, model_bytes: int) -> float:
     evaluate = run_evaluator(mode, model_bytes)
     config = evaluator_config(TuningOptions(repeat=10, cache_flush=mode), mode)
     device = tvm.cpu()
-    return sum(
-        weight * statistics.median(evaluate(module, device, config, [arguments])) * 1e3
-        for weight, _, module, arguments in kernels
-    )
+    return {
+        name: weight * statistics.median(evaluate(module, device, config, [arguments])) * 1e3
+        for weight, _, module, arguments, name in kernels
+    }
+
+
+def estimate_ms(kernels: list[tuple], mode: str, model_bytes: int) -> float:
+    """The sum over tasks of :func:`kernel_ms`."""
+    return sum(kernel_ms(kernels, mode, model_bytes).values())
 
 
 def main() -> None:
@@ -104,14 +120,11 @@ def main() -> None:
     except ValueError:
         parser.error(f"--model-bytes: {args.model_bytes!r} is not a list of integers")
 
-    from simpletvm.tuning.timing import CACHE_MODES, model_footprint_bytes, resolve_cache_mode
+    from simpletvm.tuning.timing import CACHE_MODES, model_footprint_bytes
 
     saved = load_saved(args.store, args.run_id)
     stvm, database, built = rebuilt(saved, args.store, args.run_id)
-    # runs of earlier versions did not record their mode: this version's choice for them
-    run_mode = (saved.context.tuning or {}).get("cache_mode") or resolve_cache_mode(
-        "auto", device_type="cpu", local=True
-    )
+    run_mode = tuning_cache_mode(saved)
     model_bytes = model_footprint_bytes(stvm.conv_forms.default)  # as the tuning job counts
     modes = args.modes.split(",") if args.modes else [run_mode]
     choices = [mode for mode in CACHE_MODES if mode != "auto"]
@@ -127,7 +140,7 @@ def main() -> None:
     ]
     scratch = tempfile.TemporaryDirectory(prefix="estimate-fidelity-")
     kernels = best_kernels(stvm, database, built, scratch.name)
-    recorded = sum(weight * best_s * 1e3 for weight, best_s, _, _ in kernels)
+    recorded = sum(weight * best_s * 1e3 for weight, best_s, *_ in kernels)
     print(
         f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
         f"recorded estimate {recorded:.4f} ms; one model run keeps "

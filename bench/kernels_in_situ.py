@@ -1,20 +1,28 @@
 """Where a tuned model's measured latency departs from its tuning estimate, kernel by kernel.
 
 The estimate is the sum over tasks of (calls per model run) x (the task's best measured
-latency), each candidate timed alone with the caches flushed. This script profiles the
-module in place (a Relax VM instrument: every kernel call timed inside a real model
-run) and puts each task's estimate beside its time in situ, plus what the model spends
-outside the tuned kernels (other calls, the VM itself). Run it on a quiet machine.
+latency), each candidate timed alone in the tuning's cache mode. This script profiles the
+module in place and puts each task's estimate beside its time in situ, plus what the
+model spends outside the tuned kernels (other calls, the VM itself). Run it on a quiet
+machine.
 
     python bench/kernels_in_situ.py --run-id RUN_ID --store DIR [--runs 20]
-                                    [--by-difference] [--out bench/results/kernels_in_situ.json]
+                                    [--launches [--rounds 3] | --by-difference]
+                                    [--out bench/results/kernels_in_situ.json]
 
-The instrument costs microseconds per call, more than a small model's kernels take.
-``--by-difference`` times each task without it instead: the whole model against the same
-build with that task's kernels emptied (a body that does nothing, the same signature),
-in alternating rounds; the difference is what the task costs inside the model, what its
-absence changes for its neighbours included. The build with every kernel emptied gives
-what the model spends outside them (calls, the VM, Python).
+By default a Relax VM instrument times every kernel call of a bytecode build of the
+model; it calls into Python around each kernel, which costs microseconds per call and
+slows the kernels after it. ``--launches`` times the saved module as it runs: the pool
+(:mod:`simpletvm.runtime.fork_join`, built to record) notes when each kernel's parallel
+loops start and end, two clock reads a loop; in the same alternating rounds each task's
+best record is timed alone again as the profile stage timed it, so a kernel's in situ /
+alone ratio is free of the host's drift. What no loop covers (calls, the VM, serial
+code) is "between the loops". ``--by-difference`` times each task without an instrument:
+the whole model against the same build with that task's kernels emptied (a body that
+does nothing, the same signature), in alternating rounds; the difference is what the task
+costs inside the model, what its absence changes for its neighbours included. The build
+with every kernel emptied gives what the model spends outside them (calls, the VM,
+Python).
 
 RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
 the quickstart print them); its records must be in DIR's record database.
@@ -27,6 +35,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +157,110 @@ def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
     return {name: statistics.median(values[1:]) for name, values in totals.items()}
 
 
+def lambda_names() -> Callable[[int], str]:
+    """A resolver from a parallel lambda's address to its kernel's name: the symbol
+    (``<kernel>_compute_<n>``, local to the library) found with ``nm`` in the library file
+    that ``/proc/self/maps`` says holds the address, less ``_compute_<n>`` and
+    ``_prepacked``."""
+    import re
+    import subprocess
+    from bisect import bisect_right
+    from functools import cache
+
+    @cache
+    def symbols(path: str) -> tuple[list[int], list[str]]:
+        found = []
+        for line in subprocess.run(
+            ["nm", path], capture_output=True, text=True
+        ).stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "tT":
+                found.append((int(parts[0], 16), parts[2]))
+        found.sort()
+        return [address for address, _ in found], [name for _, name in found]
+
+    def mapping_of(address: int) -> tuple[str, int] | None:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            low, high = (int(n, 16) for n in parts[0].split("-"))
+            if low <= address < high and len(parts) == 6:
+                return parts[5], address - low + int(parts[2], 16)
+        return None
+
+    @cache
+    def name_of(address: int) -> str:
+        found = mapping_of(address)
+        if found is None:
+            return hex(address)
+        path, offset = found
+        addresses, names = symbols(path)
+        index = bisect_right(addresses, offset) - 1
+        if index < 0:
+            return hex(address)
+        return re.sub(r"(_prepacked)?_compute_\d*$", "", names[index])
+
+    return name_of
+
+
+def profile_by_launches(saved, runs: int) -> dict[str, float]:
+    """Per kernel name, its ms per model run inside the saved module, from the pool's
+    own record of every parallel loop it launched (two clock reads a loop, no call into
+    Python between kernels); ``"between the loops"``: the rest of the run (calls, the VM,
+    serial code, waiting); ``"whole"``: the run. Needs ``SIMPLETVM_FORK_JOIN_POOL=timed``
+    set before the module loads."""
+    from simpletvm.runtime.evaluation import warm_up
+    from simpletvm.runtime.fork_join import launches_recorded
+
+    main, data = saved.vm["main"], model_input(saved)
+    warm_up(lambda: main(data), 5, 0.2)
+    walls = []
+    with launches_recorded() as launches:
+        for _ in range(runs):
+            start = time.perf_counter()
+            main(data)
+            walls.append((time.perf_counter() - start) * 1e3)
+    per_run = len(launches) // runs
+    name_of = lambda_names()
+    names = [name_of(launch.lambda_address) for launch in launches[:per_run]]
+    totals: dict[str, list[float]] = {}
+    for index in range(runs):
+        spent: dict[str, float] = {}
+        for launch, name in zip(launches[index * per_run : (index + 1) * per_run], names):
+            spent[name] = spent.get(name, 0.0) + (launch.end - launch.start) * 1e3
+        spent["between the loops"] = walls[index] - sum(spent.values())
+        spent["whole"] = walls[index]
+        for name, ms in spent.items():
+            totals.setdefault(name, []).append(ms)
+    return {name: statistics.median(values) for name, values in totals.items()}
+
+
+def launches_beside_kernels(saved, stvm, database, built, runs: int, rounds: int):
+    """In alternating rounds, the model's kernels timed in place (:func:`profile_by_launches`)
+    and each task's best record timed again alone, as the profile stage timed it during
+    the tuning (its cache mode): ``(in situ, alone)``, medians per name."""
+    import tempfile
+
+    from estimate_fidelity import best_kernels, kernel_ms, tuning_cache_mode
+
+    from simpletvm.tuning.timing import model_footprint_bytes
+
+    mode = tuning_cache_mode(saved)
+    model_bytes = model_footprint_bytes(stvm.conv_forms.default)  # as the tuning job counts
+    in_situ: dict[str, list[float]] = {}
+    alone: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="kernels-in-situ-") as scratch:
+        kernels = best_kernels(stvm, database, built, scratch)
+        for _ in range(rounds):
+            for name, ms in profile_by_launches(saved, runs).items():
+                in_situ.setdefault(name, []).append(ms)
+            for name, ms in kernel_ms(kernels, mode, model_bytes).items():
+                alone.setdefault(name, []).append(ms)
+    return (
+        {name: statistics.median(values) for name, values in in_situ.items()},
+        {name: statistics.median(values) for name, values in alone.items()},
+    )
+
+
 def emptied(mod, names: set[str]):
     """``mod`` with the kernels called ``names`` doing nothing (same signatures)."""
     import tvm
@@ -205,19 +318,37 @@ def main() -> None:
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument(
+    method = parser.add_mutually_exclusive_group()
+    method.add_argument(
         "--by-difference",
         action="store_true",
         help="time each task by emptying its kernels, not by an instrument",
     )
+    method.add_argument(
+        "--launches",
+        action="store_true",
+        help="time each kernel by the pool's record of its parallel loops, beside its best "
+        "record timed alone, in alternating rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --launches")
     parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
     args = parser.parse_args()
+    if args.launches:
+        from simpletvm.runtime.fork_join import POOL_VARIABLE
+
+        os.environ[POOL_VARIABLE] = "timed"  # before the pool loads with the module
 
     saved = load_saved(args.store, args.run_id)
     stvm, database, built = rebuilt(saved, args.store, args.run_id)
     tasks = task_estimates(stvm, database, built)
+    alone: dict[str, float] = {}
     if args.by_difference:
         in_situ = cost_by_difference(stvm, database, built, args.runs)
+        whole_ms = in_situ.pop("whole")
+    elif args.launches:
+        in_situ, alone = launches_beside_kernels(
+            saved, stvm, database, built, args.runs, args.rounds
+        )
         whole_ms = in_situ.pop("whole")
     else:
         in_situ = profile_in_situ(stvm, database, built, args.runs)
@@ -232,6 +363,7 @@ def main() -> None:
             {
                 **task,
                 "estimate_ms": estimate,
+                "alone_ms": alone.get(task["task"]),
                 "in_situ_ms": measured,
                 "ratio": measured / estimate if measured and estimate else None,
             }
@@ -240,34 +372,49 @@ def main() -> None:
     others = dict(sorted(in_situ.items(), key=lambda item: -item[1]))
     estimate = sum(row["estimate_ms"] or 0 for row in rows)
     kernels = sum(row["in_situ_ms"] or 0 for row in rows)
-    print(f"{'task':<48} {'calls':>5} {'estimate ms':>11} {'in situ ms':>10} {'ratio':>6}")
+    print(
+        f"{'task':<48} {'calls':>5} {'estimate ms':>11} {'alone ms':>9} {'in situ ms':>10} "
+        f"{'ratio':>6} {'/alone':>6}"
+    )
     for row in rows:
         ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
+        alone_ms = row["alone_ms"]
+        to_alone = f"{row['in_situ_ms'] / alone_ms:.2f}" if alone_ms and row["in_situ_ms"] else "-"
         print(
             f"{row['task'][:48]:<48} {row['weight']:>5} {row['estimate_ms'] or 0:>11.4f} "
-            f"{row['in_situ_ms'] or 0:>10.4f} {ratio:>6}"
+            f"{alone_ms or 0:>9.4f} {row['in_situ_ms'] or 0:>10.4f} {ratio:>6} {to_alone:>6}"
         )
     print(
         f"\ntuned kernels: estimate {estimate:.3f} ms, in situ {kernels:.3f} ms "
         f"({kernels / estimate:.2f}x)"
+        + (
+            f"; timed alone again {sum(alone.values()):.3f} ms "
+            f"(in situ {kernels / sum(alone.values()):.2f}x)"
+            if alone
+            else ""
+        )
     )
     print(
         f"other calls in situ: {sum(others.values()):.4f} ms "
         + ", ".join(f"{name} {ms:.4f}" for name, ms in list(others.items())[:6])
     )
     print(
-        f"whole model without the profiler: {whole_ms:.3f} ms "
+        f"whole model{'' if args.launches else ' without the profiler'}: {whole_ms:.3f} ms "
         f"({whole_ms / estimate:.2f}x the estimate)"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    method_name = (
+        "by difference" if args.by_difference else "launches" if args.launches else "instrument"
+    )
     args.out.write_text(
         json.dumps(
             {
                 "run_id": args.run_id,
-                "method": "by difference" if args.by_difference else "instrument",
+                "method": method_name,
                 "tasks": rows,
                 "other_calls_ms": others,
                 "estimate_ms": estimate,
+                "alone_ms": sum(alone.values()) if alone else None,
                 "kernels_in_situ_ms": kernels,
                 "whole_ms": whole_ms,
             },

@@ -297,18 +297,81 @@ def _context(task_mod, target):
     )
 
 
+def _plain_context(task_mod, target):
+    """A TuneContext whose one design space only inlines, parallelizes, vectorizes and
+    unrolls (MetaSchedule's CPU rules without tiling or moved computations): the space
+    a task falls back to when none of the tuning spaces takes the formula's decisions
+    (an epilogue whose producers cannot follow it into a tile, a scatter). A scatter's
+    own loops stay serial (its writes go where the data says); its producers do not."""
+    from tvm.s_tir import meta_schedule as ms
+
+    plain_rules = [
+        ms.schedule_rule.InlineConstantScalars(),
+        ms.schedule_rule.AutoInline(  # as MetaSchedule's CPU rules inline
+            into_producer=False,
+            into_consumer=True,
+            inline_const_tensor=True,
+            disallow_if_then_else=True,
+            require_injective=True,
+            require_ordered=True,
+            disallow_op=["tirx.exp"],
+        ),
+        ms.schedule_rule.ParallelizeVectorizeUnroll(
+            max_jobs_per_core=16,
+            max_vectorize_extent=64,
+            unroll_max_steps=[UNROLL_STEP],
+            unroll_explicit=True,
+        ),
+    ]
+    # MetaSchedule's CPU postprocessors but the layout rewrite: with no tiling there is
+    # no layout to rewrite weights for (and it rejects a scatter's opaque block)
+    plain_postprocs = [
+        ms.postproc.DisallowDynamicLoop(),
+        ms.postproc.RewriteParallelVectorizeUnroll(),
+        ms.postproc.RewriteReductionBlock(),
+    ]
+    return ms.TuneContext(
+        mod=task_mod,
+        target=target,
+        space_generator=ms.space_generator.PostOrderApply(
+            sch_rules=plain_rules, postprocs=plain_postprocs, mutator_probs={}
+        ),
+        task_name="default-plain",
+        rand_state=1,
+        num_threads=1,
+    )
+
+
 def default_schedule(task_mod, target, *, context=None):
     """The default schedule of one task (an IRModule with a ``main`` PrimFunc, as
     MetaSchedule extracts it) for a CPU ``target`` (a TVM Target): a Schedule whose
-    ``mod`` is scheduled and whose ``trace`` replays it. Raises when no design space
+    ``mod`` is scheduled and whose ``trace`` replays it. The tuning spaces are tried
+    first, then the plain one (:func:`_plain_context`). Raises when no design space
     takes the formula's decisions. Deterministic."""
+    context = context or _context(task_mod, target)
+    errors: list[str] = []
+    for space_context, order in ((context, _by_preference), (None, list)):
+        try:
+            space_context = space_context or _plain_context(context.mod, target)
+            spaces = order(space_context.generate_design_space())
+        except Exception as error:  # noqa: BLE001 - the plain space may still take it
+            errors.append(f"{type(error).__name__}: {_gist(error)}")
+            continue
+        sch = _first_taking_the_formula(spaces, space_context, target, errors)
+        if sch is not None:
+            return sch
+    raise RuntimeError("no design space takes the default decisions: " + "; ".join(errors))
+
+
+def _first_taking_the_formula(spaces: list, context, target, errors: list[str]):
+    """The first of ``spaces`` (of ``context``) whose trace replays with
+    :class:`DecisionRule`'s decisions and passes the context's postprocessors, scheduled;
+    None (the reasons added to ``errors``) if none does."""
     from tvm import s_tir
     from tvm.s_tir.schedule import Trace
 
-    context = context or _context(task_mod, target)
     rule = DecisionRule(CpuShape.of(target))
-    errors = []
-    for space in _by_preference(context.generate_design_space()):
+    for space in spaces:
         trace = space.trace
         sch = s_tir.Schedule(context.mod, seed=1, debug_mask=0)
         rule.sch = sch
@@ -326,7 +389,7 @@ def default_schedule(task_mod, target, *, context=None):
             errors.append(f"{type(error).__name__}: {_gist(error)}")
             continue
         return sch
-    raise RuntimeError("no design space takes the default decisions: " + "; ".join(errors))
+    return None
 
 
 def _run_serially(sch) -> None:

@@ -19,6 +19,8 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,7 +30,9 @@ SOURCE = Path(__file__).with_name("native") / "fork_join.c"
 
 
 SPIN_VARIABLE = "TVM_THREAD_POOL_SPIN_COUNT"
-POOL_VARIABLE = "SIMPLETVM_FORK_JOIN_POOL"  # "tvm": keep TVM's pool (to compare the two)
+# "tvm": keep TVM's pool (to compare the two); "timed": this pool, built to record its
+# launches (:func:`launches_recorded`, for profiling kernels inside a model)
+POOL_VARIABLE = "SIMPLETVM_FORK_JOIN_POOL"
 
 
 class PoolUnavailable(SimpleTVMError, RuntimeError):
@@ -89,20 +93,63 @@ def _loaded_pool() -> ctypes.CDLL | None:
     return _pool() if _pool.cache_info().currsize else None
 
 
+class LaunchTime(ctypes.Structure):
+    """One recorded launch: the parallel lambda's address (a kernel's loop, named
+    ``<kernel>_compute_`` in its library), its start and end (``time.monotonic``'s clock,
+    seconds)."""
+
+    _fields_ = [
+        ("lambda_address", ctypes.c_void_p),
+        ("start", ctypes.c_double),
+        ("end", ctypes.c_double),
+    ]
+
+
+@contextmanager
+def launches_recorded(capacity: int = 1 << 20) -> Iterator[list[LaunchTime]]:
+    """Record every parallel loop launched from the calling thread while inside (the
+    kernels of a model run, each loop's start and end): yields a list that holds the
+    first ``capacity`` launches once the block exits. Needs the pool built to record
+    (``SIMPLETVM_FORK_JOIN_POOL=timed`` before the pool loads), else raises
+    :class:`PoolUnavailable`."""
+    pool = _pool()
+    if not hasattr(pool, "simpletvm_record_launches"):
+        raise PoolUnavailable(
+            f"this process's pool does not record launches: set {POOL_VARIABLE}=timed "
+            "before SimpleTVM loads a module"
+        )
+    buffer = (LaunchTime * capacity)()
+    recorded: list[LaunchTime] = []
+    pool.simpletvm_record_launches(ctypes.cast(buffer, ctypes.c_void_p), capacity)
+    try:
+        yield recorded
+    finally:
+        count = pool.simpletvm_record_launches(None, 0)
+        recorded.extend(buffer[:count])
+
+
+def _timed_pool_requested() -> bool:
+    return os.environ.get(POOL_VARIABLE, "").strip().lower() == "timed"
+
+
 @lru_cache(maxsize=1)
 def _pool() -> ctypes.CDLL:
-    pool = ctypes.CDLL(str(compiled_library()))
+    pool = ctypes.CDLL(str(compiled_library(timed=_timed_pool_requested())))
+    if _timed_pool_requested():
+        pool.simpletvm_record_launches.argtypes = [ctypes.c_void_p, ctypes.c_long]
+        pool.simpletvm_record_launches.restype = ctypes.c_long
     pool.simpletvm_set_threads.argtypes = [ctypes.c_int]
     pool.simpletvm_threads.restype = ctypes.c_int
     pool.simpletvm_install.restype = ctypes.c_int
     return pool
 
 
-def compiled_library(cache_dir: Path | None = None) -> Path:
+def compiled_library(cache_dir: Path | None = None, *, timed: bool = False) -> Path:
     """The pool's shared library for this source, compiled into ``cache_dir`` (default:
-    the user's cache directory) on first use; raises :class:`PoolUnavailable`."""
+    the user's cache directory) on first use; ``timed``: the build that records its
+    launches. Raises :class:`PoolUnavailable`."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    library = (cache_dir or _cache_dir()) / f"fork_join-{digest}.so"
+    library = (cache_dir or _cache_dir()) / f"fork_join{'-timed' if timed else ''}-{digest}.so"
     if library.exists():
         return library
     compiler = os.environ.get("CC", "cc")
@@ -117,6 +164,7 @@ def compiled_library(cache_dir: Path | None = None) -> Path:
                     "-shared",
                     "-fPIC",
                     "-pthread",
+                    *(["-DSIMPLETVM_POOL_TIMING"] if timed else []),
                     str(SOURCE),
                     "-o",
                     str(built),

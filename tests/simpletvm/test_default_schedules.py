@@ -203,6 +203,67 @@ def test_elementwise_and_layout(target):
     assert all(after["parallel"] for _, after in kinds.values()), kinds
 
 
+def test_scatter(target):
+    """A scatter into zeros (as MaxUnpooling2D imports) has no tiled design space; it gets
+    the plain one."""
+    from tvm import relax
+
+    size = 32 * 32 * 16
+    # distinct slots: the result does not depend on the order the updates land in
+    slots = np.random.default_rng(0).permutation(4 * size)[:size].reshape(size, 1)
+
+    def build(bb, x):
+        scattered = bb.emit(
+            relax.op.scatter_nd(
+                relax.op.zeros((4 * size,), "float32"),
+                relax.const(slots.astype("int64")),
+                relax.op.reshape(x, (size,)),
+            )
+        )
+        return relax.op.reshape(scattered, (1, 64, 64, 16))
+
+    kinds = _check(_module(build, [(1, 32, 32, 16)]), [(1, 32, 32, 16)], target)
+    assert any("scatter_nd" in name for name in kinds), kinds
+
+
+def test_epilogue_with_a_pad_that_cannot_follow_the_tile(target):
+    """``relu(conv(x) + b + pad(y))`` fused into one kernel: the tuning spaces cannot move
+    the pad into a tile of the convolution, so the default comes from the plain space,
+    parallel and vectorized, and computes what the naive schedule computes."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, 28, 28, 16), name="x")
+    w = te.placeholder((3, 3, 16, 32), name="w")
+    b = te.placeholder((32,), name="b")
+    y = te.placeholder((1, 28, 28, 16), name="y")
+    conv = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    padded = topi.nn.pad(y, [0, 0, 0, 0], [0, 0, 0, 16], name="pad")
+    out = te.compute(
+        conv.shape,
+        lambda n, h, i, c: te.max(conv[n, h, i, c] + b[c] + padded[n, h, i, c], 0.0),
+        name="out",
+    )
+    func = te.create_prim_func([x, w, b, y, out]).with_attr("global_symbol", "main")
+    task = tvm.IRModule({"main": func})
+    sch = default_schedule(task, target.tvm_target())
+    kinds = loop_kinds(sch.mod["main"])
+    assert kinds["parallel"] and (kinds["vectorized"] or kinds["vector_dtype"]), kinds
+
+    rng = np.random.default_rng(0)
+    arrays = [
+        rng.standard_normal([int(n) for n in t.shape]).astype("float32") for t in (x, w, b, y)
+    ]
+    results = []
+    for mod in (task, sch.mod):
+        kernel = tvm.compile(mod, target=target.tvm_target())
+        args = [tvm.runtime.tensor(a) for a in arrays]
+        args.append(tvm.runtime.tensor(np.zeros((1, 28, 28, 32), "float32")))
+        kernel(*args)
+        results.append(args[-1].numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-4, atol=1e-5)
+
+
 def test_deterministic(target):
     import tvm
     from tvm import te

@@ -275,3 +275,55 @@ def test_without_a_compiler_the_reason_names_the_fix(tmp_path, monkeypatch):
     with pytest.raises(fork_join.PoolUnavailable, match="no C compiler.*install gcc, or set CC"):
         fork_join.compiled_library(tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
+
+
+def _launches_of_five_runs(path, outcome) -> None:
+    """In a process whose pool records its launches: five runs of the kernel inside the
+    record, one outside; reports what was recorded and the file holding the lambda."""
+    import tvm
+
+    os.environ[fork_join.POOL_VARIABLE] = "timed"  # before the pool loads
+    kernel = tvm.runtime.load_module(str(path))["main"]
+    fork_join.use_for_loaded_kernels(2)
+    correct = np.array_equal(run(kernel), expected())
+    with fork_join.launches_recorded() as launches:
+        outputs = [run(kernel) for _ in range(5)]
+    run(kernel)  # after the block: not recorded
+    addresses = {launch.lambda_address for launch in launches}
+    holder = ""
+    for line in open("/proc/self/maps").read().splitlines():
+        parts = line.split(maxsplit=5)
+        low, high = (int(n, 16) for n in parts[0].split("-"))
+        if len(parts) == 6 and any(low <= address < high for address in addresses):
+            holder = parts[5]
+    spans = [launch.end - launch.start for launch in launches]
+    outcome.put(
+        (
+            correct and all(np.array_equal(out, expected()) for out in outputs),
+            len(launches),
+            len(addresses),
+            holder,
+            all(0 < span < 1 for span in spans),
+        )
+    )
+
+
+def test_a_timed_pool_records_each_launch_of_a_kernel(parallel_kernel):
+    """SIMPLETVM_FORK_JOIN_POOL=timed: every parallel loop launched inside
+    ``launches_recorded`` is recorded once, with its kernel's lambda (in the kernel's
+    library) and a start and end; the kernel still computes every row."""
+    path, _ = parallel_kernel
+    context = multiprocessing.get_context("spawn")
+    outcome = context.Queue()
+    child = context.Process(target=_launches_of_five_runs, args=(path, outcome))
+    child.start()
+    correct, count, lambdas, holder, spans_sane = outcome.get(timeout=120)
+    child.join(timeout=30)
+    assert correct and count == 5 and lambdas == 1, (count, lambdas)
+    assert os.path.samefile(holder, path) and spans_sane
+
+
+def test_an_untimed_pool_says_how_to_record_launches():
+    with pytest.raises(fork_join.PoolUnavailable, match="SIMPLETVM_FORK_JOIN_POOL=timed"):
+        with fork_join.launches_recorded():
+            pass

@@ -271,7 +271,7 @@ static int run_serially(FTVMParallelLambda lambda, void* data, int num_task) {
   return 0;
 }
 
-int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_task) {
+static int launch(FTVMParallelLambda lambda, void* data, int num_task) {
   int expected = 0;
   if (num_task <= 0 || num_task > threads_wanted) num_task = threads_wanted;
   if (num_task == 1 || in_worker || !atomic_compare_exchange_strong(&busy, &expected, 1))
@@ -296,6 +296,51 @@ int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_tas
   atomic_store(&busy, 0);
   return status ? -1 : 0;
 }
+
+#ifdef SIMPLETVM_POOL_TIMING
+/* A build for profiling kernels inside a model: while a buffer is set, every launch from
+ * a thread outside the pool is recorded, which parallel lambda (the kernel's loop) and
+ * when it started and ended (CLOCK_MONOTONIC), two clock reads a launch. */
+#include <time.h>
+typedef struct {
+  void* lambda;
+  double start;
+  double end;
+} LaunchTime;
+static LaunchTime* launch_times;
+static long launch_capacity;
+static atomic_long launches_recorded;
+
+static double seconds_now(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+/* Record the launches from now on into `buffer` (NULL: stop); returns how many the
+ * previous buffer received. Called from the thread that runs the kernels. */
+long simpletvm_record_launches(LaunchTime* buffer, long capacity) {
+  long previous_capacity = launch_capacity;
+  long recorded = atomic_exchange(&launches_recorded, 0);
+  launch_times = buffer;
+  launch_capacity = buffer == NULL ? 0 : capacity;
+  return recorded < previous_capacity ? recorded : previous_capacity;
+}
+
+int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_task) {
+  LaunchTime* times = launch_times;
+  if (times == NULL || in_worker) return launch(lambda, data, num_task);
+  double start = seconds_now();
+  int status = launch(lambda, data, num_task);
+  long slot = atomic_fetch_add(&launches_recorded, 1);
+  if (slot < launch_capacity) times[slot] = (LaunchTime){(void*)lambda, start, seconds_now()};
+  return status;
+}
+#else
+int simpletvm_parallel_launch(FTVMParallelLambda lambda, void* data, int num_task) {
+  return launch(lambda, data, num_task);
+}
+#endif
 
 /* A forked child has none of the parent's workers: start afresh. */
 static void forget_workers_in_child(void) {
