@@ -7,6 +7,7 @@ the peers in the same rounds.
                                   [--runs 1] [--first-seed 0]
                                   [--warm-from STORE[,STORE...]] [--keep-stores DIR]
                                   [--threads 2] [--out bench/results/time_to_peers]
+    python bench/time_to_peers.py --retime KEPT_STORE[,KEPT_STORE...] [--out DIR]
 
 Each run tunes on a fresh store: empty (cold), or holding the records and cost models
 of the stores ``--warm-from`` names (warm: give stores that tuned other models, not this
@@ -24,7 +25,9 @@ quickstart's MobileNetV2, width 0.35, 96x96); their peers are TFLite (XNNPACK), 
 Runtime and OpenVINO, as in ``bench/peers.py``. A ``.tflite`` file's peer is TFLite.
 The report: per checkpoint the measured latency, its ratio to the fastest peer, the
 estimate and measured / estimate; a PNG of latency against minutes with the peers as
-horizontal lines.
+horizontal lines. ``--retime`` times the module each kept store's run saved (its last
+checkpoint) with the peers again: the host's state moves within minutes, and a run's
+rounds can all fall in one state.
 """
 
 from __future__ import annotations
@@ -260,6 +263,55 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     }
 
 
+def builtin_name(saved) -> str:
+    """The BUILTIN name of a saved run's model (a run of a ``.tflite`` file has none)."""
+    from simpletvm.models.zoo import builtin_recipe
+
+    recipe = builtin_recipe(saved.context.model)
+    for name, (model, options) in BUILTIN.items():
+        if recipe and recipe[0] == model and all(recipe[1].get(k) == v for k, v in options.items()):
+            return name
+    raise SystemExit(f"run {saved.context.run_id}: not one of the built-in models {list(BUILTIN)}")
+
+
+def retime(kept: Path, args, scratch: Path) -> dict:
+    """The module a kept store's run saved (its last checkpoint), timed again with the
+    peers in the same alternating rounds, outputs checked as in a run."""
+    from simpletvm import BenchmarkingContext, SimpleTVM
+
+    run_ids = (
+        sorted(p.name for p in (kept / "modules").iterdir()) if (kept / "modules").is_dir() else []
+    )
+    if len(run_ids) != 1:
+        raise SystemExit(f"--retime {kept}: expected one saved module, found {len(run_ids)}")
+    context = BenchmarkingContext("cpu", num_threads=args.threads, store=kept)
+    saved = SimpleTVM(context).load(run_ids[0])
+    name = builtin_name(saved)
+    spec = saved.model.inputs[0]
+    example = np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
+    runners, reference = peer_runners(name, example, args.threads, scratch)
+    runners["saved"] = simpletvm_runner(saved, example)
+    difference = float(np.abs(first_output(runners["saved"]()) - reference).max())
+    if difference > 1e-3 * float(np.abs(reference).max()) + 1e-6:
+        raise SystemExit(
+            f"{kept}: the saved module disagrees with the reference ({difference:.3g})"
+        )
+    samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
+    medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
+    peers = {peer: medians[peer] for peer in PEERS if peer in medians}
+    fastest = min(peers, key=peers.__getitem__)
+    return {
+        "store": str(kept),
+        "run_id": run_ids[0],
+        "model": name,
+        "peers_ms": peers,
+        "fastest_peer": fastest,
+        "saved_ms": medians["saved"],
+        "x_fastest_peer": medians["saved"] / peers[fastest],
+        "retimed_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
 def print_run(result: dict) -> None:
     host = result["host"]
     peers = ", ".join(f"{p} {ms:.3f} ms" for p, ms in result["peers_ms"].items())
@@ -327,7 +379,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="timed calls per round")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench/results/time_to_peers"))
+    parser.add_argument(
+        "--retime",
+        default=None,
+        help="stores --keep-stores kept: time each one's saved module with the peers again",
+    )
     args = parser.parse_args()
+    if args.retime:
+        retime_stores(args, parser)
+        return
     models = args.models.split(",")
     for name in models:
         if name.endswith(".tflite"):
@@ -364,6 +424,32 @@ def main() -> None:
             stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
             plot(results, stem.with_suffix(".png"))
     print(f"\nresults: {stem}.json, {stem}.png")
+
+
+def retime_stores(args, parser) -> None:
+    """``--retime``: each kept store's saved module against the peers, now."""
+    stores = [Path(p) for p in args.retime.split(",")]
+    missing = [str(p) for p in stores if not p.is_dir()]
+    if missing:
+        parser.error(f"--retime: no such store: {', '.join(missing)}")
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for kept in stores:
+        scratch = Path(tempfile.mkdtemp(prefix="simpletvm-time-to-peers-"))
+        try:
+            results.append(retime(kept, args, scratch))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        result = results[-1]
+        peers = ", ".join(f"{p} {ms:.3f} ms" for p, ms in result["peers_ms"].items())
+        print(
+            f"{kept}: {result['model']} saved module {result['saved_ms']:.3f} ms = "
+            f"{result['x_fastest_peer']:.3f}x {result['fastest_peer']} (peers: {peers})",
+            flush=True,
+        )
+    (args.out / "retimed.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nresults: {args.out / 'retimed.json'}")
 
 
 if __name__ == "__main__":
