@@ -350,26 +350,27 @@ def default_schedule(task_mod, target, *, context=None):
     takes the formula's decisions. Deterministic."""
     context = context or _context(task_mod, target)
     errors: list[str] = []
-    for space_context, order in ((context, _by_preference), (None, list)):
-        try:
-            space_context = space_context or _plain_context(context.mod, target)
-            spaces = order(space_context.generate_design_space())
-        except Exception as error:  # noqa: BLE001 - the plain space may still take it
-            errors.append(f"{type(error).__name__}: {_gist(error)}")
-            continue
-        sch = _first_taking_the_formula(spaces, space_context, target, errors)
-        if sch is not None:
-            return sch
-    raise RuntimeError("no design space takes the default decisions: " + "; ".join(errors))
+    sch = _first_taking_the_formula(context, _by_preference, target, errors)
+    if sch is None:
+        plain = _plain_context(context.mod, target)
+        sch = _first_taking_the_formula(plain, list, target, errors)
+    if sch is None:
+        raise RuntimeError("no design space takes the default decisions: " + "; ".join(errors))
+    return sch
 
 
-def _first_taking_the_formula(spaces: list, context, target, errors: list[str]):
-    """The first of ``spaces`` (of ``context``) whose trace replays with
+def _first_taking_the_formula(context, order, target, errors: list[str]):
+    """The first of ``context``'s design spaces, in ``order``, whose trace replays with
     :class:`DecisionRule`'s decisions and passes the context's postprocessors, scheduled;
     None (the reasons added to ``errors``) if none does."""
     from tvm import s_tir
     from tvm.s_tir.schedule import Trace
 
+    try:
+        spaces = order(context.generate_design_space())
+    except Exception as error:  # noqa: BLE001 - another context's spaces may take it
+        errors.append(f"{type(error).__name__}: {_gist(error)}")
+        return None
     rule = DecisionRule(CpuShape.of(target))
     for space in spaces:
         trace = space.trace
