@@ -179,8 +179,10 @@ def lambda_names() -> Callable[[int], str]:
         found.sort()
         return [address for address, _ in found], [name for _, name in found]
 
+    maps = Path("/proc/self/maps").read_text().splitlines()  # the libraries are loaded
+
     def mapping_of(address: int) -> tuple[str, int] | None:
-        for line in Path("/proc/self/maps").read_text().splitlines():
+        for line in maps:
             parts = line.split(maxsplit=5)
             low, high = (int(n, 16) for n in parts[0].split("-"))
             if low <= address < high and len(parts) == 6:

@@ -144,6 +144,30 @@ def import_model(name: str, context):
     return SimpleTVM(context).from_model(model, **options)
 
 
+def checked_outputs(name: str, runners: dict, reference: np.ndarray) -> dict[str, float]:
+    """Each runner's largest difference to the reference; stops when one exceeds a
+    thousandth of the reference's largest value (a detector's boxes are pixels, a
+    softmax's 1e-3)."""
+    scale = float(np.abs(reference).max())
+    agreement = {}
+    for label, infer in runners.items():
+        output = first_output(infer())
+        agreement[label] = float(np.abs(output - reference).max())
+        if output.shape != reference.shape or agreement[label] > 1e-3 * scale + 1e-6:
+            raise SystemExit(
+                f"{name}: {label} disagrees with the reference "
+                f"(max abs difference {agreement[label]:.3g})"
+            )
+    return agreement
+
+
+def medians_ms(samples: dict) -> tuple[dict[str, float], dict[str, float], str]:
+    """Median ms per runner, the peers' among them, and the fastest peer."""
+    medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
+    peers = {peer: medians[peer] for peer in PEERS if peer in medians}
+    return medians, peers, min(peers, key=peers.__getitem__)
+
+
 def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     """Tune ``name`` once with checkpoints, then time every checkpoint's module with the
     peers."""
@@ -201,7 +225,6 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         f"of {summary['num_tasks']}",
     }
     runners, reference = peer_runners(name, example, args.threads, scratch)
-    agreement: dict[str, float] = {}
     for checkpoint, copy in sorted(copies.items()):
         began_build = time.perf_counter()
         if checkpoint == args.minutes:  # the tuned session's own build, saved under its run
@@ -211,15 +234,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             built = import_model(name, fresh).build(records=copy["records"])
         copy["build_s"] = round(time.perf_counter() - began_build, 1)
         runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
-    scale = float(np.abs(reference).max())  # a detector's boxes are pixels, a softmax's 1e-3
-    for label, infer in runners.items():
-        output = first_output(infer())
-        agreement[label] = float(np.abs(output - reference).max())
-        if output.shape != reference.shape or agreement[label] > 1e-3 * scale + 1e-6:
-            raise SystemExit(
-                f"{name}: {label} disagrees with the reference "
-                f"(max abs difference {agreement[label]:.3g})"
-            )
+    agreement = checked_outputs(name, runners, reference)
     samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
     if args.keep_stores:
         kept = args.keep_stores / f"{Path(name).stem}-{'warm' if args.warm_from else 'cold'}-{run}"
@@ -227,9 +242,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         shutil.copytree(store, kept)
         print(f"  store kept: {kept}", flush=True)
 
-    medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
-    peers = {peer: medians[peer] for peer in PEERS if peer in medians}
-    fastest = min(peers, key=peers.__getitem__)
+    medians, peers, fastest = medians_ms(samples)
     checkpoints = []
     for checkpoint, copy in sorted(copies.items()):
         measured = medians[f"{checkpoint:g} min"]
@@ -291,15 +304,9 @@ def retime(kept: Path, args, scratch: Path) -> dict:
     example = np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
     runners, reference = peer_runners(name, example, args.threads, scratch)
     runners["saved"] = simpletvm_runner(saved, example)
-    difference = float(np.abs(first_output(runners["saved"]()) - reference).max())
-    if difference > 1e-3 * float(np.abs(reference).max()) + 1e-6:
-        raise SystemExit(
-            f"{kept}: the saved module disagrees with the reference ({difference:.3g})"
-        )
+    checked_outputs(str(kept), runners, reference)
     samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
-    medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
-    peers = {peer: medians[peer] for peer in PEERS if peer in medians}
-    fastest = min(peers, key=peers.__getitem__)
+    medians, peers, fastest = medians_ms(samples)
     return {
         "store": str(kept),
         "run_id": run_ids[0],
