@@ -31,15 +31,21 @@ DATA_PAR, COMM_REDUCE = 0, 2
 # (MobileNetV2 0.35 at 96x96, kernel by kernel)
 PARALLEL_MIN_WORK = 100_000
 FLOAT_BYTES = 4
+# rows of a register tile: the outputs of 224x224 models are 7 x 2^k wide; 7 rows by two
+# AVX-512 vectors took untuned ResNet-18 from 34.5 to 12.5 ms, where 8 rows or one vector
+# was slower (BENCHMARKS.md)
+MAX_REGISTER_ROWS = 7
 
 
 @dataclass(frozen=True)
 class CpuShape:
-    """What the decisions are chosen from: vector lanes (fp32), cores, L1 data bytes."""
+    """What the decisions are chosen from: vector lanes (fp32), vector registers, cores,
+    L1 data bytes."""
 
     lanes: int = 8
     cores: int = 1
     l1_bytes: int = 32 * 1024
+    vector_registers: int = 16
 
     @staticmethod
     def of(target) -> CpuShape:
@@ -48,30 +54,30 @@ class CpuShape:
         attrs = dict(target.attrs) if target.attrs else {}
         mcpu = str(attrs.get("mcpu", "") or "")
         mattr = " ".join(str(a) for a in (attrs.get("mattr") or []))
-        bits = int(attrs.get("vector_width", 0) or 0)
-        if not bits:
-            avx512 = (
-                "avx512" in mattr
-                or mcpu in AVX512_CPUS
-                or any(
-                    mcpu.startswith(p)
-                    for p in (
-                        "znver4",
-                        "znver5",
-                        "sapphire",
-                        "icelake",
-                        "cascade",
-                        "cooper",
-                        "tiger",
-                        "granite",
-                        "emerald",
-                    )
+        avx512 = (
+            "avx512" in mattr
+            or mcpu in AVX512_CPUS
+            or any(
+                mcpu.startswith(p)
+                for p in (
+                    "znver4",
+                    "znver5",
+                    "sapphire",
+                    "icelake",
+                    "cascade",
+                    "cooper",
+                    "tiger",
+                    "granite",
+                    "emerald",
                 )
             )
-            arm = "neon" in mattr or mcpu.startswith(("cortex", "apple", "neoverse"))
-            bits = 512 if avx512 else 128 if arm else 256
+        )
+        arm = "neon" in mattr or mcpu.startswith(("cortex", "apple", "neoverse"))
+        bits = int(attrs.get("vector_width", 0) or 0) or (512 if avx512 else 128 if arm else 256)
         cores = int(attrs.get("num-cores", 0) or 0) or 1
-        return CpuShape(lanes=max(1, bits // 32), cores=cores)
+        # AVX-512 and AArch64 have 32 vector registers, AVX2 and SSE 16
+        registers = 32 if avx512 or arm else 16
+        return CpuShape(lanes=max(1, bits // 32), cores=cores, vector_registers=registers)
 
 
 AVX512_CPUS = {"skylake-avx512", "knl", "knm", "x86-64-v4", "rocketlake", "alderlake-avx512"}
@@ -100,9 +106,10 @@ class DecisionRule:
     """Sampling decisions by formula (the ``decision_provider`` of a trace replay).
 
     - SamplePerfectTile, spatial axis, n levels (``SSRSRS``: 4): the channel axis (the
-      output's innermost index) gets the vector lanes innermost (the largest divisor of
-      its extent at most ``lanes``), a second vector in the register level when the
-      extent allows; the axis above it (the width) a register tile of up to 4 rows; the
+      output's innermost index) and the axis above it (the width) make the innermost
+      level, the register tile (:func:`register_tile`): one or two vectors of channels
+      (a vector: the largest divisor of the extent at most ``lanes``) by up to 7 rows, so
+      that each weight vector loaded serves every row; the
       outer axes' outermost levels take the parallel work: outer axes first, until their
       product reaches 4 jobs per core (at most MetaSchedule's 16 per core); what is left
       goes to the second level, the L1/L2 tile.
@@ -174,18 +181,21 @@ class DecisionRule:
             # the vector: innermost level of the channel axis
             if channel in left:
                 vec = _vector_width(left[channel], lanes)
-                tiles[channel][-1] = vec
                 left[channel] //= vec
-                if n >= 4 and left[channel] % 2 == 0 and left[channel] >= 2:
-                    tiles[channel][-2] = 2  # a second vector per register tile
-                    left[channel] //= 2
-                # the axis above the channel (the width): a register tile of rows
+                # the register tile, innermost: rows of the axis above the channel (the
+                # width) by one or two vectors of channels
                 others = [var for var, _ in spatial if var != channel]
-                if n >= 4 and others:
-                    width = others[-1]
-                    reg = _largest_divisor(left[width], 4)
-                    tiles[width][-2] = reg
-                    left[width] //= reg
+                width = others[-1] if n >= 4 and others else None
+                vectors, rows = register_tile(
+                    left[channel] if n >= 4 else 1,
+                    left[width] if width else 1,
+                    self.shape.vector_registers // 2,
+                )
+                tiles[channel][-1] = vec * vectors
+                left[channel] //= vectors
+                if width:
+                    tiles[width][-1] = rows
+                    left[width] //= rows
             elif n == 2 and spatial:
                 inner = spatial[-1][0]
                 small = _largest_divisor(left[inner], 8)
@@ -224,6 +234,22 @@ class DecisionRule:
             factors[0] = extent // inner
             plan[(var, n)] = factors
         return plan
+
+
+def register_tile(channel_vectors: int, width: int, accumulators: int) -> tuple[int, int]:
+    """``(vectors, rows)`` of a register tile: up to two of the ``channel_vectors`` vectors
+    of channels (a divisor) by ``rows``, a divisor of ``width`` up to
+    :data:`MAX_REGISTER_ROWS`, the most accumulators ``vectors * rows`` that stay within
+    ``accumulators`` (half the vector registers: the weights and the broadcast input
+    need the rest); two vectors when that is as many."""
+    best = (1, 1)
+    for vectors in (2, 1):
+        if channel_vectors % vectors:
+            continue
+        rows = _largest_divisor(width, min(MAX_REGISTER_ROWS, accumulators // vectors))
+        if rows * vectors > best[0] * best[1]:
+            best = (vectors, rows)
+    return best
 
 
 def _unroll_index(candidates: list[int]) -> int:

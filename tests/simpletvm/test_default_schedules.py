@@ -12,6 +12,7 @@ from simpletvm.compiler.default_schedules import (
     apply_default_schedules,
     default_schedule,
     loop_kinds,
+    register_tile,
 )
 from simpletvm.compiler.lowering import compile_fused, fuse
 from simpletvm.targets import resolve_target
@@ -280,12 +281,51 @@ def test_deterministic(target):
 def test_vector_lanes_of_targets():
     import tvm
 
-    assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})).lanes == 16
-    assert CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "skylake"})).lanes == 8
+    znver4 = CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}))
+    skylake = CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "skylake"}))
+    assert (znver4.lanes, znver4.vector_registers) == (16, 32)
+    assert (skylake.lanes, skylake.vector_registers) == (8, 16)
     assert (
         CpuShape.of(tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})).cores
         == 2
     )
+
+
+def test_register_tile_sizes():
+    # AVX-512 (16 accumulators): two vectors by up to 7 rows
+    assert register_tile(32, 7, 16) == (2, 7)
+    assert register_tile(32, 56, 16) == (2, 7)
+    assert register_tile(32, 48, 16) == (2, 6)
+    # AVX2 (8 accumulators): 7 rows of one vector beat 1 row of two
+    assert register_tile(32, 7, 8) == (1, 7)
+    assert register_tile(32, 56, 8) == (2, 4)
+    # an odd number of channel vectors, a width of 1 (a dense layer)
+    assert register_tile(125, 1, 16) == (1, 1)
+    assert register_tile(3, 14, 16) == (1, 7)
+
+
+def test_conv_register_tile_is_innermost(target):
+    """A 3x3 convolution on a 7x7 map: its innermost tile is rows of output pixels by
+    vectors of channels, so each weight vector loaded serves every row."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, 7, 7, 64), name="x")
+    w = te.placeholder((3, 3, 64, 64), name="w")
+    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    task = tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+    shape = CpuShape.of(target.tvm_target())
+    lanes = min(shape.lanes, 64)
+    vectors, rows = register_tile(64 // lanes, 7, shape.vector_registers // 2)
+    sch = default_schedule(task, target.tvm_target())
+    tiles = [
+        [int(f) for f in decision]
+        for inst, decision in sch.trace.decisions.items()
+        if inst.kind.name == "SamplePerfectTile" and len(decision) == 4
+    ]
+    n, h, w_, c = tiles[:4]  # the output's axes, in order
+    assert c[-1] == lanes * vectors and w_[-1] == rows, tiles
+    assert rows == 7
 
 
 def test_gpu_targets_unchanged():
