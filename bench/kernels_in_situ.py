@@ -35,7 +35,6 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -157,83 +156,17 @@ def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
     return {name: statistics.median(values[1:]) for name, values in totals.items()}
 
 
-def lambda_names() -> Callable[[int], str]:
-    """A resolver from a parallel lambda's address to its kernel's name: the symbol
-    (``<kernel>_compute_<n>``, local to the library) found with ``nm`` in the library file
-    that ``/proc/self/maps`` says holds the address, less ``_compute_<n>`` and
-    ``_prepacked``."""
-    import re
-    import subprocess
-    from bisect import bisect_right
-    from functools import cache
-
-    @cache
-    def symbols(path: str) -> tuple[list[int], list[str]]:
-        found = []
-        for line in subprocess.run(
-            ["nm", path], capture_output=True, text=True
-        ).stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in "tT":
-                found.append((int(parts[0], 16), parts[2]))
-        found.sort()
-        return [address for address, _ in found], [name for _, name in found]
-
-    maps = Path("/proc/self/maps").read_text().splitlines()  # the libraries are loaded
-
-    def mapping_of(address: int) -> tuple[str, int] | None:
-        for line in maps:
-            parts = line.split(maxsplit=5)
-            low, high = (int(n, 16) for n in parts[0].split("-"))
-            if low <= address < high and len(parts) == 6:
-                return parts[5], address - low + int(parts[2], 16)
-        return None
-
-    @cache
-    def name_of(address: int) -> str:
-        found = mapping_of(address)
-        if found is None:
-            return hex(address)
-        path, offset = found
-        addresses, names = symbols(path)
-        index = bisect_right(addresses, offset) - 1
-        if index < 0:
-            return hex(address)
-        return re.sub(r"(_prepacked)?_compute_\d*$", "", names[index])
-
-    return name_of
-
-
 def profile_by_launches(saved, runs: int) -> dict[str, float]:
-    """Per kernel name, its ms per model run inside the saved module, from the pool's
-    own record of every parallel loop it launched (two clock reads a loop, no call into
-    Python between kernels); ``"between the loops"``: the rest of the run (calls, the VM,
-    serial code, waiting); ``"whole"``: the run. Needs ``SIMPLETVM_FORK_JOIN_POOL=timed``
-    set before the module loads."""
-    from simpletvm.runtime.evaluation import warm_up
-    from simpletvm.runtime.fork_join import launches_recorded
+    """Per kernel name, its median ms per model run inside the saved module, from the
+    pool's own record of every parallel loop it launched
+    (:func:`simpletvm.runtime.in_situ.kernel_ms`); ``"between the loops"``: the rest of
+    the run (calls, the VM, serial code, waiting); ``"whole"``: the run. Needs
+    ``SIMPLETVM_FORK_JOIN_POOL=timed`` set before the module loads."""
+    from simpletvm.runtime.in_situ import kernel_ms
 
     main, data = saved.vm["main"], model_input(saved)
-    warm_up(lambda: main(data), 5, 0.2)
-    walls = []
-    with launches_recorded() as launches:
-        for _ in range(runs):
-            start = time.perf_counter()
-            main(data)
-            walls.append((time.perf_counter() - start) * 1e3)
-    per_run = len(launches) // runs
-    name_of = lambda_names()
-    names = [name_of(launch.lambda_address) for launch in launches[:per_run]]
-    totals: dict[str, list[float]] = {}
-    for index in range(runs):
-        spent: dict[str, float] = {}
-        for launch, name in zip(launches[index * per_run : (index + 1) * per_run], names):
-            spent[name] = spent.get(name, 0.0) + (launch.end - launch.start) * 1e3
-        spent["between the loops"] = walls[index] - sum(spent.values())
-        spent["whole"] = walls[index]
-        for name, ms in spent.items():
-            totals.setdefault(name, []).append(ms)
-    return {name: statistics.median(values) for name, values in totals.items()}
+    spent = kernel_ms(lambda: main(data), runs)
+    return {name: statistics.median(values) for name, values in spent.items()}
 
 
 def launches_beside_kernels(saved, stvm, database, built, runs: int, rounds: int):

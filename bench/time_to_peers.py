@@ -13,8 +13,10 @@ Each run tunes on a fresh store: empty (cold), or holding the records and cost m
 of the stores ``--warm-from`` names (warm: give stores that tuned other models, not this
 one; keep a cold run's store with ``--keep-stores``). While it tunes, the store's records are copied
 at the first stage that ends after each checkpoint, with the job's trials and estimate
-at that moment; the last checkpoint is the store after the run (its closing round
-included). Then a module is built from each copy (checkpoint 0: the untuned build, or
+at that moment; the last checkpoint is the store after the run (its closing round and
+the kernels timed inside the model, ``choose_in_model``, included). Each earlier copy gets
+that timing inside the model too, as autotune would have done had it stopped there (its
+seconds are reported). Then a module is built from each copy (checkpoint 0: the untuned build, or
 the warm store's records) and all of them are timed with the peers in alternating
 rounds, after every output is checked against the reference (TensorFlow's for a built-in
 model, TFLite's for a ``.tflite`` file, which is imported as shipped): the largest
@@ -224,14 +226,23 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         "tasks_measured": f"{sum(t['best_latency_s'] is not None for t in summary['tasks'])} "
         f"of {summary['num_tasks']}",
     }
+    in_model = [s for s in stvm.context.steps if s["step"] == "in_model"]
+    if in_model:  # autotune's own, after the search: the last copy holds its findings
+        copies[float(args.minutes)]["in_model_s"] = round(in_model[-1]["duration_s"], 1)
     runners, reference = peer_runners(name, example, args.threads, scratch)
     for checkpoint, copy in sorted(copies.items()):
         began_build = time.perf_counter()
         if checkpoint == args.minutes:  # the tuned session's own build, saved under its run
             built = stvm.build(records=copy["records"]).save()
         else:
-            fresh = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
-            built = import_model(name, fresh).build(records=copy["records"])
+            fresh = import_model(
+                name, BenchmarkingContext("cpu", num_threads=args.threads, store=store)
+            )
+            if checkpoint > 0:  # what autotune does when its search ends: here, at this copy
+                fresh.choose_in_model(copy["records"])
+                copy["in_model_s"] = round(fresh.context.steps[-1]["duration_s"], 1)
+                began_build = time.perf_counter()
+            built = fresh.build(records=copy["records"])
         copy["build_s"] = round(time.perf_counter() - began_build, 1)
         runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
     agreement = checked_outputs(name, runners, reference)
@@ -329,6 +340,7 @@ def print_run(result: dict) -> None:
     print(
         f"  {'minutes':>7} {'trials':>7} {'measured ms':>12} {'x ' + result['fastest_peer']:>14}"
         f" {'estimate ms':>12} {'meas/est':>9} {'tasks measured':>15} {'build s':>8}"
+        f" {'in-model s':>11}"
     )
     for c in result["checkpoints"]:
         estimate = f"{c['estimated_ms']:.3f}" if c.get("estimated_ms") else "-"
@@ -336,7 +348,7 @@ def print_run(result: dict) -> None:
         print(
             f"  {c['minutes']:>7g} {c['trials']:>7} {c['measured_ms']:>12.3f} "
             f"{c['x_fastest_peer']:>14.3f} {estimate:>12} {ratio:>9} "
-            f"{c.get('tasks_measured', '-'):>15} {c['build_s']:>8}"
+            f"{c.get('tasks_measured', '-'):>15} {c['build_s']:>8} {c.get('in_model_s', '-'):>11}"
         )
     print(f"  never slower at a later checkpoint: {result['never_slower_later']}")
 

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
+# autotune() times tuned kernels inside the model after a search this long: the two
+# builds and their timing take seconds to tens of seconds (BENCHMARKS.md)
+IN_MODEL_AFTER_S = 60.0
 
 
 class FlowState(StrEnum):
@@ -91,6 +94,7 @@ class SimpleTVM:
         self._record_buffer = None  # a buffered tuning job's records (tuning_job())
         self._built_from: str | None = None
         self.tuning_summary: dict[str, Any] | None = None
+        self.in_model_findings: list = []  # choose_in_model()'s, per tuned kernel
         self.last_evaluation: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -195,6 +199,7 @@ class SimpleTVM:
         seed: int | None = None,
         on_stage: Callable | None = None,
         progress: Any = False,
+        in_model: bool | None = None,
         **search: Any,
     ) -> SimpleTVM:
         """Tune every task of the model with MetaSchedule (optional before build()).
@@ -207,6 +212,9 @@ class SimpleTVM:
         ``progress=True`` shows the job's progress on standard error as the ``simpletvm``
         command does (a live line on a terminal, a plain line now and then elsewhere);
         a :class:`~simpletvm.progress.TuningProgress` given instead is used as it is.
+        ``in_model``: after the search, time each tuned kernel against its default
+        schedule inside the model (:meth:`choose_in_model`); by default when the model
+        runs on this machine's CPU and the search took a minute or more.
         """
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
         options = TuningOptions.from_mapping(
@@ -224,6 +232,7 @@ class SimpleTVM:
                 **search,
             )
         )
+        started = time.monotonic()
         with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
             self.context.record_parameters("autotune", **options.to_dict())
             address = tracker.address if tracker is not None else None
@@ -244,7 +253,53 @@ class SimpleTVM:
                     job.run(combine(on_stage, display.on_stage))
             self.record_tuning(job, address, device_key)
             step["trials"] = job.trials
+        searched_s = time.monotonic() - started
+        if in_model or (
+            in_model is None and searched_s >= IN_MODEL_AFTER_S and self._times_in_model_here()
+        ):
+            self.choose_in_model("run")
         return self
+
+    def choose_in_model(self, records: str = "run") -> SimpleTVM:
+        """Time each tuned kernel against its default schedule inside the model built
+        here, and keep the findings in the store: build() then applies a record only
+        where its default schedule did not run faster. ``records`` as for build().
+        autotune() does this after a search of a minute or more on this machine's CPU."""
+        self._require("choose_in_model()", FlowState.IMPORTED, FlowState.BUILT)
+        if not self._times_in_model_here():
+            raise SimpleTVMError(
+                "choose_in_model() times kernels inside the model on this machine's CPU; "
+                f"the target ({self.target.kind}) or an RPC tracker puts the model elsewhere: "
+                "build there with the records as they are"
+            )
+        from simpletvm.tuning.database import best_latency_s, records_database
+        from simpletvm.tuning.in_model import choose_in_model
+
+        database = records_database(
+            records, self._records_for_build(), self.target.tvm_target(), self.context.run_id
+        )
+        with self.context.step("in_model", records=records) as step:
+            fused, _ = self._forms.choose(partial(best_latency_s, database))
+            findings = choose_in_model(
+                fused,
+                self.target,
+                database,
+                [(list(spec.shape), spec.dtype) for spec in self.model.inputs],
+                threads=self.context.num_threads or self.target.host_cores(),
+            )
+            step["kernels"] = len(findings)
+            step["defaults_chosen"] = [f.task for f in findings if f.default_wins]
+            step["records_ms"] = sum(f.record_ms for f in findings)
+            step["chosen_ms"] = sum(
+                f.default_ms if f.default_wins else f.record_ms for f in findings
+            )
+        self.in_model_findings = findings
+        return self
+
+    def _times_in_model_here(self) -> bool:
+        return (
+            self.target.device_type == "cpu" and self.target.runs_here and self.rpc_tracker is None
+        )
 
     def _display_name(self) -> str:
         """The model as a progress line names it: a file's name, or the name given."""
@@ -368,6 +423,7 @@ class SimpleTVM:
                 fused, choices = self._forms.choose(partial(best_latency_s, database))
                 if choices:
                     step["conv_forms"] = [choice.describe() for choice in choices]
+                database = database.with_in_model_choices()
                 step.update(_records_match(fused, self.target, database))
             self._executable = compile_fused(
                 fused, self.target, database, default_schedules=default_schedules
@@ -708,8 +764,9 @@ class SimpleTVM:
 
 def _records_match(fused, target: ResolvedTarget, database) -> dict[str, Any]:
     """What a build found in its records: how many records were there for this target
-    (``records_loaded``), how many of the built module's tasks have one
-    (``tasks_with_records`` of ``tasks``), and, when none has, why as far as the store
+    (``records_loaded``), how many of the built module's tasks have one applied
+    (``tasks_with_records`` of ``tasks``), how many have one that lost to the default
+    schedule inside the model (``tasks_on_default_in_model``), and, when none has, why as far as the store
     tells (``records_mismatch``: ``"empty"``, no records at all; ``"target"``, records
     only for other targets or CPUs, named in ``records_targets``; ``"workloads"``,
     records for this target but of other tasks: another model or input shape)."""
@@ -723,7 +780,11 @@ def _records_match(fused, target: ResolvedTarget, database) -> dict[str, Any]:
         "tasks": len(tasks),
         "tasks_with_records": sum(best_latency_s(database, task) is not None for task in tasks),
     }
-    if found["tasks_with_records"] or not tasks:
+    if database.in_model:
+        found["tasks_on_default_in_model"] = sum(
+            database.lost_in_model(task.dispatched[0]) for task in tasks
+        )
+    if found["tasks_with_records"] or found.get("tasks_on_default_in_model") or not tasks:
         return found
     if loaded:
         found["records_mismatch"] = "workloads"

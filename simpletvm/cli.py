@@ -820,9 +820,13 @@ def compile_model(
         console.print(f"compiled {model} untuned (no records) -> {output}")
         return
     build = next(s for s in ctx.steps if s["step"] == "build")
+    on_default = build.get("tasks_on_default_in_model", 0)
+    beaten = (
+        f" ({on_default} on their default schedule: faster inside the model)" if on_default else ""
+    )
     console.print(
         f"compiled {model} with {records} records: {build['tasks_with_records']} "
-        f"of {build['tasks']} tasks tuned -> {output}"
+        f"of {build['tasks']} tasks tuned{beaten} -> {output}"
     )
     _warn_unmatched_records(build, records)
 
@@ -832,7 +836,7 @@ def _warn_unmatched_records(build: dict, records: str) -> None:
     the store tells."""
     from rich.text import Text
 
-    if build["tasks_with_records"] or not build["tasks"]:
+    if build["tasks_with_records"] or build.get("tasks_on_default_in_model") or not build["tasks"]:
         return
     where = {"global": "the store", "best": "the store's best records"}.get(records, records)
     why = {

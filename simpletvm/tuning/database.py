@@ -21,6 +21,9 @@ from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, tvm_target_key
 
 SCOPES = ("all", "run", "best")
+# a default schedule replaces a record only when it ran this much faster inside the model:
+# within it, the two are alike as far as the timing can tell
+IN_MODEL_MARGIN = 0.03
 
 
 @derived_object
@@ -34,10 +37,19 @@ class RecordDatabase(PyDatabase):
         scope: ``"all"`` records, only those of ``run_id`` (``"run"``), or the best
             record per workload (``"best"``).
         run_id: the run that committed records belong to (and ``"run"`` reads).
+        in_model: a workload whose fastest record lost to its default schedule inside the
+            built model (:mod:`simpletvm.tuning.in_model`) answers no record, so a build
+            gives it the default schedule; for builds only (the search reads records).
     """
 
     def __init__(
-        self, records: RecordStore, target, *, scope: str = "all", run_id: str | None = None
+        self,
+        records: RecordStore,
+        target,
+        *,
+        scope: str = "all",
+        run_id: str | None = None,
+        in_model: bool = False,
     ):
         super().__init__()
         if scope not in SCOPES:
@@ -48,6 +60,8 @@ class RecordDatabase(PyDatabase):
         self.scope = scope
         self.run_id = run_id
         self.target_key = tvm_target_key(target)
+        self.target = target
+        self.in_model = in_model
         self._workloads: dict[str, Workload] = {}
         self._workload_json: dict[str, Any] = {}
 
@@ -85,14 +99,49 @@ class RecordDatabase(PyDatabase):
         if top_k <= 0:
             return []
         key = workload_key(workload.mod)
-        rows = self.records.top(
+        rows = self._top_json(key, top_k)
+        if self.in_model and rows and self._lost(key, rows[0]):
+            return []
+        return [TuningRecord.from_json(row, workload) for row in rows]
+
+    def lost_in_model(self, mod) -> bool:
+        """Whether workload ``mod``'s fastest record here ran slower inside the model
+        than its default schedule, as last timed (:meth:`note_in_model`)."""
+        key = workload_key(mod)
+        rows = self._top_json(key, 1)
+        return bool(rows) and self._lost(key, rows[0])
+
+    def _lost(self, key: str, record: list) -> bool:
+        return self.records.default_beats(key, self.target_key, record, IN_MODEL_MARGIN)
+
+    def with_in_model_choices(self) -> RecordDatabase:
+        """The same records, read as a build applies them: a record that lost to its
+        default schedule inside the model is not applied."""
+        return RecordDatabase(
+            self.records, self.target, scope=self.scope, run_id=self.run_id, in_model=True
+        )
+
+    def note_in_model(self, mod, record_s: float, default_s: float) -> bool:
+        """Keep what timing inside the model found for workload ``mod``: its fastest
+        record here took ``record_s`` a model run, its default schedule ``default_s``.
+        False when the workload has no record here."""
+        key = workload_key(mod)
+        rows = self._top_json(key, 1)
+        if not rows:
+            return False
+        self.records.note_in_model(
+            key, self.target_key, rows[0], record_s, default_s, run_id=self.run_id
+        )
+        return True
+
+    def _top_json(self, key: str, limit: int) -> list[list]:
+        return self.records.top(
             key,
             self.target_key,
-            top_k,
+            limit,
             best_only=self.scope == "best",
             run_id=self.run_id if self.scope == "run" else None,
         )
-        return [TuningRecord.from_json(row, workload) for row in rows]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         records = []

@@ -5,7 +5,9 @@ Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural
 time, the record's JSON and an identity, of the run and the record, that makes a record
 committed twice one row while two runs' equal measurements stay two).
 ``best``: each workload's fastest record per target, updated in the transaction that
-inserts (or re-measures) a record, so it is never stale. A record measured again by its
+inserts (or re-measures) a record, so it is never stale. ``in_model``: per workload and
+target, a record and the default schedule as last timed against each other inside the
+built model (:mod:`simpletvm.tuning.in_model`), the record named by its trace. A record measured again by its
 run (tuning's closing round) replaces its row's measurement. A run's records, all
 records and the best ones are queries, and a job reads the best N records of its workloads through an index
 instead of reading the whole store. WAL mode lets readers go on while a writer commits;
@@ -59,6 +61,16 @@ CREATE TABLE IF NOT EXISTS best (
     PRIMARY KEY (workload_id, target_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS in_model (
+    workload_id INTEGER NOT NULL REFERENCES workloads(id),
+    target_key TEXT NOT NULL,
+    trace TEXT NOT NULL,
+    record_s REAL NOT NULL,
+    default_s REAL NOT NULL,
+    run_id TEXT,
+    time REAL NOT NULL,
+    PRIMARY KEY (workload_id, target_key)
+) WITHOUT ROWID;
 """
 
 _UPDATE_BEST = """
@@ -145,6 +157,48 @@ class RecordStore:
             if remeasured:
                 return replace_measurements(connection, rows, {workload_key: workload_json})
             return insert(connection, rows, {workload_key: workload_json})
+
+    def note_in_model(
+        self,
+        workload_key: str,
+        target: str,
+        record: list,
+        record_s: float,
+        default_s: float,
+        run_id: str | None = None,
+    ) -> None:
+        """Keep what timing inside the model found for a workload: its ``record`` (the
+        one a build applied) took ``record_s`` a model run, its default schedule
+        ``default_s``. Replaces the workload's earlier finding."""
+        with self.transaction() as connection:
+            workload_id = _workload_id(connection, workload_key, None)
+            connection.execute(
+                "INSERT OR REPLACE INTO in_model (workload_id, target_key, trace, record_s, "
+                "default_s, run_id, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    workload_id,
+                    target,
+                    canonical_json(record[0]),
+                    record_s,
+                    default_s,
+                    run_id,
+                    time.time(),
+                ),
+            )
+
+    def default_beats(self, workload_key: str, target: str, record: list, margin: float) -> bool:
+        """Whether the default schedule ran faster inside the model than ``record`` by
+        more than ``margin`` (a fraction), as last timed against that very record (a
+        finding about another record, or none, says no)."""
+        row = self._one(
+            "SELECT i.trace, i.record_s, i.default_s FROM in_model i "
+            "JOIN workloads w ON w.id = i.workload_id WHERE w.key = ? AND i.target_key = ?",
+            workload_key,
+            target,
+        )
+        if row is None or row[0] != canonical_json(record[0]):
+            return False
+        return row[2] < row[1] * (1.0 - margin)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,180 @@
+"""Kernels timed inside a running model.
+
+Every parallel loop of a compiled kernel goes through the fork-join pool; the pool built
+to record (``SIMPLETVM_FORK_JOIN_POOL=timed``) notes each loop's lambda, start and end, so
+a model run yields each kernel's share of it with two clock reads a loop and no call into
+Python between kernels. The recording build is chosen when a process first loads the
+pool, so :func:`time_builds` runs a worker process (``python -m
+simpletvm.runtime.in_situ``) that loads several builds of one model and times them in
+alternating rounds; the caller's own pool is never changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from simpletvm.errors import SimpleTVMError
+
+BETWEEN = "between the loops"  # what no parallel loop covers: calls, the VM, serial code
+WHOLE = "whole"  # the model run
+
+
+class InSituTimingFailed(SimpleTVMError, RuntimeError):
+    """The worker that times builds inside the model failed."""
+
+
+def kernel_names() -> Callable[[int], str]:
+    """A resolver from a parallel lambda's address to its kernel's name: the symbol
+    (``<kernel>_compute_<n>``, local to the library) found with ``nm`` in the library file
+    that ``/proc/self/maps`` says holds the address, less ``_compute_<n>`` and
+    ``_prepacked``. Read the mappings after the libraries are loaded."""
+    from bisect import bisect_right
+    from functools import cache
+
+    @cache
+    def symbols(path: str) -> tuple[list[int], list[str]]:
+        found = []
+        listing = subprocess.run(["nm", path], capture_output=True, text=True, check=False)
+        for line in listing.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "tT":
+                found.append((int(parts[0], 16), parts[2]))
+        found.sort()
+        return [address for address, _ in found], [name for _, name in found]
+
+    maps = Path("/proc/self/maps").read_text().splitlines()
+
+    def mapping_of(address: int) -> tuple[str, int] | None:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            low, high = (int(n, 16) for n in parts[0].split("-"))
+            if low <= address < high and len(parts) == 6:
+                return parts[5], address - low + int(parts[2], 16)
+        return None
+
+    @cache
+    def name_of(address: int) -> str:
+        found = mapping_of(address)
+        if found is None:
+            return hex(address)
+        path, offset = found
+        addresses, names = symbols(path)
+        index = bisect_right(addresses, offset) - 1
+        if index < 0:
+            return hex(address)
+        return re.sub(r"(_prepacked)?_compute_\d*$", "", names[index])
+
+    return name_of
+
+
+def kernel_ms(run: Callable[[], object], runs: int) -> dict[str, list[float]]:
+    """``runs`` timed runs of a model (``run``, warmed up first): per kernel name its ms in
+    each run, plus :data:`BETWEEN` and :data:`WHOLE`. Needs the recording pool."""
+    from simpletvm.runtime.evaluation import warm_up
+    from simpletvm.runtime.fork_join import launches_recorded
+
+    warm_up(run, 5, 0.2)
+    walls = []
+    with launches_recorded() as launches:
+        for _ in range(runs):
+            start = time.perf_counter()
+            run()
+            walls.append((time.perf_counter() - start) * 1e3)
+    per_run = len(launches) // runs
+    name_of = kernel_names()
+    names = [name_of(launch.lambda_address) for launch in launches[:per_run]]
+    spent: dict[str, list[float]] = {}
+    for index in range(runs):
+        one: dict[str, float] = {}
+        for launch, name in zip(launches[index * per_run : (index + 1) * per_run], names):
+            one[name] = one.get(name, 0.0) + (launch.end - launch.start) * 1e3
+        one[BETWEEN] = walls[index] - sum(one.values())
+        one[WHOLE] = walls[index]
+        for name, ms in one.items():
+            spent.setdefault(name, []).append(ms)
+    return spent
+
+
+def time_builds(
+    libraries: list[str | os.PathLike],
+    inputs: list[tuple[list[int], str]],
+    *,
+    threads: int,
+    rounds: int = 10,
+    runs: int = 10,
+    timeout_s: float = 600.0,
+) -> list[dict[str, float]]:
+    """Builds of one model (exported libraries whose ``main`` takes ``inputs``, each a
+    (shape, dtype)), timed inside a worker process in ``rounds`` alternating rounds of
+    ``runs`` runs on ``threads`` threads: per build, each kernel's median ms per model run
+    (and :data:`BETWEEN`, :data:`WHOLE`). Raises :class:`InSituTimingFailed`."""
+    request = {
+        "libraries": [str(p) for p in libraries],
+        "inputs": inputs,
+        "threads": threads,
+        "rounds": rounds,
+        "runs": runs,
+    }
+    env = {**os.environ, "SIMPLETVM_FORK_JOIN_POOL": "timed", "TVM_NUM_THREADS": str(threads)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "simpletvm.runtime.in_situ"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise InSituTimingFailed(f"timing the builds took over {timeout_s:.0f} s") from error
+    if done.returncode != 0:
+        raise InSituTimingFailed(
+            f"the in-situ timing worker exited with {done.returncode}: {done.stderr.strip()[-600:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _worker() -> None:
+    """Read a request from standard input, print each build's medians as JSON."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from simpletvm.runtime.fork_join import use_for_loaded_kernels
+
+    request = json.loads(sys.stdin.read())
+    device = tvm.cpu()
+    machines = [
+        relax.VirtualMachine(tvm.runtime.load_module(path), device) for path in request["libraries"]
+    ]
+    use_for_loaded_kernels(request["threads"])
+    rng = np.random.default_rng(0)
+    arguments = [
+        tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), device)
+        for shape, dtype in request["inputs"]
+    ]
+    samples: list[dict[str, list[float]]] = [{} for _ in machines]
+    for round_ in range(request["rounds"]):
+        order = list(range(len(machines)))
+        if round_ % 2:
+            order.reverse()
+        for index in order:
+            main = machines[index]["main"]
+            spent = kernel_ms(lambda main=main: main(*arguments), request["runs"])
+            for name, values in spent.items():
+                samples[index].setdefault(name, []).extend(values)
+    medians = [{name: statistics.median(v) for name, v in s.items()} for s in samples]
+    print(json.dumps(medians))
+
+
+if __name__ == "__main__":
+    _worker()
