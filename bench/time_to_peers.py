@@ -26,7 +26,8 @@ Built-in models: ``mobilenetv2`` and ``resnet18`` at 224x224, ``quickstart`` (th
 quickstart's MobileNetV2, width 0.35, 96x96); their peers are TFLite (XNNPACK), ONNX
 Runtime and OpenVINO, as in ``bench/peers.py``. A ``.tflite`` file's peer is TFLite.
 The report: per checkpoint the measured latency, its ratio to the fastest peer, the
-estimate and measured / estimate; a PNG of latency against minutes with the peers as
+estimate (kernels timed alone) and measured / estimate, and measured over the estimate
+timed inside the model; a PNG of latency against minutes with the peers as
 horizontal lines. ``--retime`` times the module each kept store's run saved (its last
 checkpoint) with the peers again: the host's state moves within minutes, and a run's
 rounds can all fall in one state.
@@ -226,9 +227,10 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         "tasks_measured": f"{sum(t['best_latency_s'] is not None for t in summary['tasks'])} "
         f"of {summary['num_tasks']}",
     }
-    in_model = [s for s in stvm.context.steps if s["step"] == "in_model"]
-    if in_model:  # autotune's own, after the search: the last copy holds its findings
-        copies[float(args.minutes)]["in_model_s"] = round(in_model[-1]["duration_s"], 1)
+    if stvm.in_model is not None:  # autotune's own, after the search: in the last copy
+        last = copies[float(args.minutes)]
+        last["in_model_s"] = round(stvm.context.steps[-1]["duration_s"], 1)
+        last["in_model_estimate_ms"] = stvm.in_model.chosen_model_ms
     runners, reference = peer_runners(name, example, args.threads, scratch)
     for checkpoint, copy in sorted(copies.items()):
         began_build = time.perf_counter()
@@ -241,6 +243,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             if checkpoint > 0:  # what autotune does when its search ends: here, at this copy
                 fresh.choose_in_model(copy["records"])
                 copy["in_model_s"] = round(fresh.context.steps[-1]["duration_s"], 1)
+                copy["in_model_estimate_ms"] = fresh.in_model.chosen_model_ms
                 began_build = time.perf_counter()
             built = fresh.build(records=copy["records"])
         copy["build_s"] = round(time.perf_counter() - began_build, 1)
@@ -265,6 +268,11 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
                 "measured_ms": measured,
                 "x_fastest_peer": measured / peers[fastest],
                 "measured_over_estimate": measured / estimate if estimate else None,
+                "measured_over_in_model": (
+                    measured / copy["in_model_estimate_ms"]
+                    if copy.get("in_model_estimate_ms")
+                    else None
+                ),
             }
         )
     return {
@@ -340,15 +348,17 @@ def print_run(result: dict) -> None:
     print(
         f"  {'minutes':>7} {'trials':>7} {'measured ms':>12} {'x ' + result['fastest_peer']:>14}"
         f" {'estimate ms':>12} {'meas/est':>9} {'tasks measured':>15} {'build s':>8}"
-        f" {'in-model s':>11}"
+        f" {'in-model s':>11} {'meas/in-model':>14}"
     )
     for c in result["checkpoints"]:
         estimate = f"{c['estimated_ms']:.3f}" if c.get("estimated_ms") else "-"
         ratio = f"{c['measured_over_estimate']:.3f}" if c["measured_over_estimate"] else "-"
+        in_model = f"{c['measured_over_in_model']:.3f}" if c.get("measured_over_in_model") else "-"
         print(
             f"  {c['minutes']:>7g} {c['trials']:>7} {c['measured_ms']:>12.3f} "
             f"{c['x_fastest_peer']:>14.3f} {estimate:>12} {ratio:>9} "
-            f"{c.get('tasks_measured', '-'):>15} {c['build_s']:>8} {c.get('in_model_s', '-'):>11}"
+            f"{c.get('tasks_measured', '-'):>15} {c['build_s']:>8} {c.get('in_model_s', '-'):>11} "
+            f"{in_model:>14}"
         )
     print(f"  never slower at a later checkpoint: {result['never_slower_later']}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from enum import StrEnum
 from functools import partial
@@ -94,7 +95,7 @@ class SimpleTVM:
         self._record_buffer = None  # a buffered tuning job's records (tuning_job())
         self._built_from: str | None = None
         self.tuning_summary: dict[str, Any] | None = None
-        self.in_model_findings: list = []  # choose_in_model()'s, per tuned kernel
+        self.in_model = None  # choose_in_model()'s InModelTiming
         self.last_evaluation: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -254,10 +255,19 @@ class SimpleTVM:
             self.record_tuning(job, address, device_key)
             step["trials"] = job.trials
         searched_s = time.monotonic() - started
-        if in_model or (
-            in_model is None and searched_s >= IN_MODEL_AFTER_S and self._times_in_model_here()
-        ):
+        if in_model:
             self.choose_in_model("run")
+        elif in_model is None and searched_s >= IN_MODEL_AFTER_S and self._times_in_model_here():
+            from simpletvm.runtime.in_situ import InSituTimingFailed
+
+            try:
+                self.choose_in_model("run")
+            except InSituTimingFailed as error:  # the search's records are in the store
+                warnings.warn(
+                    f"the tuned kernels were not timed inside the model ({error}); "
+                    "build() applies every record",
+                    stacklevel=2,
+                )
         return self
 
     def choose_in_model(self, records: str = "run") -> SimpleTVM:
@@ -280,20 +290,23 @@ class SimpleTVM:
         )
         with self.context.step("in_model", records=records) as step:
             fused, _ = self._forms.choose(partial(best_latency_s, database))
-            findings = choose_in_model(
+            timing = choose_in_model(
                 fused,
                 self.target,
                 database,
                 [(list(spec.shape), spec.dtype) for spec in self.model.inputs],
                 threads=self.context.num_threads or self.target.host_cores(),
             )
-            step["kernels"] = len(findings)
-            step["defaults_chosen"] = [f.task for f in findings if f.default_wins]
-            step["records_ms"] = sum(f.record_ms for f in findings)
-            step["chosen_ms"] = sum(
-                f.default_ms if f.default_wins else f.record_ms for f in findings
-            )
-        self.in_model_findings = findings
+            step["kernels"] = len(timing.findings)
+            step["defaults_chosen"] = [f.task for f in timing.findings if f.default_wins]
+            step["records_model_ms"] = timing.records_model_ms
+            step["defaults_model_ms"] = timing.defaults_model_ms
+            step["chosen_model_ms"] = timing.chosen_model_ms
+        self.in_model = timing
+        if self.tuning_summary is not None and records == "run":
+            # the promise: what the module built from these findings runs in, here
+            self.tuning_summary["in_model_latency_s"] = timing.chosen_model_ms / 1e3
+            self.context.tuning["in_model_latency_s"] = timing.chosen_model_ms / 1e3
         return self
 
     def _times_in_model_here(self) -> bool:

@@ -321,9 +321,15 @@ def _ms(milliseconds: float) -> str:
 
 
 def _estimate_text(summary: dict) -> str:
-    """The tuning estimate, and the search's own when the closing round changed it."""
+    """The tuning estimate: timed inside the model when autotune did, else from its
+    kernels timed alone (and the search's own when the closing round changed it)."""
     text = f"estimate {summary['estimated_latency_s'] * 1e3:.3f} ms"
-    if summary["remeasured"]:
+    if summary.get("in_model_latency_s"):
+        text = (
+            f"estimate {summary['in_model_latency_s'] * 1e3:.3f} ms, timed inside the model "
+            f"(its kernels timed alone: {summary['estimated_latency_s'] * 1e3:.3f} ms)"
+        )
+    elif summary["remeasured"]:
         text += (
             f" (the search's {summary['search_estimated_latency_s'] * 1e3:.3f} ms before "
             f"its best {summary['remeasured']} records were timed again)"

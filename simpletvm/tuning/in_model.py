@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simpletvm.compiler.lowering import compile_fused, extract_tasks
-from simpletvm.runtime.in_situ import time_builds
+from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
 from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase
 
@@ -37,6 +37,24 @@ class KernelFinding:
         return self.default_ms < self.record_ms * (1.0 - IN_MODEL_MARGIN)
 
 
+@dataclass(frozen=True)
+class InModelTiming:
+    """Both builds timed inside the model: each tuned kernel's finding, and each build's
+    median ms a run."""
+
+    findings: list[KernelFinding]
+    records_model_ms: float
+    defaults_model_ms: float
+
+    @property
+    def chosen_model_ms(self) -> float:
+        """What the model built from the findings runs in: the records' build less what
+        each default schedule that won saves."""
+        return self.records_model_ms - sum(
+            f.record_ms - f.default_ms for f in self.findings if f.default_wins
+        )
+
+
 def choose_in_model(
     fused,
     target: ResolvedTarget,
@@ -46,7 +64,7 @@ def choose_in_model(
     threads: int,
     rounds: int = 10,
     runs: int = 10,
-) -> list[KernelFinding]:
+) -> InModelTiming:
     """Time the kernels of ``fused`` built with ``database``'s records against the same
     model built with default schedules only, on this machine's CPU, and note each tuned
     kernel's finding in the database's store. ``inputs``: the model's (shape, dtype)."""
@@ -65,4 +83,4 @@ def choose_in_model(
         finding = KernelFinding(name, tuned[name], defaults[name])
         if database.note_in_model(task.dispatched[0], tuned[name] / 1e3, defaults[name] / 1e3):
             findings.append(finding)
-    return findings
+    return InModelTiming(findings, tuned[WHOLE], defaults[WHOLE])
