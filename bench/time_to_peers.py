@@ -147,6 +147,12 @@ def import_model(name: str, context):
     return SimpleTVM(context).from_model(model, **options)
 
 
+def in_model_seconds(stvm) -> float:
+    """How long the model's last in-model round (``choose_in_model``) took."""
+    step = next(s for s in reversed(stvm.context.steps) if s["step"] == "in_model")
+    return round(step["duration_s"], 1)
+
+
 def checked_outputs(name: str, runners: dict, reference: np.ndarray) -> dict[str, float]:
     """Each runner's largest difference to the reference; stops when one exceeds a
     thousandth of the reference's largest value (a detector's boxes are pixels, a
@@ -229,7 +235,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     }
     if stvm.in_model is not None:  # autotune's own, after the search: in the last copy
         last = copies[float(args.minutes)]
-        last["in_model_s"] = round(stvm.context.steps[-1]["duration_s"], 1)
+        last["in_model_s"] = in_model_seconds(stvm)
         last["in_model_estimate_ms"] = stvm.in_model.chosen_model_ms
     runners, reference = peer_runners(name, example, args.threads, scratch)
     for checkpoint, copy in sorted(copies.items()):
@@ -242,7 +248,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             )
             if checkpoint > 0:  # what autotune does when its search ends: here, at this copy
                 fresh.choose_in_model(copy["records"])
-                copy["in_model_s"] = round(fresh.context.steps[-1]["duration_s"], 1)
+                copy["in_model_s"] = in_model_seconds(fresh)
                 copy["in_model_estimate_ms"] = fresh.in_model.chosen_model_ms
                 began_build = time.perf_counter()
             built = fresh.build(records=copy["records"])

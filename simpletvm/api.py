@@ -257,7 +257,7 @@ class SimpleTVM:
         searched_s = time.monotonic() - started
         if in_model:
             self.choose_in_model("run")
-        elif in_model is None and searched_s >= IN_MODEL_AFTER_S and self._times_in_model_here():
+        elif in_model is None and searched_s >= IN_MODEL_AFTER_S and self._targets_this_cpu():
             from simpletvm.runtime.in_situ import InSituTimingFailed
 
             try:
@@ -276,7 +276,7 @@ class SimpleTVM:
         where its default schedule did not run faster. ``records`` as for build().
         autotune() does this after a search of a minute or more on this machine's CPU."""
         self._require("choose_in_model()", FlowState.IMPORTED, FlowState.BUILT)
-        if not self._times_in_model_here():
+        if not self._targets_this_cpu():
             raise SimpleTVMError(
                 "choose_in_model() times kernels inside the model on this machine's CPU; "
                 f"the target ({self.target.kind}) or an RPC tracker puts the model elsewhere: "
@@ -309,7 +309,8 @@ class SimpleTVM:
             self.context.tuning["in_model_latency_s"] = timing.chosen_model_ms / 1e3
         return self
 
-    def _times_in_model_here(self) -> bool:
+    def _targets_this_cpu(self) -> bool:
+        """The model runs on this machine's CPU (not another device, not through RPC)."""
         return (
             self.target.device_type == "cpu" and self.target.runs_here and self.rpc_tracker is None
         )
@@ -632,9 +633,8 @@ class SimpleTVM:
             )
 
     def _runs_on_this_cpu(self) -> bool:
-        return (
-            self._vm is not None and self.rpc_tracker is None and self.target.device_type == "cpu"
-        )
+        """A module is built or loaded here, for this machine's CPU."""
+        return self._vm is not None and self._targets_this_cpu()
 
     def _library_here(self):
         """The built module for this machine, as a loaded shared library.

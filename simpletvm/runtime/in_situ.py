@@ -18,7 +18,9 @@ import statistics
 import subprocess
 import sys
 import time
+from bisect import bisect_right
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 from simpletvm.errors import SimpleTVMError
@@ -31,25 +33,25 @@ class InSituTimingFailed(SimpleTVMError, RuntimeError):
     """The worker that times builds inside the model failed."""
 
 
+@cache
+def _text_symbols(path: str) -> tuple[list[int], list[str]]:
+    """The code symbols of the library file at ``path`` (``nm``), by address: once per
+    file and process."""
+    found = []
+    listing = subprocess.run(["nm", path], capture_output=True, text=True, check=False)
+    for line in listing.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "tT":
+            found.append((int(parts[0], 16), parts[2]))
+    found.sort()
+    return [address for address, _ in found], [name for _, name in found]
+
+
 def kernel_names() -> Callable[[int], str]:
     """A resolver from a parallel lambda's address to its kernel's name: the symbol
     (``<kernel>_compute_<n>``, local to the library) found with ``nm`` in the library file
     that ``/proc/self/maps`` says holds the address, less ``_compute_<n>`` and
-    ``_prepacked``. Read the mappings after the libraries are loaded."""
-    from bisect import bisect_right
-    from functools import cache
-
-    @cache
-    def symbols(path: str) -> tuple[list[int], list[str]]:
-        found = []
-        listing = subprocess.run(["nm", path], capture_output=True, text=True, check=False)
-        for line in listing.stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in "tT":
-                found.append((int(parts[0], 16), parts[2]))
-        found.sort()
-        return [address for address, _ in found], [name for _, name in found]
-
+    ``_prepacked``. Make it after the libraries are loaded (it reads the mappings once)."""
     maps = Path("/proc/self/maps").read_text().splitlines()
 
     def mapping_of(address: int) -> tuple[str, int] | None:
@@ -66,7 +68,7 @@ def kernel_names() -> Callable[[int], str]:
         if found is None:
             return hex(address)
         path, offset = found
-        addresses, names = symbols(path)
+        addresses, names = _text_symbols(path)
         index = bisect_right(addresses, offset) - 1
         if index < 0:
             return hex(address)
@@ -75,9 +77,12 @@ def kernel_names() -> Callable[[int], str]:
     return name_of
 
 
-def kernel_ms(run: Callable[[], object], runs: int) -> dict[str, list[float]]:
+def kernel_ms(
+    run: Callable[[], object], runs: int, name_of: Callable[[int], str] | None = None
+) -> dict[str, list[float]]:
     """``runs`` timed runs of a model (``run``, warmed up first): per kernel name its ms in
-    each run, plus :data:`BETWEEN` and :data:`WHOLE`. Needs the recording pool."""
+    each run, plus :data:`BETWEEN` and :data:`WHOLE`. ``name_of``: a :func:`kernel_names`
+    resolver to reuse across calls. Needs the recording pool."""
     from simpletvm.runtime.evaluation import warm_up
     from simpletvm.runtime.fork_join import launches_recorded
 
@@ -89,7 +94,7 @@ def kernel_ms(run: Callable[[], object], runs: int) -> dict[str, list[float]]:
             run()
             walls.append((time.perf_counter() - start) * 1e3)
     per_run = len(launches) // runs
-    name_of = kernel_names()
+    name_of = name_of or kernel_names()
     names = [name_of(launch.lambda_address) for launch in launches[:per_run]]
     spent: dict[str, list[float]] = {}
     for index in range(runs):
@@ -162,6 +167,7 @@ def _worker() -> None:
         tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), device)
         for shape, dtype in request["inputs"]
     ]
+    name_of = kernel_names()  # every library is loaded: one resolver for all rounds
     samples: list[dict[str, list[float]]] = [{} for _ in machines]
     for round_ in range(request["rounds"]):
         order = list(range(len(machines)))
@@ -169,7 +175,7 @@ def _worker() -> None:
             order.reverse()
         for index in order:
             main = machines[index]["main"]
-            spent = kernel_ms(lambda main=main: main(*arguments), request["runs"])
+            spent = kernel_ms(lambda main=main: main(*arguments), request["runs"], name_of)
             for name, values in spent.items():
                 samples[index].setdefault(name, []).extend(values)
     medians = [{name: statistics.median(v) for name, v in s.items()} for s in samples]

@@ -22,6 +22,7 @@ from simpletvm.compiler.lowering import compile_fused, extract_tasks
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
 from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase
+from simpletvm.tuning.records import default_faster
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class KernelFinding:
 
     @property
     def default_wins(self) -> bool:
-        return self.default_ms < self.record_ms * (1.0 - IN_MODEL_MARGIN)
+        return default_faster(self.record_ms, self.default_ms, IN_MODEL_MARGIN)
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ class RecordStore:
         )
         if row is None or row[0] != canonical_json(record[0]):
             return False
-        return row[2] < row[1] * (1.0 - margin)
+        return default_faster(row[1], row[2], margin)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -502,6 +502,12 @@ def replace_measurements(
         )
         connection.execute(_RECOMPUTE_BEST, (workload_id, target))
     return added
+
+
+def default_faster(record_s: float, default_s: float, margin: float) -> bool:
+    """Whether a default schedule timed at ``default_s`` inside the model beat a record
+    timed at ``record_s`` there by more than ``margin`` (a fraction)."""
+    return default_s < record_s * (1.0 - margin)
 
 
 def _identity(key: str, run_id: str | None, text: str) -> bytes:
