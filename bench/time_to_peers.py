@@ -13,10 +13,13 @@ Each run tunes on a fresh store: empty (cold), or holding the records and cost m
 of the stores ``--warm-from`` names (warm: give stores that tuned other models, not this
 one; keep a cold run's store with ``--keep-stores``). While it tunes, the store's records are copied
 at the first stage that ends after each checkpoint, with the job's trials and estimate
-at that moment; the last checkpoint is the store after the run (its closing round and
-the kernels timed inside the model, ``choose_in_model``, included). Each earlier copy gets
-that timing inside the model too, as autotune would have done had it stopped there (its
-seconds are reported). Then a module is built from each copy (checkpoint 0: the untuned build, or
+at that moment; the last checkpoint is the store after the run (its closing round
+included). Each copy then gets the round of timing inside the model that autotune ends
+with (``choose_in_model``, its seconds reported), in checkpoint order, each starting from
+the choices of the checkpoint before: what a user who tuned the same store in steps would
+get, and what makes a later checkpoint no slower than an earlier one (an autotune of the
+whole budget alone times its records against the default schedules only). Then a module
+is built from each copy (checkpoint 0: the untuned build, or
 the warm store's records) and all of them are timed with the peers in alternating
 rounds, after every output is checked against the reference (TensorFlow's for a built-in
 model, TFLite's for a ``.tflite`` file, which is imported as shipped): the largest
@@ -80,6 +83,16 @@ def copy_records(source: Path, destination: Path) -> None:
     """A consistent copy of a records database while the tuning writes to it."""
     with sqlite3.connect(source) as reading, sqlite3.connect(destination) as writing:
         reading.backup(writing)
+
+
+def carry_in_model_choices(earlier: Path, later: Path) -> None:
+    """The rounds inside the model that copy ``earlier`` holds, put in copy ``later`` (a
+    copy of the same store taken later: the same workload ids)."""
+    with sqlite3.connect(later) as connection:
+        connection.execute("ATTACH DATABASE ? AS earlier", (str(earlier),))
+        connection.execute(
+            "INSERT OR REPLACE INTO in_model_choices SELECT * FROM earlier.in_model_choices"
+        )
 
 
 def warm_store(sources: list[Path], store) -> int:
@@ -221,7 +234,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             }
             print(f"  {checkpoint:g} min: {job.trials} trials", flush=True)
 
-    stvm.autotune(minutes=args.minutes, seed=run, on_stage=on_stage)
+    stvm.autotune(minutes=args.minutes, seed=run, on_stage=on_stage, in_model=False)
     path = scratch / f"records-{run}-{args.minutes:g}.sqlite"
     copy_records(records_path, path)
     summary = stvm.tuning_summary
@@ -233,25 +246,29 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         "tasks_measured": f"{sum(t['best_latency_s'] is not None for t in summary['tasks'])} "
         f"of {summary['num_tasks']}",
     }
-    if stvm.in_model is not None:  # autotune's own, after the search: in the last copy
-        last = copies[float(args.minutes)]
-        last["in_model_s"] = in_model_seconds(stvm)
-        last["in_model_estimate_ms"] = stvm.in_model.chosen_model_ms
     runners, reference = peer_runners(name, example, args.threads, scratch)
+    earlier = None
     for checkpoint, copy in sorted(copies.items()):
-        began_build = time.perf_counter()
-        if checkpoint == args.minutes:  # the tuned session's own build, saved under its run
-            built = stvm.build(records=copy["records"]).save()
-        else:
-            fresh = import_model(
+        # the tuned session's own build is saved under its run
+        session = (
+            stvm
+            if checkpoint == args.minutes
+            else import_model(
                 name, BenchmarkingContext("cpu", num_threads=args.threads, store=store)
             )
-            if checkpoint > 0:  # what autotune does when its search ends: here, at this copy
-                fresh.choose_in_model(copy["records"])
-                copy["in_model_s"] = in_model_seconds(fresh)
-                copy["in_model_estimate_ms"] = fresh.in_model.chosen_model_ms
-                began_build = time.perf_counter()
-            built = fresh.build(records=copy["records"])
+        )
+        if checkpoint > 0:  # what autotune does when its search ends: here, at this copy
+            if earlier is not None:
+                carry_in_model_choices(earlier, Path(copy["records"]))
+            session.choose_in_model(copy["records"])
+            copy["in_model_s"] = in_model_seconds(session)
+            copy["in_model_estimate_ms"] = session.in_model.chosen_model_ms
+            copy["in_model_kept"] = len(session.in_model.kept)
+            earlier = Path(copy["records"])
+        began_build = time.perf_counter()
+        built = session.build(records=copy["records"])
+        if session is stvm:
+            built.save()
         copy["build_s"] = round(time.perf_counter() - began_build, 1)
         runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
     agreement = checked_outputs(name, runners, reference)

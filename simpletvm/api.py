@@ -213,9 +213,9 @@ class SimpleTVM:
         ``progress=True`` shows the job's progress on standard error as the ``simpletvm``
         command does (a live line on a terminal, a plain line now and then elsewhere);
         a :class:`~simpletvm.progress.TuningProgress` given instead is used as it is.
-        ``in_model``: after the search, time each tuned kernel against its default
-        schedule inside the model (:meth:`choose_in_model`); by default when the model
-        runs on this machine's CPU and the search took a minute or more.
+        ``in_model``: after the search, time each tuned kernel against the schedule
+        chosen before it inside the model (:meth:`choose_in_model`); by default when the
+        model runs on this machine's CPU and the search took a minute or more.
         """
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
         options = TuningOptions.from_mapping(
@@ -271,10 +271,11 @@ class SimpleTVM:
         return self
 
     def choose_in_model(self, records: str = "run") -> SimpleTVM:
-        """Time each tuned kernel against its default schedule inside the model built
-        here, and keep the findings in the store: build() then applies a record only
-        where its default schedule did not run faster. ``records`` as for build().
-        autotune() does this after a search of a minute or more on this machine's CPU."""
+        """Time each task's fastest record against the schedule chosen before it (at
+        first its default schedule) inside the model built here, and keep the choices in
+        the store: build() then applies a record only where it ran faster there, by more
+        than the timing's margin. ``records`` as for build(). autotune() does this after
+        a search of a minute or more on this machine's CPU."""
         self._require("choose_in_model()", FlowState.IMPORTED, FlowState.BUILT)
         if not self._targets_this_cpu():
             raise SimpleTVMError(
@@ -298,9 +299,9 @@ class SimpleTVM:
                 threads=self.context.num_threads or self.target.host_cores(),
             )
             step["kernels"] = len(timing.findings)
-            step["defaults_chosen"] = [f.task for f in timing.findings if f.default_wins]
-            step["records_model_ms"] = timing.records_model_ms
-            step["defaults_model_ms"] = timing.defaults_model_ms
+            step["incumbents_kept"] = [f.task for f in timing.kept]
+            step["challengers_model_ms"] = timing.challengers_model_ms
+            step["incumbents_model_ms"] = timing.incumbents_model_ms
             step["chosen_model_ms"] = timing.chosen_model_ms
         self.in_model = timing
         if self.tuning_summary is not None and records == "run":
@@ -778,8 +779,9 @@ class SimpleTVM:
 def _records_match(fused, target: ResolvedTarget, database) -> dict[str, Any]:
     """What a build found in its records: how many records were there for this target
     (``records_loaded``), how many of the built module's tasks have one applied
-    (``tasks_with_records`` of ``tasks``), how many have one that lost to the default
-    schedule inside the model (``tasks_on_default_in_model``), and, when none has, why as far as the store
+    (``tasks_with_records`` of ``tasks``), how many records lost inside the model to the
+    default schedule (``tasks_on_default_in_model``) or to an earlier record
+    (``tasks_on_earlier_record_in_model``), and, when none has, why as far as the store
     tells (``records_mismatch``: ``"empty"``, no records at all; ``"target"``, records
     only for other targets or CPUs, named in ``records_targets``; ``"workloads"``,
     records for this target but of other tasks: another model or input shape)."""
@@ -794,9 +796,9 @@ def _records_match(fused, target: ResolvedTarget, database) -> dict[str, Any]:
         "tasks_with_records": sum(best_latency_s(database, task) is not None for task in tasks),
     }
     if database.in_model:
-        found["tasks_on_default_in_model"] = sum(
-            database.lost_in_model(task.dispatched[0]) for task in tasks
-        )
+        applied = [database.in_model_schedule(task.dispatched[0]) for task in tasks]
+        found["tasks_on_default_in_model"] = applied.count("default")
+        found["tasks_on_earlier_record_in_model"] = applied.count("earlier record")
     if found["tasks_with_records"] or found.get("tasks_on_default_in_model") or not tasks:
         return found
     if loaded:

@@ -826,10 +826,15 @@ def compile_model(
         console.print(f"compiled {model} untuned (no records) -> {output}")
         return
     build = next(s for s in ctx.steps if s["step"] == "build")
-    on_default = build.get("tasks_on_default_in_model", 0)
-    beaten = (
-        f" ({on_default} on their default schedule: faster inside the model)" if on_default else ""
-    )
+    kept = [
+        f"{count} on {what}"
+        for what, count in (
+            ("their default schedule", build.get("tasks_on_default_in_model", 0)),
+            ("an earlier record", build.get("tasks_on_earlier_record_in_model", 0)),
+        )
+        if count
+    ]
+    beaten = f" ({', '.join(kept)}: faster inside the model)" if kept else ""
     console.print(
         f"compiled {model} with {records} records: {build['tasks_with_records']} "
         f"of {build['tasks']} tasks tuned{beaten} -> {output}"

@@ -18,12 +18,15 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from simpletvm.compiler.lowering import workload_key
 from simpletvm.errors import RunNotFoundError
 from simpletvm.tuning.record_files import open_records
-from simpletvm.tuning.records import RecordStore, tvm_target_key
+from simpletvm.tuning.records import RecordStore, canonical_json, tvm_target_key
 
 SCOPES = ("all", "run", "best")
-# a default schedule replaces a record only when it ran this much faster inside the model:
-# within it, the two are alike as far as the timing can tell
+# a record replaces the schedule chosen before it only when it ran this much faster inside
+# the model: within it, the two are alike as far as the timing can tell
 IN_MODEL_MARGIN = 0.03
+# how a database answers a build: every fastest record (None), the choices of timing
+# inside the model ("chosen"), or what was chosen before the next round ("incumbent")
+IN_MODEL_READINGS = (None, "chosen", "incumbent")
 
 
 @derived_object
@@ -37,9 +40,13 @@ class RecordDatabase(PyDatabase):
         scope: ``"all"`` records, only those of ``run_id`` (``"run"``), or the best
             record per workload (``"best"``).
         run_id: the run that committed records belong to (and ``"run"`` reads).
-        in_model: a workload whose fastest record lost to its default schedule inside the
-            built model (:mod:`simpletvm.tuning.in_model`) answers no record, so a build
-            gives it the default schedule; for builds only (the search reads records).
+        in_model: for builds only (the search reads every record). ``"chosen"``: a
+            workload whose fastest record was timed inside the built model
+            (:mod:`simpletvm.tuning.in_model`) answers the schedule chosen there: that
+            record, an earlier one, or none (the default schedule); a faster record not yet
+            timed is answered as it is. ``"incumbent"``: each workload answers what its last
+            round chose (none before any round), the schedule the next round times its
+            fastest record against.
     """
 
     def __init__(
@@ -49,11 +56,13 @@ class RecordDatabase(PyDatabase):
         *,
         scope: str = "all",
         run_id: str | None = None,
-        in_model: bool = False,
+        in_model: str | None = None,
     ):
         super().__init__()
         if scope not in SCOPES:
             raise ValueError(f"unknown record scope {scope!r}; valid: {', '.join(SCOPES)}")
+        if in_model not in IN_MODEL_READINGS:
+            raise ValueError(f"unknown in_model reading {in_model!r}; valid: chosen, incumbent")
         if scope == "run" and run_id is None:
             raise ValueError("the 'run' scope needs a run id")
         self.records = records
@@ -100,39 +109,68 @@ class RecordDatabase(PyDatabase):
             return []
         key = workload_key(workload.mod)
         rows = self._top_json(key, top_k)
-        if self.in_model and rows and self._lost(key, rows[0]):
-            return []
+        if self.in_model is not None and rows:
+            rows = self._in_model_answer(key, rows)
         return [TuningRecord.from_json(row, workload) for row in rows]
 
-    def lost_in_model(self, mod) -> bool:
-        """Whether workload ``mod``'s fastest record here ran slower inside the model
-        than its default schedule, as last timed (:meth:`note_in_model`)."""
+    def _in_model_answer(self, key: str, rows: list[list]) -> list[list]:
+        choice = self.records.in_model_choice(key, self.target_key)
+        if self.in_model == "incumbent":
+            return [choice.chosen] if choice is not None and choice.chosen else []
+        if choice is None or not choice.answers(rows[0]):
+            return rows
+        return [choice.chosen] if choice.chosen else []
+
+    def in_model_schedule(self, mod) -> str | None:
+        """What a build reading this database applies to workload ``mod`` after timing
+        inside the model: ``"default"`` (its records lost there), ``"earlier record"``
+        (its fastest record lost to one chosen before), or None (its fastest record, or
+        no record)."""
         key = workload_key(mod)
         rows = self._top_json(key, 1)
-        return bool(rows) and self._lost(key, rows[0])
-
-    def _lost(self, key: str, record: list) -> bool:
-        return self.records.default_beats(key, self.target_key, record, IN_MODEL_MARGIN)
+        if self.in_model is None or not rows:
+            return None
+        answer = self._in_model_answer(key, rows)
+        if not answer:
+            return "default"
+        applied, fastest = (canonical_json(row[0]) for row in (answer[0], rows[0]))
+        return None if applied == fastest else "earlier record"
 
     def with_in_model_choices(self) -> RecordDatabase:
-        """The same records, read as a build applies them: a record that lost to its
-        default schedule inside the model is not applied."""
+        """The same records, read as a build applies them: each workload gets the
+        schedule timing inside the model chose, where its fastest record was timed."""
+        return self._reading("chosen")
+
+    def incumbents(self) -> RecordDatabase:
+        """The same records, read as the schedules chosen before the next round inside
+        the model: what its fastest records are timed against."""
+        return self._reading("incumbent")
+
+    def _reading(self, in_model: str) -> RecordDatabase:
         return RecordDatabase(
-            self.records, self.target, scope=self.scope, run_id=self.run_id, in_model=True
+            self.records, self.target, scope=self.scope, run_id=self.run_id, in_model=in_model
         )
 
-    def note_in_model(self, mod, record_s: float, default_s: float) -> bool:
-        """Keep what timing inside the model found for workload ``mod``: its fastest
-        record here took ``record_s`` a model run, its default schedule ``default_s``.
-        False when the workload has no record here."""
+    def note_in_model(self, mod, challenger_s: float, incumbent_s: float) -> bool | None:
+        """Keep a round of timing inside the model for workload ``mod``: its fastest
+        record here took ``challenger_s`` a model run, the schedule chosen before it
+        (:meth:`incumbents`) ``incumbent_s``. Returns whether the fastest record was
+        chosen; None when the workload has no record here."""
         key = workload_key(mod)
         rows = self._top_json(key, 1)
         if not rows:
-            return False
-        self.records.note_in_model(
-            key, self.target_key, rows[0], record_s, default_s, run_id=self.run_id
+            return None
+        choice = self.records.in_model_choice(key, self.target_key)
+        return self.records.note_in_model(
+            key,
+            self.target_key,
+            rows[0],
+            challenger_s,
+            None if choice is None else choice.chosen,
+            incumbent_s,
+            IN_MODEL_MARGIN,
+            run_id=self.run_id,
         )
-        return True
 
     def _top_json(self, key: str, limit: int) -> list[list]:
         return self.records.top(

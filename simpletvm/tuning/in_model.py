@@ -1,15 +1,21 @@
-"""Each tuned kernel against its default schedule, timed inside the built model.
+"""Each task's fastest record against the schedule chosen before it, timed inside the
+built model.
 
 The search ranks a task's candidates by their time alone. Inside the model a kernel finds
 its input just written by the layer before and its weights where the rest of the model
 left them, and there the fastest record alone can lose to the task's default schedule
-(:mod:`simpletvm.compiler.default_schedules`): on MobileNetV2 the default ran faster in
-14 of 31 kernels of a 15-minute tuning (BENCHMARKS.md). :func:`choose_in_model` builds the
-model twice, with the records and with every task's default schedule, times every kernel
-of both builds in the same alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`),
-and keeps each finding in the record store; a build then applies a record only where it
-was not beaten (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel
-loops is not seen by the timing and keeps its record.
+(:mod:`simpletvm.compiler.default_schedules`) or to a record chosen earlier: on
+MobileNetV2 the default ran faster in 14 of 31 kernels of a 15-minute tuning
+(BENCHMARKS.md). :func:`choose_in_model` builds the model twice, with the fastest records
+(the challengers) and with the schedules chosen before (the incumbents: each task's
+default schedule before its first round), times every kernel of both builds in the same
+alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps each
+round's choice in the record store. A challenger is chosen only when it ran faster by
+more than :data:`~simpletvm.tuning.database.IN_MODEL_MARGIN`, so each round keeps or
+improves every kernel it can see, and more tuning never makes the model slower beyond
+what the timing can tell. A build then applies the choices
+(:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
+seen by the timing and keeps its fastest record.
 """
 
 from __future__ import annotations
@@ -21,21 +27,24 @@ from pathlib import Path
 from simpletvm.compiler.lowering import compile_fused, extract_tasks
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
-from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase
-from simpletvm.tuning.records import default_faster
+from simpletvm.tuning.database import RecordDatabase
 
 
 @dataclass(frozen=True)
 class KernelFinding:
-    """One task's record and default schedule, timed inside the model (ms a model run)."""
+    """One task's fastest record (challenger) and the schedule chosen before it
+    (incumbent: a record, or the default schedule), timed inside the model (ms a model
+    run), and which one the round chose."""
 
     task: str
-    record_ms: float
-    default_ms: float
+    challenger_ms: float
+    incumbent_ms: float
+    incumbent_is_default: bool
+    challenger_chosen: bool
 
     @property
-    def default_wins(self) -> bool:
-        return default_faster(self.record_ms, self.default_ms, IN_MODEL_MARGIN)
+    def chosen_ms(self) -> float:
+        return self.challenger_ms if self.challenger_chosen else self.incumbent_ms
 
 
 @dataclass(frozen=True)
@@ -44,16 +53,19 @@ class InModelTiming:
     median ms a run."""
 
     findings: list[KernelFinding]
-    records_model_ms: float
-    defaults_model_ms: float
+    challengers_model_ms: float
+    incumbents_model_ms: float
 
     @property
     def chosen_model_ms(self) -> float:
-        """What the model built from the findings runs in: the records' build less what
-        each default schedule that won saves."""
-        return self.records_model_ms - sum(
-            f.record_ms - f.default_ms for f in self.findings if f.default_wins
-        )
+        """What the model built from the choices runs in: the challengers' build less
+        what each incumbent kept saves."""
+        return self.challengers_model_ms - sum(f.challenger_ms - f.chosen_ms for f in self.findings)
+
+    @property
+    def kept(self) -> list[KernelFinding]:
+        """The findings whose incumbent was kept (the challenger not faster enough)."""
+        return [f for f in self.findings if not f.challenger_chosen]
 
 
 def choose_in_model(
@@ -66,22 +78,35 @@ def choose_in_model(
     rounds: int = 10,
     runs: int = 10,
 ) -> InModelTiming:
-    """Time the kernels of ``fused`` built with ``database``'s records against the same
-    model built with default schedules only, on this machine's CPU, and note each tuned
-    kernel's finding in the database's store. ``inputs``: the model's (shape, dtype)."""
+    """Time the kernels of ``fused`` built with ``database``'s fastest records against
+    the same model built with the schedules chosen before, on this machine's CPU, and
+    note each tuned kernel's choice in the database's store. ``inputs``: the model's
+    (shape, dtype)."""
     tasks = {task.task_name: task for task in extract_tasks(fused, target)}
+    incumbents = database.incumbents()
+    before = {
+        name: incumbents.in_model_schedule(task.dispatched[0]) for name, task in tasks.items()
+    }
     with tempfile.TemporaryDirectory(prefix="simpletvm-in-model-") as scratch:
         libraries = []
-        for label, records in (("records", database), ("defaults", None)):
+        for label, records in (("challengers", database), ("incumbents", incumbents)):
             path = Path(scratch) / f"{label}.so"
             compile_fused(fused, target, records).export_library(str(path))
             libraries.append(path)
-        tuned, defaults = time_builds(libraries, inputs, threads=threads, rounds=rounds, runs=runs)
+        challengers, kept = time_builds(
+            libraries, inputs, threads=threads, rounds=rounds, runs=runs
+        )
     findings = []
     for name, task in tasks.items():
-        if name not in tuned or name not in defaults:
+        if name not in challengers or name not in kept:
             continue  # no parallel loop in one of the builds: the timing cannot tell
-        finding = KernelFinding(name, tuned[name], defaults[name])
-        if database.note_in_model(task.dispatched[0], tuned[name] / 1e3, defaults[name] / 1e3):
-            findings.append(finding)
-    return InModelTiming(findings, tuned[WHOLE], defaults[WHOLE])
+        chosen = database.note_in_model(
+            task.dispatched[0], challengers[name] / 1e3, kept[name] / 1e3
+        )
+        if chosen is not None:
+            findings.append(
+                KernelFinding(
+                    name, challengers[name], kept[name], before[name] == "default", chosen
+                )
+            )
+    return InModelTiming(findings, challengers[WHOLE], kept[WHOLE])

@@ -5,10 +5,12 @@ Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural
 time, the record's JSON and an identity, of the run and the record, that makes a record
 committed twice one row while two runs' equal measurements stay two).
 ``best``: each workload's fastest record per target, updated in the transaction that
-inserts (or re-measures) a record, so it is never stale. ``in_model``: per workload and
-target, a record and the default schedule as last timed against each other inside the
-built model (:mod:`simpletvm.tuning.in_model`), the record named by its trace. A record measured again by its
-run (tuning's closing round) replaces its row's measurement. A run's records, all
+inserts (or re-measures) a record, so it is never stale. ``in_model_choices``: per
+workload and target, the last round of timing inside the built model
+(:mod:`simpletvm.tuning.in_model`): the fastest record then (its trace), the schedule it
+was timed against (the one chosen before; NULL: the default schedule), both times, and
+the one chosen. A record measured again by its run (tuning's closing round) replaces its
+row's measurement. A run's records, all
 records and the best ones are queries, and a job reads the best N records of its workloads through an index
 instead of reading the whole store. WAL mode lets readers go on while a writer commits;
 a busy timeout queues writers. This module needs no TVM: MetaSchedule reads the store
@@ -27,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +64,21 @@ CREATE TABLE IF NOT EXISTS best (
     PRIMARY KEY (workload_id, target_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS in_model (
+CREATE TABLE IF NOT EXISTS in_model_choices (
     workload_id INTEGER NOT NULL REFERENCES workloads(id),
     target_key TEXT NOT NULL,
-    trace TEXT NOT NULL,
-    record_s REAL NOT NULL,
-    default_s REAL NOT NULL,
+    challenger TEXT NOT NULL,
+    challenger_s REAL NOT NULL,
+    incumbent TEXT,
+    incumbent_s REAL NOT NULL,
+    chosen TEXT,
     run_id TEXT,
     time REAL NOT NULL,
     PRIMARY KEY (workload_id, target_key)
 ) WITHOUT ROWID;
+-- in_model held an older layout's findings (a record against its default only): they
+-- choose nothing now, and the next round times every task again
+DROP TABLE IF EXISTS in_model;
 """
 
 _UPDATE_BEST = """
@@ -162,43 +170,53 @@ class RecordStore:
         self,
         workload_key: str,
         target: str,
-        record: list,
-        record_s: float,
-        default_s: float,
+        challenger: list,
+        challenger_s: float,
+        incumbent: list | None,
+        incumbent_s: float,
+        margin: float,
         run_id: str | None = None,
-    ) -> None:
-        """Keep what timing inside the model found for a workload: its ``record`` (the
-        one a build applied) took ``record_s`` a model run, its default schedule
-        ``default_s``. Replaces the workload's earlier finding."""
+    ) -> bool:
+        """Keep a round of timing inside the model for a workload: ``challenger`` (its
+        fastest record then) took ``challenger_s`` a model run, ``incumbent`` (the record
+        chosen before; None: the default schedule) ``incumbent_s``. The challenger is
+        chosen only when faster by more than ``margin`` (a fraction): within it the two are
+        alike as far as the timing tells, and keeping what was chosen makes more tuning
+        never slower. Replaces the workload's earlier round; returns whether the
+        challenger was chosen."""
+        wins = challenger_wins(challenger_s, incumbent_s, margin)
+        chosen = challenger if wins else incumbent
         with self.transaction() as connection:
             workload_id = _workload_id(connection, workload_key, None)
             connection.execute(
-                "INSERT OR REPLACE INTO in_model (workload_id, target_key, trace, record_s, "
-                "default_s, run_id, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO in_model_choices (workload_id, target_key, challenger, "
+                "challenger_s, incumbent, incumbent_s, chosen, run_id, time) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     workload_id,
                     target,
-                    canonical_json(record[0]),
-                    record_s,
-                    default_s,
+                    canonical_json(challenger[0]),
+                    challenger_s,
+                    None if incumbent is None else canonical_json(incumbent),
+                    incumbent_s,
+                    None if chosen is None else canonical_json(chosen),
                     run_id,
                     time.time(),
                 ),
             )
+        return wins
 
-    def default_beats(self, workload_key: str, target: str, record: list, margin: float) -> bool:
-        """Whether the default schedule ran faster inside the model than ``record`` by
-        more than ``margin`` (a fraction), as last timed against that very record (a
-        finding about another record, or none, says no)."""
+    def in_model_choice(self, workload_key: str, target: str) -> InModelChoice | None:
+        """The workload's last round of timing inside the model on ``target``, if any."""
         row = self._one(
-            "SELECT i.trace, i.record_s, i.default_s FROM in_model i "
+            "SELECT i.challenger, i.chosen FROM in_model_choices i "
             "JOIN workloads w ON w.id = i.workload_id WHERE w.key = ? AND i.target_key = ?",
             workload_key,
             target,
         )
-        if row is None or row[0] != canonical_json(record[0]):
-            return False
-        return default_faster(row[1], row[2], margin)
+        if row is None:
+            return None
+        return InModelChoice(row[0], None if row[1] is None else json.loads(row[1]))
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -504,10 +522,24 @@ def replace_measurements(
     return added
 
 
-def default_faster(record_s: float, default_s: float, margin: float) -> bool:
-    """Whether a default schedule timed at ``default_s`` inside the model beat a record
-    timed at ``record_s`` there by more than ``margin`` (a fraction)."""
-    return default_s < record_s * (1.0 - margin)
+@dataclass(frozen=True)
+class InModelChoice:
+    """A workload's last round inside the model: the trace (canonical JSON) of the record
+    it timed as challenger, and the record chosen (None: the default schedule)."""
+
+    challenger_trace: str
+    chosen: list | None
+
+    def answers(self, fastest: list) -> bool:
+        """Whether the round was about ``fastest`` (a record's JSON); a later, faster
+        record has not been timed inside the model yet."""
+        return self.challenger_trace == canonical_json(fastest[0])
+
+
+def challenger_wins(challenger_s: float, incumbent_s: float, margin: float) -> bool:
+    """Whether a challenger timed at ``challenger_s`` inside the model beat the incumbent
+    timed at ``incumbent_s`` there by more than ``margin`` (a fraction)."""
+    return challenger_s < incumbent_s * (1.0 - margin)
 
 
 def _identity(key: str, run_id: str | None, text: str) -> bytes:

@@ -1,6 +1,7 @@
-"""Tuned kernels timed against their default schedules inside the built model: the
-store keeps each finding against the record it was made with, and a build applies a
-record only where the default schedule did not run faster."""
+"""Each task's fastest record timed against the schedule chosen before it (at first its
+default schedule) inside the built model: the store keeps each round's choice against the
+record it timed, a record is chosen only when faster by more than the margin, and a build
+applies the choices."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import numpy as np
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM
-from simpletvm.compiler.lowering import extract_tasks
+from simpletvm.compiler.lowering import extract_tasks, workload_key
 from simpletvm.errors import SimpleTVMError
-from simpletvm.tuning.database import RecordDatabase
+from simpletvm.tuning.database import RecordDatabase, record_as_json
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, target_key
 
@@ -23,80 +24,127 @@ def _record(serial: int, latency: float) -> list:
     return [trace, [latency, latency], SKYLAKE, [["TENSOR", "float32", [16, 16]]]]
 
 
-def test_a_finding_holds_for_the_record_it_was_made_with(tmp_path):
+def test_a_choice_holds_for_the_record_it_was_made_with(tmp_path):
     store = RecordStore(tmp_path / "records.sqlite")
     key = target_key(SKYLAKE)
-    fast, slow = _record(1, 1e-5), _record(2, 2e-5)
-    store.add("w", ["w", "{}"], [fast, slow], run_id="r")
-    assert not store.default_beats("w", key, fast, margin=0.03)  # nothing timed yet
-
-    store.note_in_model("w", key, fast, record_s=1e-4, default_s=0.8e-4, run_id="r")
-    assert store.default_beats("w", key, fast, margin=0.03)
-    # a finding about one record says nothing of another (a later, faster record)
-    assert not store.default_beats("w", key, slow, margin=0.03)
-    # within the margin the record stays
-    store.note_in_model("w", key, fast, record_s=1e-4, default_s=0.98e-4, run_id="r")
-    assert not store.default_beats("w", key, fast, margin=0.03)
-    # the record ran faster
-    store.note_in_model("w", key, fast, record_s=1e-4, default_s=1.5e-4, run_id="r")
-    assert not store.default_beats("w", key, fast, margin=0.03)
+    older, newer = _record(1, 2e-5), _record(2, 1e-5)
+    store.add("w", ["w", "{}"], [older], run_id="r")
+    assert store.in_model_choice("w", key) is None
+    # the first round times the record against the default schedule; within the margin
+    # the default stays
+    assert not store.note_in_model("w", key, older, 0.98e-4, None, 1e-4, margin=0.03)
+    assert store.in_model_choice("w", key).chosen is None
+    # a record faster by more than the margin is chosen
+    assert store.note_in_model("w", key, older, 0.9e-4, None, 1e-4, margin=0.03)
+    assert store.in_model_choice("w", key).chosen == older
+    # a later, faster record has not been timed: a build applies it; the next round
+    # times it against the record chosen before, which stays when it loses
+    store.add("w", ["w", "{}"], [newer], run_id="r")
+    choice = store.in_model_choice("w", key)
+    assert choice.answers(older) and not choice.answers(newer)
+    assert not store.note_in_model("w", key, newer, 1.2e-4, older, 1e-4, margin=0.03)
+    choice = store.in_model_choice("w", key)
+    assert choice.answers(newer) and choice.chosen == older
 
 
 def test_a_finding_for_a_workload_the_store_lacks_is_refused(tmp_path):
     store = RecordStore(tmp_path / "records.sqlite")
     with pytest.raises(KeyError, match="not in the record store"):
-        store.note_in_model("absent", "llvm/x/", _record(1, 1e-5), 1e-4, 1e-4)
+        store.note_in_model("absent", "llvm/x/", _record(1, 1e-5), 1e-4, None, 1e-4, margin=0.03)
+
+
+def _tuned(store, tiny_onnx, in_model: bool) -> SimpleTVM:
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
+    stvm.autotune(trials=8, candidates_per_iteration=8, seed=0, in_model=in_model, **FAST_SEARCH)
+    return stvm
 
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory, tiny_onnx):
-    store = tmp_path_factory.mktemp("store")
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
-    stvm.autotune(trials=8, candidates_per_iteration=8, seed=0, in_model=True, **FAST_SEARCH)
-    return stvm
+    return _tuned(tmp_path_factory.mktemp("store"), tiny_onnx, in_model=True)
+
+
+@pytest.fixture(scope="module")
+def untimed(tmp_path_factory, tiny_onnx):
+    """Records no round has timed inside the model: each test notes its own rounds."""
+    return _tuned(tmp_path_factory.mktemp("store"), tiny_onnx, in_model=False)
+
+
+def _last(stvm: SimpleTVM, name: str) -> dict:
+    return next(s for s in reversed(stvm.context.steps) if s["step"] == name)
 
 
 def test_autotune_times_every_parallel_kernel_inside_the_model(tuned):
-    step = next(s for s in tuned.context.steps if s["step"] == "in_model")
-    findings = tuned.in_model.findings
-    assert findings and step["kernels"] == len(findings)
-    assert all(f.record_ms > 0 and f.default_ms > 0 for f in findings)
-    assert step["defaults_chosen"] == [f.task for f in findings if f.default_wins]
+    step = _last(tuned, "in_model")
+    timing = tuned.in_model
+    assert timing.findings and step["kernels"] == len(timing.findings)
+    assert all(f.challenger_ms > 0 and f.incumbent_ms > 0 for f in timing.findings)
+    # the first round times every record against its default schedule
+    assert all(f.incumbent_is_default for f in timing.findings)
+    assert step["incumbents_kept"] == [f.task for f in timing.kept]
     # the kernels' shares of a run are within the run
-    assert sum(f.record_ms for f in findings) < step["records_model_ms"]
-    assert sum(f.default_ms for f in findings) < step["defaults_model_ms"]
-    # the promise: the records' build less what the winning defaults save
-    assert step["chosen_model_ms"] <= step["records_model_ms"]
+    assert sum(f.challenger_ms for f in timing.findings) < step["challengers_model_ms"]
+    assert sum(f.incumbent_ms for f in timing.findings) < step["incumbents_model_ms"]
+    # the promise: the challengers' build less what the incumbents kept save
+    assert step["chosen_model_ms"] <= step["challengers_model_ms"]
     assert tuned.tuning_summary["in_model_latency_s"] == pytest.approx(
         step["chosen_model_ms"] / 1e3
     )
 
 
-def test_a_build_gives_a_beaten_record_its_default_schedule(tuned):
+def test_the_next_round_times_records_against_what_was_chosen(tuned):
+    first = {f.task: f for f in tuned.in_model.findings}
+    tuned.choose_in_model("run")
+    second = tuned.in_model.findings
+    assert {f.task for f in second} == set(first)
+    for finding in second:  # no new record: each against the first round's choice
+        assert finding.incumbent_is_default == (not first[finding.task].challenger_chosen)
+
+
+def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
-    untuned = tuned.build(records=None).run(x)
+    untuned = untimed.build(records=None).run(x)
+    store = open_records(untimed.store.root)
     database = RecordDatabase(
-        open_records(tuned.store.root),
-        tuned.target.tvm_target(),
-        scope="run",
-        run_id=tuned.context.run_id,
+        store, untimed.target.tvm_target(), scope="run", run_id=untimed.context.run_id
     )
-    tasks = {f.task for f in tuned.in_model.findings}
-    for task in extract_tasks(tuned.conv_forms.default, tuned.target):
-        if task.task_name in tasks:  # the default schedule, 10x faster inside the model
-            database.note_in_model(task.dispatched[0], record_s=1e-3, default_s=1e-4)
-    tuned.build(records="run")
-    build = next(s for s in reversed(tuned.context.steps) if s["step"] == "build")
+    tasks = [
+        task
+        for task in extract_tasks(untimed.conv_forms.default, untimed.target)
+        if database.has_workload(task.dispatched[0])
+    ]
+    assert tasks
+    # the default schedule, 10x faster inside the model than each record: kept
+    for task in tasks:
+        assert database.note_in_model(task.dispatched[0], 1e-3, 1e-4) is False
+    build = _last(untimed.build(records="run"), "build")
     assert build["tasks_on_default_in_model"] == len(tasks)
     assert build["tasks_with_records"] == build["tasks"] - len(tasks)
-    np.testing.assert_allclose(tuned.run(x), untuned, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(untimed.run(x), untuned, rtol=1e-4, atol=1e-5)
 
-    for task in extract_tasks(tuned.conv_forms.default, tuned.target):
-        if task.task_name in tasks:  # the records, 10x faster: applied again
-            database.note_in_model(task.dispatched[0], record_s=1e-4, default_s=1e-3)
-    tuned.build(records="run")
-    build = next(s for s in reversed(tuned.context.steps) if s["step"] == "build")
+    # the records, 10x faster: chosen and applied
+    for task in tasks:
+        assert database.note_in_model(task.dispatched[0], 1e-4, 1e-3) is True
+    build = _last(untimed.build(records="run"), "build")
     assert build["tasks_on_default_in_model"] == 0
+    assert build["tasks_with_records"] == build["tasks"]
+
+    # a newer, faster record is applied until timed; when it loses to the record chosen
+    # before, that earlier record is applied again
+    mod = tasks[0].dispatched[0]
+    key = workload_key(mod)
+    earlier = record_as_json(database.get_top_k(database.commit_workload(mod), 1)[0])
+    newer = record_as_json(database.get_top_k(database.commit_workload(mod), 2)[1])
+    newer[1] = [float(earlier[1][0]) / 10]
+    store.add(key, store.workload_json(key), [newer], run_id=untimed.context.run_id)
+    assert database.with_in_model_choices().in_model_schedule(mod) is None
+    assert database.incumbents().in_model_schedule(mod) == "earlier record"
+    assert database.note_in_model(mod, 1e-3, 1e-4) is False
+    build = _last(untimed.build(records="run"), "build")
+    assert build["tasks_on_earlier_record_in_model"] == 1
+    applied = database.with_in_model_choices().get_top_k(database.commit_workload(mod), 1)
+    assert record_as_json(applied[0])[0] == earlier[0]
+    np.testing.assert_allclose(untimed.run(x), untuned, rtol=1e-4, atol=1e-5)
 
 
 def test_timing_inside_the_model_needs_this_machines_cpu(tiny_onnx, tmp_path):
