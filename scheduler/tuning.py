@@ -56,6 +56,10 @@ class TuningJobSpec:
 
 TUNE = "tune"
 """The step of a :class:`SimpleTVMJob` whose stages are those of its TuningJob."""
+IN_MODEL = "in_model"
+"""The step after ``tune`` that times the tuned kernels inside the built model
+(:meth:`SimpleTVM.choose_in_model`), on the device: when the devices are this machine's
+and the search was long enough (:meth:`SimpleTVM.in_model_due`)."""
 
 
 class SimpleTVMJob(Job):
@@ -78,12 +82,21 @@ class SimpleTVMJob(Job):
     A subclass lists its steps in :attr:`steps`, runs each step other than ``tune`` in
     a method ``_<step>(stage)`` that calls :meth:`step_done` at its end, and names the
     steps that run on the device in :attr:`device_steps` (the others run on the client).
+    A finished tuning may add the ``in_model`` step after ``tune`` (a device step).
+
+    ``devices_here``: the tracker's devices are servers on this machine (the ones superb
+    and the service start), so the tuned kernels can be timed inside the model here.
     """
 
     device_steps: frozenset[str] = frozenset()
 
     def __init__(
-        self, simpletvm, steps: list[str], tracker: tuple[str, int] | None, device_key: str
+        self,
+        simpletvm,
+        steps: list[str],
+        tracker: tuple[str, int] | None,
+        device_key: str,
+        devices_here: bool = False,
     ) -> None:
         from simpletvm.remote.rpc import DeviceGrant
 
@@ -93,14 +106,25 @@ class SimpleTVMJob(Job):
         self.tracker = tracker
         self.device_key = device_key
         self.device = DeviceGrant(device_key)
+        self.devices_here = devices_here
         self.tuning = None
+        self.in_model: bool | None = None  # as autotune(in_model=...) takes it
 
-    def start_tuning(self, options, buffer_records: bool) -> None:
+    def start_tuning(self, options, buffer_records: bool, in_model: bool | None = None) -> None:
         """Make the run's TuningJob (:meth:`SimpleTVM.tuning_job`); each of its profile
         stages reaches the device the scheduler granted it. A run resumed after its
-        last tuning stage finishes its tuning here."""
+        last tuning stage finishes its tuning here. ``in_model`` as for autotune(); a
+        job whose records go to the driver (``buffer_records``) is never timed inside
+        the model: its store is elsewhere."""
+        self.in_model = False if buffer_records else in_model
         self.tuning = self.simpletvm.tuning_job(
-            options, self.tracker, self.device, buffer_records=buffer_records
+            options,
+            self.tracker,
+            self.device,
+            buffer_records=buffer_records,
+            after_s=self.simpletvm.in_model_reserve_s(
+                options.minutes, self.in_model, devices_here=self.devices_here
+            ),
         )
         if self.tuning.is_complete():
             self._finish_tuning()
@@ -112,7 +136,7 @@ class SimpleTVMJob(Job):
         if step == TUNE:
             spec = self.tuning.next_stage()
             return Stage(spec.kind, self._role(spec.on_device), spec.task, spec.iteration)
-        return Stage(step, self._role(step in self.device_steps))
+        return Stage(step, self._role(step in self.device_steps or step == IN_MODEL))
 
     def run_stage(self, stage: Stage, resource_name: str) -> StageResult:
         expected = self.next_stage()
@@ -154,6 +178,27 @@ class SimpleTVMJob(Job):
 
     def _finish_tuning(self) -> None:
         self.simpletvm.finish_scheduled_tuning(self.tuning, self.tracker, self.device_key)
+        stages = self.context.stages
+        searched_s = stages[-1]["end"] - stages[0]["start"] if stages else 0.0
+        if self.simpletvm.in_model_due(
+            self.in_model, self.tuning.options.minutes, searched_s, devices_here=self.devices_here
+        ):
+            self.steps.insert(1, IN_MODEL)
+        self.step_done()
+
+    def _in_model(self, stage: Stage) -> None:
+        from simpletvm.runtime.in_situ import InSituTimingFailed
+
+        try:
+            self.simpletvm.choose_in_model("run", devices_here=self.devices_here)
+        except InSituTimingFailed as error:
+            if self.in_model:
+                raise
+            print(
+                f"the tuned kernels were not timed inside the model ({error}); "
+                "the build applies every record",
+                file=sys.stderr,
+            )
         self.step_done()
 
     def _failed(self, error: str) -> StageResult:

@@ -1,6 +1,8 @@
 """A service job, built in its worker process: import the model, answer from the store's
 records when they suffice (thesis 4.3: "what is known answers first"), else tune warm
-from them; then build and save the module under the job's run id.
+from them (and, on the service's own devices after a search of a minute or more, time the
+tuned kernels inside the model: :data:`scheduler.tuning.IN_MODEL`); then build and save
+the module under the job's run id.
 
 This module is imported by the scheduler's worker (a picklable :class:`ServiceJobSpec`
 builds the job there), so an importer that crashes fails that job only.
@@ -31,6 +33,7 @@ class ServiceJobSpec:
     latency_ms: float | None = None
     known_only: bool = False
     niceness: int = 10  # the job's CPU priority below the service's (see ServiceJob)
+    devices_here: bool = False  # the tracker's servers run on this machine (the service's)
 
     def __call__(self) -> Job:
         return ServiceJob(self)
@@ -61,6 +64,7 @@ class ServiceJob(SimpleTVMJob):
             [IMPORT, TUNE, SAVE],
             spec.tracker,
             spec.device_key,
+            devices_here=spec.devices_here,
         )
         self.pid = os.getpid()
         self.known_ms: float | None = None
@@ -75,8 +79,14 @@ class ServiceJob(SimpleTVMJob):
 
         spec = self.spec
         self.simpletvm.from_model(spec.model)
+        options = TuningOptions.from_mapping(spec.tuning)
         tuning = self.simpletvm.tuning_job(
-            TuningOptions.from_mapping(spec.tuning), spec.tracker, self.device
+            options,
+            spec.tracker,
+            self.device,
+            after_s=self.simpletvm.in_model_reserve_s(
+                options.minutes, devices_here=spec.devices_here
+            ),
         )
         known_s = tuning.known_estimate_s()  # None: some task has no record
         self.known_ms = None if known_s is None else known_s * 1e3

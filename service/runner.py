@@ -165,6 +165,7 @@ class Engine:
             tuning,
             job["latency_ms"],
             bool(job["known_only"]),
+            devices_here=self.devices is not None and self.backend_name != "ray",
         )
 
     def cancel(self, job_id: str) -> None:

@@ -11,6 +11,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -33,9 +34,12 @@ if TYPE_CHECKING:
 
 MODULE_FILE = "model.so"
 METADATA_FILE = "metadata.json"
-# autotune() times tuned kernels inside the model after a search this long: the two
-# builds and their timing take seconds to tens of seconds (BENCHMARKS.md)
+# autotune() times tuned kernels inside the model after a search (or within a minutes
+# budget) this long: the round's two builds and their timing take tens of seconds
 IN_MODEL_AFTER_S = 60.0
+# what a minutes budget keeps for that round, at most half the budget: it took 24-28 s on
+# models of 21-43 tasks on a 2-core host, about as long whatever the model (BENCHMARKS.md)
+IN_MODEL_EXPECTED_S = 25.0
 
 
 class FlowState(StrEnum):
@@ -215,7 +219,9 @@ class SimpleTVM:
         a :class:`~simpletvm.progress.TuningProgress` given instead is used as it is.
         ``in_model``: after the search, time each tuned kernel against the schedule
         chosen before it inside the model (:meth:`choose_in_model`); by default when the
-        model runs on this machine's CPU and the search took a minute or more.
+        model runs on this machine's CPU and the search took (or ``minutes`` gives it) a
+        minute or more. A ``minutes`` budget keeps the round's time (about 25 s, at most
+        half the budget): the search ends that much earlier.
         """
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
         options = TuningOptions.from_mapping(
@@ -233,51 +239,105 @@ class SimpleTVM:
                 **search,
             )
         )
-        started = time.monotonic()
-        with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
-            self.context.record_parameters("autotune", **options.to_dict())
-            address = tracker.address if tracker is not None else None
-            device_key = self.context.device_key or (tracker.key if tracker else "local")
-            job = self.tuning_job(options, address, device_key)
-            if not progress:
-                job.run(on_stage)
-            else:
-                from simpletvm.progress import TuningProgress, combine
+        after_s = self.in_model_reserve_s(minutes, in_model)
+        display = None
+        if progress:
+            from simpletvm.progress import TuningProgress
 
-                display = (
-                    progress
-                    if isinstance(progress, TuningProgress)
-                    else TuningProgress(self._display_name(), minutes)
-                )
-                with display:
+            display = (
+                progress
+                if isinstance(progress, TuningProgress)
+                else TuningProgress(self._display_name(), minutes)
+            )
+        started = time.monotonic()
+        with display if display is not None else nullcontext():
+            with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
+                self.context.record_parameters("autotune", **options.to_dict())
+                address = tracker.address if tracker is not None else None
+                device_key = self.context.device_key or (tracker.key if tracker else "local")
+                job = self.tuning_job(options, address, device_key, after_s=after_s)
+                if display is None:
+                    job.run(on_stage)
+                else:
+                    from simpletvm.progress import combine
+
                     display.on_stage(job)  # the tasks found, before the first stage's wait
                     job.run(combine(on_stage, display.on_stage))
-            self.record_tuning(job, address, device_key)
-            step["trials"] = job.trials
-        searched_s = time.monotonic() - started
-        if in_model:
-            self.choose_in_model("run")
-        elif in_model is None and searched_s >= IN_MODEL_AFTER_S and self._targets_this_cpu():
-            from simpletvm.runtime.in_situ import InSituTimingFailed
-
-            try:
-                self.choose_in_model("run")
-            except InSituTimingFailed as error:  # the search's records are in the store
-                warnings.warn(
-                    f"the tuned kernels were not timed inside the model ({error}); "
-                    "build() applies every record",
-                    stacklevel=2,
-                )
+                self.record_tuning(job, address, device_key)
+                step["trials"] = job.trials
+                if after_s:
+                    step["kept_for_in_model_s"] = after_s
+            if self.in_model_due(in_model, minutes, time.monotonic() - started):
+                self._time_in_model_after_search(display, strict=in_model is True)
         return self
 
-    def choose_in_model(self, records: str = "run") -> SimpleTVM:
+    def in_model_reserve_s(
+        self, minutes: float | None, in_model: bool | None = None, *, devices_here: bool = False
+    ) -> float:
+        """Seconds a ``minutes`` budget keeps for the round inside the model that follows
+        its search (0: none is planned); ``in_model`` and ``devices_here`` as for
+        :meth:`in_model_due`."""
+        planned = (
+            minutes is not None
+            and in_model is not False
+            and self._targets_this_cpu(devices_here)
+            and (in_model or minutes * 60 >= IN_MODEL_AFTER_S)
+        )
+        return min(IN_MODEL_EXPECTED_S, minutes * 30) if planned else 0.0
+
+    def in_model_due(
+        self,
+        in_model: bool | None,
+        minutes: float | None,
+        searched_s: float,
+        *,
+        devices_here: bool = False,
+    ) -> bool:
+        """Whether a search (of ``minutes``, that took ``searched_s``) is followed by the
+        round inside the model: as ``in_model`` says, else when the model runs on this
+        machine's CPU and the budget or the search was a minute or more.
+        ``devices_here``: the RPC tracker's devices are servers on this machine."""
+        if in_model is not None:
+            return in_model
+        long_enough = searched_s >= IN_MODEL_AFTER_S or (
+            minutes is not None and minutes * 60 >= IN_MODEL_AFTER_S
+        )
+        return long_enough and self._targets_this_cpu(devices_here)
+
+    def _time_in_model_after_search(self, display, *, strict: bool) -> None:
+        """autotune()'s round inside the model, told on its progress ``display``; when
+        not ``strict`` (the round was not asked for), a worker that cannot time warns
+        instead of raising: the search's records are in the store either way."""
+        from simpletvm.runtime.in_situ import InSituTimingFailed
+
+        if display is not None:
+            display.then("timing the tuned kernels inside the model")
+        try:
+            self.choose_in_model("run")
+        except InSituTimingFailed as error:
+            if strict:
+                raise
+            warnings.warn(
+                f"the tuned kernels were not timed inside the model ({error}); "
+                "build() applies every record",
+                stacklevel=3,
+            )
+            if display is not None:
+                display.then("not timed inside the model")
+            return
+        if display is not None:
+            display.then(f"timed inside the model: estimate {self.in_model.chosen_model_ms:.3f} ms")
+
+    def choose_in_model(self, records: str = "run", *, devices_here: bool = False) -> SimpleTVM:
         """Time each task's fastest record against the schedule chosen before it (at
         first its default schedule) inside the model built here, and keep the choices in
         the store: build() then applies a record only where it ran faster there, by more
         than the timing's margin. ``records`` as for build(). autotune() does this after
-        a search of a minute or more on this machine's CPU."""
+        a search of a minute or more on this machine's CPU. ``devices_here``: the RPC
+        tracker's devices are servers on this machine (those superb and the service
+        start), so the model runs on this CPU all the same."""
         self._require("choose_in_model()", FlowState.IMPORTED, FlowState.BUILT)
-        if not self._targets_this_cpu():
+        if not self._targets_this_cpu(devices_here):
             raise SimpleTVMError(
                 "choose_in_model() times kernels inside the model on this machine's CPU; "
                 f"the target ({self.target.kind}) or an RPC tracker puts the model elsewhere: "
@@ -310,10 +370,13 @@ class SimpleTVM:
             self.context.tuning["in_model_latency_s"] = timing.chosen_model_ms / 1e3
         return self
 
-    def _targets_this_cpu(self) -> bool:
-        """The model runs on this machine's CPU (not another device, not through RPC)."""
+    def _targets_this_cpu(self, devices_here: bool = False) -> bool:
+        """The model runs on this machine's CPU: not another device, not through RPC
+        unless the tracker's devices are servers on this machine (``devices_here``)."""
         return (
-            self.target.device_type == "cpu" and self.target.runs_here and self.rpc_tracker is None
+            self.target.device_type == "cpu"
+            and self.target.runs_here
+            and (self.rpc_tracker is None or devices_here)
         )
 
     def _display_name(self) -> str:
@@ -327,6 +390,7 @@ class SimpleTVM:
         tracker: tuple[str, int] | None = None,
         device_key: str | DeviceGrant = "local",
         buffer_records: bool = False,
+        after_s: float = 0.0,
     ):
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
         ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
@@ -334,7 +398,8 @@ class SimpleTVM:
         ``device_key`` that it points at each profile stage's device. ``buffer_records``:
         the job's records wait in ``job.records`` (a
         :class:`~.tuning.records.RecordBuffer`) for the caller to drain and hand to the
-        store's single writer."""
+        store's single writer. ``after_s``: seconds of a ``minutes`` budget kept for what
+        follows the job."""
         self._require("tuning_job()", FlowState.IMPORTED, FlowState.BUILT)
         from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.remote.runner import DeviceRunner, rpc_runner
@@ -364,6 +429,7 @@ class SimpleTVM:
             num_threads=self.context.num_threads,
             run_id=self.context.run_id,
             cost_model_file=self.store.cost_model_path(tvm_target_key(self.target.tvm_target())),
+            after_s=after_s,
         )
         self.context.model["num_tasks"] = len(job.tasks)
         return job
@@ -699,8 +765,6 @@ class SimpleTVM:
 
     def _profiling_tracker(self):
         """The user's tracker, or none: profiling then happens on this machine."""
-        from contextlib import nullcontext
-
         from simpletvm.remote.rpc import RemoteTracker
 
         if self.rpc_tracker is not None:

@@ -279,6 +279,7 @@ class TuningProgress:
         self._live = None
         self._printed: str | None = None
         self.overran: str | None = None  # what first kept the job past its budget
+        self.after: str | None = None  # what autotune does once the job is over
 
     # ---- what a line says -----------------------------------------------------------
     def line(self, now: float | None = None) -> str:
@@ -296,7 +297,18 @@ class TuningProgress:
                 "when every task had one)",
                 1,
             )
+        if self.after is not None:
+            text = f"{text}; {self.after}"
         return f"tuning {self.name}: {text}"
+
+    def then(self, text: str) -> None:
+        """What follows the job (autotune's round inside the model), shown after the
+        job's own line from now on."""
+        self.after = text
+        if self._live is not None:
+            self._live.refresh()
+        elif not self.terminal and self.last is not None:
+            self._print(self.line())
 
     def __rich__(self):
         from rich.text import Text

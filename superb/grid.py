@@ -184,6 +184,15 @@ PARAMETERS: dict[str, Parameter] = {
             "int",
             "best records per task timed again when the search is over (0: off)",
         ),
+        _p(
+            "in_model",
+            "autotune",
+            None,
+            "bool",
+            "time the tuned kernels inside the model after the search (default: when the "
+            "budget or the search is a minute or more and the devices are this machine's)",
+            True,
+        ),
         # build(...), save(), evaluate(...)
         _p(
             "records",

@@ -2,7 +2,8 @@
 
 Its stages: ``import`` (client: from_model, and the tuning job's setup for a tuned run),
 the tuning stages (select, build and update on the client, profile on the device),
-``compile`` (client: build, and save when asked) and ``evaluate`` (device: exclusive,
+``in_model`` after a long enough search on the sweep's own devices (device: the tuned
+kernels timed inside the model, :data:`scheduler.tuning.IN_MODEL`), ``compile`` (client: build, and save when asked) and ``evaluate`` (device: exclusive,
 like profiling, so no evaluation overlaps another job's profile on that device). An
 untuned run has no tuning stages. A device stage reaches the server of the device
 resource it was granted (:class:`simpletvm.remote.rpc.DeviceGrant`).
@@ -39,6 +40,7 @@ class RunSpec:
     attempt: int = 1
     tracker: tuple[str, int] | None = None
     records_to_driver: bool = False  # return measured records with each stage (Ray)
+    devices_here: bool = False  # the tracker's servers run on this machine (the sweep's own)
 
     @property
     def job_id(self) -> str:
@@ -85,6 +87,7 @@ class RunJob(SimpleTVMJob):
             ],
             tracker,
             spec.device_key,
+            devices_here=spec.devices_here,
         )
 
     @property
@@ -134,7 +137,9 @@ class RunJob(SimpleTVMJob):
         if self.tuned:
             options = TuningOptions.from_mapping(self.calls["autotune"])
             self.context.record_parameters("autotune", **options.to_dict())
-            self.start_tuning(options, self.spec.records_to_driver)
+            self.start_tuning(
+                options, self.spec.records_to_driver, in_model=self.spec.params.get("in_model")
+            )
 
     def _compile(self, stage: Stage) -> None:
         self.simpletvm.build(**self.calls["build"])

@@ -82,7 +82,9 @@ def run_sweep(
         if not pending:
             return summary
         keys = sorted({device_key(plan.resolved_params(run)) for run in pending})
+        devices_here = False
         if tracker is None and any(run.tuned for run in pending):
+            devices_here = True
             infrastructure = stack.enter_context(
                 LocalDevices(
                     sorted({device_key(run.params) for run in pending if run.tuned}),
@@ -114,6 +116,7 @@ def run_sweep(
             jobs,
             fail_fast,
             record_writer(str(run_store.root)) if backend == "ray" else None,
+            devices_here=devices_here,
         )
         stack.callback(sweep.stop_timers)
         sweep.start_more()
@@ -164,6 +167,7 @@ class _Sweep:
     jobs: int
     fail_fast: bool
     records: Callable | None = None  # writes the records jobs return (Ray: no shared FS)
+    devices_here: bool = False  # the sweep started the devices, on this machine
     in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
     timers: dict[str, threading.Timer] = field(default_factory=dict)
     stopped: bool = False
@@ -191,6 +195,7 @@ class _Sweep:
             attempt=attempt,
             tracker=tuple(self.tracker) if self.tracker else None,
             records_to_driver=self.records is not None,
+            devices_here=self.devices_here,
         )
         self.in_flight[run.key] = {
             "run": run,

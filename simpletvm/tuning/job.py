@@ -75,6 +75,9 @@ class TuningJob:
         run_id: the run the records belong to; a job started again under the same id
             resumes: what it measured counts against the budget and is never measured
             again (default: a new id).
+        cost_model_file: where the store keeps this target's cost model.
+        after_s: seconds of a ``minutes`` budget kept for what follows the job
+            (:class:`~simpletvm.tuning.plan.TuningPlan`).
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class TuningJob:
         num_threads: int | None = None,
         run_id: str | None = None,
         cost_model_file: Path | None = None,
+        after_s: float = 0.0,
     ):
         from tvm.s_tir import meta_schedule as ms
 
@@ -130,6 +134,7 @@ class TuningJob:
                 ([index[k] for k in r.default_tasks], [index[k] for k in r.variant_tasks])
                 for r in (forms.rivalries if forms else [])
             ],
+            after_s=after_s,
         )
         self._database = RecordDatabase(
             records,

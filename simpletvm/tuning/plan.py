@@ -143,6 +143,9 @@ class TuningPlan:
             faster group, and once every task of both had RIVAL_MIN_ITERATIONS, the
             slower group's tasks are measured further only when their expected gain
             exceeds the gap.
+        after_s: seconds of a ``minutes`` budget kept for what follows the job (autotune's
+            round of timing inside the model): the search and its closing round end that
+            much before the budget does.
         clock: seconds (``time.time``); tests pass their own.
     """
 
@@ -154,9 +157,11 @@ class TuningPlan:
         options: TuningOptions,
         measured_before: Sequence[int] | None = None,
         rivals: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
+        after_s: float = 0.0,
         clock: Callable[[], float] = time.time,
     ):
         self.options = options
+        self.after_s = after_s
         self.rivals = [(list(a), list(b)) for a, b in rivals]
         self.progress = [TaskProgress(name, int(weight)) for name, weight in zip(names, weights)]
         self.first_round = first_round_trials([f * int(w) for f, w in zip(flops, weights)], options)
@@ -238,9 +243,9 @@ class TuningPlan:
 
     def _past_deadline(self) -> bool:
         """Whether the search has spent its part of a ``minutes`` budget (the rest is
-        the closing round's)."""
+        the closing round's, and what follows the job's)."""
         return self._deadline is not None and (
-            self._clock() >= self._deadline - self.closing_reserve()
+            self._clock() >= self._deadline - self.after_s - self.closing_reserve()
         )
 
     def task_budget(self) -> int:
@@ -398,7 +403,7 @@ class TuningPlan:
             if task is not None:
                 return task
             self._begin_remeasure()
-        if self._deadline is not None and self._clock() >= self._deadline:
+        if self._deadline is not None and self._clock() >= self._deadline - self.after_s:
             self._remeasure_queue.clear()
         return self._remeasure_queue[0] if self._remeasure_queue else None
 

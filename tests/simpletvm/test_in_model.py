@@ -5,12 +5,16 @@ applies the choices."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
+from rich.console import Console
 
 from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.compiler.lowering import extract_tasks, workload_key
 from simpletvm.errors import SimpleTVMError
+from simpletvm.progress import TuningProgress
 from simpletvm.tuning.database import RecordDatabase, record_as_json
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, target_key
@@ -53,15 +57,29 @@ def test_a_finding_for_a_workload_the_store_lacks_is_refused(tmp_path):
         store.note_in_model("absent", "llvm/x/", _record(1, 1e-5), 1e-4, None, 1e-4, margin=0.03)
 
 
-def _tuned(store, tiny_onnx, in_model: bool) -> SimpleTVM:
+def _tuned(store, tiny_onnx, in_model: bool, **options) -> SimpleTVM:
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
-    stvm.autotune(trials=8, candidates_per_iteration=8, seed=0, in_model=in_model, **FAST_SEARCH)
+    stvm.autotune(
+        trials=8, candidates_per_iteration=8, seed=0, in_model=in_model, **FAST_SEARCH, **options
+    )
     return stvm
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory, tiny_onnx):
-    return _tuned(tmp_path_factory.mktemp("store"), tiny_onnx, in_model=True)
+def tuning(tmp_path_factory, tiny_onnx):
+    """Tuned with a minutes budget (the trials end it first) and a plain progress display:
+    the tuned session and what the display printed."""
+    out = io.StringIO()
+    display = TuningProgress(
+        "tiny", console=Console(file=out, force_terminal=False, width=200, markup=False)
+    )
+    stvm = _tuned(tmp_path_factory.mktemp("store"), tiny_onnx, True, minutes=0.5, progress=display)
+    return stvm, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tuned(tuning):
+    return tuning[0]
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +108,16 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuned):
     assert tuned.tuning_summary["in_model_latency_s"] == pytest.approx(
         step["chosen_model_ms"] / 1e3
     )
+
+
+def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning):
+    stvm, printed = tuning
+    # about 25 s, at most half the budget: the search ends that much earlier
+    assert _last(stvm, "autotune")["kept_for_in_model_s"] == pytest.approx(15.0)
+    lines = printed.splitlines()
+    assert lines[-2].endswith("; timing the tuned kernels inside the model"), lines
+    estimate = stvm.in_model.chosen_model_ms
+    assert lines[-1].endswith(f"; timed inside the model: estimate {estimate:.3f} ms"), lines
 
 
 def test_the_next_round_times_records_against_what_was_chosen(tuned):

@@ -180,3 +180,18 @@ def test_no_eta_in_the_past_before_any_pace():
     snap = snapshot(plan)
     assert snap.over_budget and snap.eta() is None
     assert snap.text().endswith("every task needs one measurement: 2 tasks left"), snap.text()
+
+
+def test_what_follows_the_job_is_shown_after_its_line():
+    clock = Clock()
+    plan = TuningPlan(["t0", "t1"], [1, 1], [1e6] * 2, TuningOptions(trials=8), clock=clock)
+    console, out = plain(width=60)
+    with TuningProgress("m", console=console) as show:
+        drive(plan, clock, show.on_stage)
+        show.then("timing the tuned kernels inside the model")
+        show.then("timed inside the model: estimate 1.234 ms")
+    lines = out.getvalue().splitlines()
+    assert lines[-2].endswith("elapsed; timing the tuned kernels inside the model"), lines
+    assert lines[-1].startswith("tuning m: ") and lines[-1].endswith(
+        "; timed inside the model: estimate 1.234 ms"
+    )

@@ -271,6 +271,30 @@ def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
     assert sorted(p.remeasured for p in plan.progress) == [0, 3]
 
 
+def test_the_wall_clock_budget_keeps_what_follows_the_job():
+    clock = Clock()
+    options = TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3)
+    plan = plan_of([0, 0], options, clock=clock, after_s=25)
+    for _ in range(2):  # the same pace as above: the closing round's reserve is 18 s
+        plan.stage_started()
+        plan.selected(4)
+        for event in (plan.built, plan.profiled):
+            plan.stage_started()
+            clock.now += 2
+            event(0)
+        plan.measured([1e-3] * 4)
+    reserve = plan.closing_reserve()
+    clock.now = 1000 + 600 - 25 - reserve - 1
+    assert plan.budget_left() > 0
+    clock.now += 1  # the search stops before both the closing round and what follows
+    assert plan.budget_left() == 0
+    iterate(plan, lambda task: 1e-3)
+    assert plan.remeasuring
+    clock.now = 1000 + 600 - 25  # the closing round ends where what follows begins
+    iterate(plan, lambda task: 1e-3)
+    assert plan.is_complete()
+
+
 def test_remeasure_zero_ends_the_job_with_its_search():
     assert TuningOptions().remeasure == 2  # the default: each task's best two timed again
     plan = plan_of([0, 0], TuningOptions(trials=4, candidates_per_iteration=4, remeasure=0))

@@ -209,6 +209,7 @@ def test_tuned_sweep_profiles_through_its_own_tracker(
           seed: 0
           transfer_learning: false
           remeasure: 0
+          in_model: true
           evaluate_repeat: 3
           save: true
     """)
@@ -223,6 +224,11 @@ def test_tuned_sweep_profiles_through_its_own_tracker(
         assert row[f"{stage}_mean_s"] > 0 and row[f"{stage}_count"] >= 2
     context = json.loads(open(row["context"]).read())
     assert context["artifacts"]["module"]  # save: true
+    # the tuned kernels timed inside the model (on the sweep's own device) before the build
+    steps = [step["step"] for step in context["steps"]]
+    assert steps.index("in_model") == steps.index("autotune") + 1 < steps.index("build")
+    assert context["steps"][steps.index("in_model")]["kernels"] >= 1
+    assert context["tuning"]["in_model_latency_s"] > 0
     host, port = context["tuning"]["rpc_tracker"]
     trackers = [process for process, ports in listeners.values() if port in ports]
     assert trackers and not any(alive(p) for p in trackers)  # superb stopped it

@@ -184,3 +184,36 @@ def test_a_job_resumed_after_its_last_tuning_stage_finishes_its_tuning_at_once(
     assert job.tuning.finalized
     assert job.next_stage() == (None if kind == "adapter" else Stage("compile", "client"))
     assert [s["step"] for s in saved_context(tmp_path)["steps"]][-1] == "autotune"
+
+
+@pytest.mark.parametrize("records_to_driver", [False, True])
+def test_a_run_asked_to_time_inside_the_model_does_so_on_the_device_before_compiling(
+    tuning, tmp_path, monkeypatch, records_to_driver
+):
+    rounds = []
+    monkeypatch.setattr(
+        SimpleTVM,
+        "choose_in_model",
+        lambda self, records="run", *, devices_here=False: rounds.append((records, devices_here)),
+    )
+    job = RunSpec(
+        "run",
+        RUN_ID,
+        {"model": "model.onnx", "evaluate": False, "in_model": True},
+        str(tmp_path),
+        "board",
+        str(tmp_path / "run.log"),
+        tracker=TRACKER,
+        records_to_driver=records_to_driver,
+        devices_here=True,
+    )()
+    assert job.run_stage(job.next_stage(), "client").ok  # import
+    assert all(r.ok for r in run_until_error_or_tuned(job))
+    if records_to_driver:  # the store is the driver's: nothing to time here
+        assert job.next_stage() == Stage("compile", "client") and not rounds
+        return
+    stage = job.next_stage()
+    assert stage.name == "in_model" and stage.resource_kind == "device"
+    assert job.run_stage(stage, "board").ok
+    assert rounds == [("run", True)]
+    assert job.next_stage() == Stage("compile", "client")
