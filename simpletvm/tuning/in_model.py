@@ -12,8 +12,8 @@ default schedule before its first round), times every kernel of both builds in t
 alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps each
 round's choice in the record store. A challenger is chosen only when it ran faster by
 more than :data:`~simpletvm.tuning.database.IN_MODEL_MARGIN`, so each round keeps or
-improves every kernel it can see, and more tuning never makes the model slower beyond
-what the timing can tell. A build then applies the choices
+improves every kernel it sees, as far as the timing can tell. A build then applies the
+choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
 seen by the timing and keeps its fastest record.
 """

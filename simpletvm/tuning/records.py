@@ -1,6 +1,6 @@
 """Tuning records of a store: one SQLite database that many processes share safely.
 
-Three tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural hash.
+Its tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural hash.
 ``records``: one row per measured candidate (workload, target key, latency, run id,
 time, the record's JSON and an identity, of the run and the record, that makes a record
 committed twice one row while two runs' equal measurements stay two).
