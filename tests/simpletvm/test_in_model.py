@@ -6,6 +6,8 @@ applies the choices."""
 from __future__ import annotations
 
 import io
+import shutil
+import sqlite3
 
 import numpy as np
 import pytest
@@ -57,14 +59,6 @@ def test_a_finding_for_a_workload_the_store_lacks_is_refused(tmp_path):
         store.note_in_model("absent", "llvm/x/", _record(1, 1e-5), 1e-4, None, 1e-4, margin=0.03)
 
 
-def _tuned(store, tiny_onnx, in_model: bool, **options) -> SimpleTVM:
-    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
-    stvm.autotune(
-        trials=8, candidates_per_iteration=8, seed=0, in_model=in_model, **FAST_SEARCH, **options
-    )
-    return stvm
-
-
 @pytest.fixture(scope="module")
 def tuning(tmp_path_factory, tiny_onnx):
     """Tuned with a minutes budget (the trials end it first) and a plain progress display:
@@ -73,8 +67,18 @@ def tuning(tmp_path_factory, tiny_onnx):
     display = TuningProgress(
         "tiny", console=Console(file=out, force_terminal=False, width=200, markup=False)
     )
-    stvm = _tuned(tmp_path_factory.mktemp("store"), tiny_onnx, True, minutes=0.5, progress=display)
-    return stvm, out.getvalue()
+    store = tmp_path_factory.mktemp("store")
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
+    stvm.autotune(
+        trials=8,
+        candidates_per_iteration=8,
+        seed=0,
+        in_model=True,
+        minutes=0.5,
+        progress=display,
+        **FAST_SEARCH,
+    )
+    return stvm, out.getvalue(), stvm.in_model
 
 
 @pytest.fixture(scope="module")
@@ -82,19 +86,23 @@ def tuned(tuning):
     return tuning[0]
 
 
-@pytest.fixture(scope="module")
-def untimed(tmp_path_factory, tiny_onnx):
-    """Records no round has timed inside the model: each test notes its own rounds."""
-    return _tuned(tmp_path_factory.mktemp("store"), tiny_onnx, in_model=False)
+@pytest.fixture
+def untimed(tuned, tmp_path, tiny_onnx):
+    """A session on a copy of the tuned store whose rounds inside the model are forgotten:
+    each test notes its own."""
+    shutil.copytree(tuned.store.root, tmp_path / "store")
+    with sqlite3.connect(tmp_path / "store" / "records.sqlite") as connection:
+        connection.execute("DELETE FROM in_model_choices")
+    return SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
 
 
 def _last(stvm: SimpleTVM, name: str) -> dict:
     return next(s for s in reversed(stvm.context.steps) if s["step"] == name)
 
 
-def test_autotune_times_every_parallel_kernel_inside_the_model(tuned):
+def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
+    tuned, _, timing = tuning
     step = _last(tuned, "in_model")
-    timing = tuned.in_model
     assert timing.findings and step["kernels"] == len(timing.findings)
     assert all(f.challenger_ms > 0 and f.incumbent_ms > 0 for f in timing.findings)
     # the first round times every record against its default schedule
@@ -111,19 +119,20 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuned):
 
 
 def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning):
-    stvm, printed = tuning
+    stvm, printed, first = tuning
     # about 25 s, at most half the budget: the search ends that much earlier
     assert _last(stvm, "autotune")["kept_for_in_model_s"] == pytest.approx(15.0)
     lines = printed.splitlines()
     assert lines[-2].endswith("; timing the tuned kernels inside the model"), lines
-    estimate = stvm.in_model.chosen_model_ms
+    estimate = first.chosen_model_ms
     assert lines[-1].endswith(f"; timed inside the model: estimate {estimate:.3f} ms"), lines
 
 
-def test_the_next_round_times_records_against_what_was_chosen(tuned):
-    first = {f.task: f for f in tuned.in_model.findings}
-    tuned.choose_in_model("run")
-    second = tuned.in_model.findings
+def test_the_next_round_times_records_against_what_was_chosen(tuning, tiny_onnx):
+    tuned, _, timing = tuning
+    first = {f.task: f for f in timing.findings}
+    later = SimpleTVM(BenchmarkingContext("cpu", store=tuned.store.root)).from_model(tiny_onnx)
+    second = later.choose_in_model(tuned.context.run_id).in_model.findings
     assert {f.task for f in second} == set(first)
     for finding in second:  # no new record: each against the first round's choice
         assert finding.incumbent_is_default == (not first[finding.task].challenger_chosen)
@@ -133,9 +142,7 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
     untuned = untimed.build(records=None).run(x)
     store = open_records(untimed.store.root)
-    database = RecordDatabase(
-        store, untimed.target.tvm_target(), scope="run", run_id=untimed.context.run_id
-    )
+    database = RecordDatabase(store, untimed.target.tvm_target())
     tasks = [
         task
         for task in extract_tasks(untimed.conv_forms.default, untimed.target)
@@ -145,7 +152,7 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     # the default schedule, 10x faster inside the model than each record: kept
     for task in tasks:
         assert database.note_in_model(task.dispatched[0], 1e-3, 1e-4) is False
-    build = _last(untimed.build(records="run"), "build")
+    build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_default_in_model"] == len(tasks)
     assert build["tasks_with_records"] == build["tasks"] - len(tasks)
     np.testing.assert_allclose(untimed.run(x), untuned, rtol=1e-4, atol=1e-5)
@@ -153,7 +160,7 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     # the records, 10x faster: chosen and applied
     for task in tasks:
         assert database.note_in_model(task.dispatched[0], 1e-4, 1e-3) is True
-    build = _last(untimed.build(records="run"), "build")
+    build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_default_in_model"] == 0
     assert build["tasks_with_records"] == build["tasks"]
 
@@ -164,11 +171,11 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     earlier = record_as_json(database.get_top_k(database.commit_workload(mod), 1)[0])
     newer = record_as_json(database.get_top_k(database.commit_workload(mod), 2)[1])
     newer[1] = [float(earlier[1][0]) / 10]
-    store.add(key, store.workload_json(key), [newer], run_id=untimed.context.run_id)
+    store.add(key, store.workload_json(key), [newer], run_id="later")
     assert database.with_in_model_choices().in_model_schedule(mod) is None
     assert database.incumbents().in_model_schedule(mod) == "earlier record"
     assert database.note_in_model(mod, 1e-3, 1e-4) is False
-    build = _last(untimed.build(records="run"), "build")
+    build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_earlier_record_in_model"] == 1
     applied = database.with_in_model_choices().get_top_k(database.commit_workload(mod), 1)
     assert record_as_json(applied[0])[0] == earlier[0]
