@@ -187,18 +187,9 @@ class SimpleTVMJob(Job):
         self.step_done()
 
     def _in_model(self, stage: Stage) -> None:
-        from simpletvm.runtime.in_situ import InSituTimingFailed
-
-        try:
-            self.simpletvm.choose_in_model("run", devices_here=self.devices_here)
-        except InSituTimingFailed as error:
-            if self.in_model:
-                raise
-            print(
-                f"the tuned kernels were not timed inside the model ({error}); "
-                "the build applies every record",
-                file=sys.stderr,
-            )
+        self.simpletvm.time_in_model_after_search(
+            strict=self.in_model is True, devices_here=self.devices_here
+        )
         self.step_done()
 
     def _failed(self, error: str) -> StageResult:

@@ -269,7 +269,7 @@ class SimpleTVM:
                 if after_s:
                     step["kept_for_in_model_s"] = after_s
             if self.in_model_due(in_model, minutes, time.monotonic() - started):
-                self._time_in_model_after_search(display, strict=in_model is True)
+                self.time_in_model_after_search(strict=in_model is True, display=display)
         return self
 
     def in_model_reserve_s(
@@ -305,16 +305,20 @@ class SimpleTVM:
         )
         return long_enough and self._targets_this_cpu(devices_here)
 
-    def _time_in_model_after_search(self, display, *, strict: bool) -> None:
-        """autotune()'s round inside the model, told on its progress ``display``; when
-        not ``strict`` (the round was not asked for), a worker that cannot time warns
-        instead of raising: the search's records are in the store either way."""
+    def time_in_model_after_search(
+        self, *, strict: bool, display=None, devices_here: bool = False
+    ) -> None:
+        """The round inside the model that follows a search (autotune's, or a scheduler
+        job's step), told on a progress ``display`` if given; when not ``strict`` (the
+        round was not asked for), a worker that cannot time warns instead of raising:
+        the search's records are in the store either way. ``devices_here`` as for
+        :meth:`choose_in_model`."""
         from simpletvm.runtime.in_situ import InSituTimingFailed
 
         if display is not None:
             display.then("timing the tuned kernels inside the model")
         try:
-            self.choose_in_model("run")
+            self.choose_in_model("run", devices_here=devices_here)
         except InSituTimingFailed as error:
             if strict:
                 raise

@@ -195,7 +195,7 @@ def test_a_run_asked_to_time_inside_the_model_does_so_on_the_device_before_compi
         SimpleTVM,
         "choose_in_model",
         lambda self, records="run", *, devices_here=False: rounds.append((records, devices_here)),
-    )
+    )  # what the step's round runs: the timing itself is tested in test_in_model.py
     job = RunSpec(
         "run",
         RUN_ID,
