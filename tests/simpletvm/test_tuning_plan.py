@@ -242,13 +242,9 @@ def test_a_task_whose_best_is_not_one_timed_again_gets_another_round_then_settle
     assert plan.summary()["estimated_latency_s"] == pytest.approx(1.2e-3)
 
 
-def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
-    clock = Clock()
-    plan = plan_of(
-        [0, 0], TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3), clock=clock
-    )
-    assert plan.closing_reserve() == 60  # a tenth, until the search has timed candidates
-    for _ in range(2):  # each build and profile stage takes 2 s: 0.5 s per candidate ...
+def search_at_half_a_second_per_candidate(plan: TuningPlan, clock: Clock) -> None:
+    """Two iterations of 4 candidates whose build and profile stages take 2 s each."""
+    for _ in range(2):
         plan.stage_started()
         plan.selected(4)
         for event in (plan.built, plan.profiled):
@@ -256,7 +252,16 @@ def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
             clock.now += 2
             event(0)
         plan.measured([1e-3] * 4)
-    # ... so 2 tasks x 3 records x 1 s per candidate, with the margin for select stages
+
+
+def test_the_wall_clock_budget_keeps_what_the_closing_round_will_take():
+    clock = Clock()
+    plan = plan_of(
+        [0, 0], TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3), clock=clock
+    )
+    assert plan.closing_reserve() == 60  # a tenth, until the search has timed candidates
+    search_at_half_a_second_per_candidate(plan, clock)
+    # so 2 tasks x 3 records x 1 s per candidate, with the margin for select stages
     reserve = plan.closing_reserve()
     assert reserve == pytest.approx(2 * 3 * 1.0 * REMEASURE_MARGIN)
     clock.now = 1000 + 600 - reserve - 1
@@ -275,14 +280,7 @@ def test_the_wall_clock_budget_keeps_what_follows_the_job():
     clock = Clock()
     options = TuningOptions(minutes=10, candidates_per_iteration=4, remeasure=3)
     plan = plan_of([0, 0], options, clock=clock, after_s=25)
-    for _ in range(2):  # the same pace as above: the closing round's reserve is 18 s
-        plan.stage_started()
-        plan.selected(4)
-        for event in (plan.built, plan.profiled):
-            plan.stage_started()
-            clock.now += 2
-            event(0)
-        plan.measured([1e-3] * 4)
+    search_at_half_a_second_per_candidate(plan, clock)  # the closing round's reserve: 18 s
     reserve = plan.closing_reserve()
     clock.now = 1000 + 600 - 25 - reserve - 1
     assert plan.budget_left() > 0
