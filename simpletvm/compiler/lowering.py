@@ -36,6 +36,9 @@ def fuse(
     of given layers (``{ConvSignature: tile size or None}``, see
     :mod:`simpletvm.compiler.conv_forms`); the others get their default form.
 
+    On CPUs the pad of a depthwise convolution is read in place rather than copied
+    (:mod:`simpletvm.compiler.window_pads`).
+
     With ``separate_residual_pads``, a pad whose result is added to a convolution's output
     (a residual branch padded to more channels, as in BlazeFace's blocks) is kept out of
     the convolution's fused operator (:func:`separate_residual_pads`): MetaSchedule cannot
@@ -49,9 +52,11 @@ def fuse(
         from simpletvm.compiler.winograd import apply_winograd
 
         mod, _ = apply_winograd(mod, forms=winograd_forms)
-    weight_prepack = (
-        [relax.transform.AttachAttrLayoutFreeBuffers()] if target.device_type == "cpu" else []
-    )
+    cpu_only = []
+    if target.device_type == "cpu":
+        from simpletvm.compiler.window_pads import inline_window_pads_pass
+
+        cpu_only = [inline_window_pads_pass(), relax.transform.AttachAttrLayoutFreeBuffers()]
     with target.tvm_target():
         return tvm.transform.Sequential(
             [
@@ -63,7 +68,7 @@ def fuse(
                 *([_separate_residual_pads_pass()] if separate_residual_pads else []),
                 relax.transform.FuseOps(),
                 relax.transform.FuseTIR(),
-                *weight_prepack,
+                *cpu_only,
             ]
         )(mod)
 
