@@ -153,7 +153,7 @@ class SimpleTVM:
         ``input_shapes`` fixes unknown dimensions; ``options`` configure built-in models
         (``image_size``, ``classes``, ``seed``, ``alpha``); ``lowering`` passes options to
         :func:`simpletvm.compiler.lowering.fuse` (``winograd``, ``layout``,
-        ``separate_residual_pads``).
+        ``separate_residual_pads``, ``window_pads``).
         """
         from simpletvm.compiler.conv_forms import ConvForms
 
@@ -587,7 +587,7 @@ class SimpleTVM:
         import tvm
 
         arrays = self._match_inputs(data)
-        with self.context.step("run") as step:
+        with self.context.tally("run") as step:  # one record for every call
             vm, device, where = self._execution()
             step["device"] = where
             result = vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])

@@ -93,6 +93,7 @@ class BenchmarkingContext:
         self.status: str | None = None
         self.results: dict[str, Any] = {}  # what a command measured besides evaluate()
         self._logger: logging.Logger | None = None
+        self._tallies: dict[str, dict[str, Any]] = {}  # step name -> its one record
 
     def __repr__(self) -> str:
         return f"BenchmarkingContext(run_id={self.run_id!r}, target={self.target!r})"
@@ -137,6 +138,35 @@ class BenchmarkingContext:
             record["duration_s"] = record["end"] - record["start"]
             self.steps.append(record)
             self.logger.info("step %s %s in %.3f s", name, record["status"], record["duration_s"])
+
+    @contextlib.contextmanager
+    def tally(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
+        """A step called in a loop (``run()``: inference): one record per name, made at
+        its first call, counting the calls (``calls``) and summing their time; the first
+        call logged, the last failure kept (``error``). Unlike :meth:`step`, no log lines
+        and no redirection of native output per call: those cost a model of milliseconds
+        a tenth of its time a call (BENCHMARKS.md), and a serving loop would grow the log
+        and the steps without end."""
+        record = self._tallies.get(name)
+        if record is None:
+            record = {"step": name, "start": _now(), "status": StepStatus.OK, "calls": 0}
+            record.update(details, duration_s=0.0)
+            self._tallies[name] = record
+            self.steps.append(record)
+            self.logger.info("step %s first called", name)
+        start = time.perf_counter()
+        try:
+            with keep_interrupts():  # Ctrl-C inside TVM stays an interrupt
+                yield record
+        except BaseException as error:
+            record["status"] = StepStatus.ERROR
+            record["error"] = f"{type(error).__name__}: {error}"
+            self.logger.info("step %s failed: %s", name, record["error"])
+            raise
+        finally:
+            record["calls"] += 1
+            record["duration_s"] += time.perf_counter() - start
+            record["end"] = _now()
 
     def record_parameters(self, step: str, **values: Any) -> None:
         self.parameters[step] = {k: v for k, v in values.items()}

@@ -18,6 +18,7 @@ def fuse(
     winograd: bool = True,
     layout: str | None = "NHWC",
     separate_residual_pads: bool = True,
+    window_pads: bool = True,
     winograd_forms=None,
 ):
     """Legalize and fuse a Relax module into the PrimFuncs that tuning works on.
@@ -36,8 +37,8 @@ def fuse(
     of given layers (``{ConvSignature: tile size or None}``, see
     :mod:`simpletvm.compiler.conv_forms`); the others get their default form.
 
-    On CPUs the pad of a depthwise convolution is read in place rather than copied
-    (:mod:`simpletvm.compiler.window_pads`).
+    On CPUs, with ``window_pads``, the pad of a depthwise convolution is read in place
+    rather than copied (:mod:`simpletvm.compiler.window_pads`).
 
     With ``separate_residual_pads``, a pad whose result is added to a convolution's output
     (a residual branch padded to more channels, as in BlazeFace's blocks) is kept out of
@@ -56,7 +57,10 @@ def fuse(
     if target.device_type == "cpu":
         from simpletvm.compiler.window_pads import inline_window_pads_pass
 
-        cpu_only = [inline_window_pads_pass(), relax.transform.AttachAttrLayoutFreeBuffers()]
+        cpu_only = [
+            *([inline_window_pads_pass()] if window_pads else []),
+            relax.transform.AttachAttrLayoutFreeBuffers(),
+        ]
     with target.tvm_target():
         return tvm.transform.Sequential(
             [

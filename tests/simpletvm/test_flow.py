@@ -122,6 +122,23 @@ def test_results_are_not_overwritten_by_later_calls(built):
     np.testing.assert_array_equal(kept, expected)
 
 
+def test_inference_calls_are_tallied_in_one_step_and_logged_once(built):
+    """A serving loop's run() calls make one record, counting them, and one log line:
+    the steps and the run's log do not grow with every inference."""
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    steps_before = len(built.context.steps)
+    for _ in range(7):
+        built.run(x)
+    (record,) = [s for s in built.context.steps if s["step"] == "run"]
+    assert len(built.context.steps) == steps_before + 1
+    assert record["calls"] == 7 and record["status"] == "ok"
+    assert 0 < record["duration_s"] <= record["end"] - record["start"] + 1e-3
+    assert record["device"] == {"runner": "local"}
+    log = built.context.store.log_path(built.context.run_id).read_text()
+    assert log.count("step run") == 1, log
+    assert built.context.step_durations()["run"] == record["duration_s"]
+
+
 def test_run_ids_are_32_alphanumeric_and_unique(store):
     ids = {BenchmarkingContext(store=store).run_id for _ in range(200)}
     assert len(ids) == 200
