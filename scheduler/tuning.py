@@ -177,9 +177,9 @@ class SimpleTVMJob(Job):
             self._finish_tuning()
 
     def _finish_tuning(self) -> None:
-        self.simpletvm.finish_scheduled_tuning(self.tuning, self.tracker, self.device_key)
-        stages = self.context.stages
-        searched_s = stages[-1]["end"] - stages[0]["start"] if stages else 0.0
+        searched_s = self.simpletvm.finish_scheduled_tuning(
+            self.tuning, self.tracker, self.device_key
+        )
         if self.simpletvm.in_model_due(
             self.in_model, self.tuning.options.minutes, searched_s, devices_here=self.devices_here
         ):

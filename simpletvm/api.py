@@ -37,10 +37,10 @@ METADATA_FILE = "metadata.json"
 # autotune() times tuned kernels inside the model after a search (or within a minutes
 # budget) this long: the round's two builds and their timing take tens of seconds
 IN_MODEL_AFTER_S = 60.0
-# what a minutes budget keeps for that round, at most half the budget: on a 2-core host it
-# took 24-28 s on models of 21-43 tasks, about as long whatever the model, and up to 40 s
-# in the host's slow states (BENCHMARKS.md)
-IN_MODEL_EXPECTED_S = 25.0
+# what a minutes budget keeps for that round, at most half the budget: on a 2-core host,
+# its two builds at once, it took 17-23 s on MobileNetV2 (23-28 s, up to 40 in the host's
+# slow states, when they ran one after the other; BENCHMARKS.md)
+IN_MODEL_EXPECTED_S = 20.0
 
 
 class FlowState(StrEnum):
@@ -278,12 +278,9 @@ class SimpleTVM:
         """Seconds a ``minutes`` budget keeps for the round inside the model that follows
         its search (0: none is planned); ``in_model`` and ``devices_here`` as for
         :meth:`in_model_due`."""
-        planned = (
-            minutes is not None
-            and in_model is not False
-            and self._targets_this_cpu(devices_here)
-            and (in_model or minutes * 60 >= IN_MODEL_AFTER_S)
-        )
+        if minutes is None or not self._targets_this_cpu(devices_here):
+            return 0.0  # no budget to keep it in, or a round this machine cannot time
+        planned = self.in_model_due(in_model, minutes, 0.0, devices_here=devices_here)
         return min(IN_MODEL_EXPECTED_S, minutes * 30) if planned else 0.0
 
     def in_model_due(
@@ -441,9 +438,10 @@ class SimpleTVM:
 
     def finish_scheduled_tuning(
         self, job, tracker: tuple[str, int] | None, device_key: str
-    ) -> None:
+    ) -> float:
         """Finalize a job that a scheduler drove stage by stage (:meth:`tuning_job`) and
-        record it as this run's autotune step, spanning its stages."""
+        record it as this run's autotune step, spanning its stages; returns that span in
+        seconds (the search's time, as :meth:`in_model_due` takes it)."""
         job.finalize()
         stages = self.context.stages
         start = stages[0]["start"] if stages else time.time()
@@ -460,6 +458,7 @@ class SimpleTVM:
             }
         )
         self.record_tuning(job, tracker, device_key)
+        return end - start
 
     def record_tuning(self, job, tracker: tuple[str, int] | None, device_key: str) -> None:
         """Keep a finished job's summary here and in the context."""

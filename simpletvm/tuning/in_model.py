@@ -21,6 +21,7 @@ seen by the timing and keeps its fastest record.
 from __future__ import annotations
 
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +89,19 @@ def choose_in_model(
         name: incumbents.in_model_schedule(task.dispatched[0]) for name, task in tasks.items()
     }
     with tempfile.TemporaryDirectory(prefix="simpletvm-in-model-") as scratch:
-        libraries = []
-        for label, records in (("challengers", database), ("incumbents", incumbents)):
+
+        def export(label: str, records: RecordDatabase) -> Path:
             path = Path(scratch) / f"{label}.so"
             compile_fused(fused, target, records).export_library(str(path))
-            libraries.append(path)
+            return path
+
+        # the two builds at once: most of a build is TVM's compiler, outside the GIL
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            builds = [
+                pool.submit(export, "challengers", database),
+                pool.submit(export, "incumbents", incumbents),
+            ]
+            libraries = [build.result() for build in builds]
         challengers, kept = time_builds(
             libraries, inputs, threads=threads, rounds=rounds, runs=runs
         )

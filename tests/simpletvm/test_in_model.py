@@ -17,7 +17,7 @@ from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.compiler.lowering import extract_tasks, workload_key
 from simpletvm.errors import SimpleTVMError
 from simpletvm.progress import TuningProgress
-from simpletvm.tuning.database import RecordDatabase, record_as_json
+from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase, record_as_json
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, target_key
 
@@ -108,11 +108,18 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
     # the first round times every record against its default schedule
     assert all(f.incumbent_is_default for f in timing.findings)
     assert step["incumbents_kept"] == [f.task for f in timing.kept]
-    # the kernels' shares of a run are within the run
-    assert sum(f.challenger_ms for f in timing.findings) < step["challengers_model_ms"]
-    assert sum(f.incumbent_ms for f in timing.findings) < step["incumbents_model_ms"]
-    # the promise: the challengers' build less what the incumbents kept save
-    assert step["chosen_model_ms"] <= step["challengers_model_ms"]
+    # each kernel's share of a run is within the run (medians: a kernel's median is at
+    # most the run's, their sum is not bound by it when load hits kernels in turn)
+    assert max(f.challenger_ms for f in timing.findings) < step["challengers_model_ms"]
+    assert max(f.incumbent_ms for f in timing.findings) < step["incumbents_model_ms"]
+    # a challenger is chosen only when faster by the margin; an incumbent kept is at most
+    # the margin slower than its challenger
+    for f in timing.findings:
+        assert f.chosen_ms <= f.incumbent_ms
+        assert f.chosen_ms <= f.challenger_ms / (1 - IN_MODEL_MARGIN)
+    # the promise: the challengers' build less what each choice saves (or costs)
+    slack = sum(f.chosen_ms - f.challenger_ms for f in timing.kept)
+    assert step["chosen_model_ms"] == pytest.approx(step["challengers_model_ms"] + slack)
     assert tuned.tuning_summary["in_model_latency_s"] == pytest.approx(
         step["chosen_model_ms"] / 1e3
     )
@@ -120,7 +127,7 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
 
 def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning):
     stvm, printed, first = tuning
-    # about 25 s, at most half the budget: the search ends that much earlier
+    # about 20 s, at most half the budget: the search ends that much earlier
     assert _last(stvm, "autotune")["kept_for_in_model_s"] == pytest.approx(15.0)
     lines = printed.splitlines()
     assert lines[-2].endswith("; timing the tuned kernels inside the model"), lines

@@ -129,7 +129,7 @@ def test_a_depthwise_convolution_without_its_pad_copy_is_tuned(target, tmp_path)
     fused = fuse(mod, target, winograd=False, layout=None)
     records = RecordStore(tmp_path / "records.sqlite")
     options = TuningOptions(
-        trials=8,
+        trials=4,
         candidates_per_iteration=4,
         transfer_learning=False,
         seed=0,
