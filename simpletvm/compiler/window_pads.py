@@ -15,11 +15,14 @@ outside it, in the tuning space and in the default schedules alike.
 
 from __future__ import annotations
 
+import math
+
+from simpletvm.compiler.default_schedules import COMM_REDUCE
+
 # a convolution whose reduction (window x input channels) is at most this many terms
 # per output reads each input element about as often as the pad copy writes it; 49: a
 # 7x7 window of one channel, a 3x3 window of 5
 MAX_WINDOW_TERMS = 49
-DATA_PAR, COMM_REDUCE = 0, 2
 
 
 def inline_window_pads(mod):
@@ -89,9 +92,4 @@ def _window_only_convolution(block) -> bool:
     if "conv" not in block.name_hint:
         return False
     reduce = [int(v.dom.extent) for v in block.iter_vars if int(v.iter_type) == COMM_REDUCE]
-    if not reduce:
-        return False
-    terms = 1
-    for extent in reduce:
-        terms *= extent
-    return terms <= MAX_WINDOW_TERMS
+    return bool(reduce) and math.prod(reduce) <= MAX_WINDOW_TERMS
