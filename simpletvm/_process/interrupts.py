@@ -22,11 +22,14 @@ _open_blocks: list[list[int]] = []  # the SIGINTs each open block received, inne
 
 
 @contextmanager
-def keep_interrupts() -> Iterator[None]:
+def keep_interrupts(*, deferred: bool = False) -> Iterator[None]:
     """Run the block so that SIGINT arriving in it ends it with ``KeyboardInterrupt``
-    (chained to the error TVM made of it, if any). Only the main thread receives
-    Python's signals; elsewhere, or when SIGINT is ignored or left to the system, the
-    block runs as it is."""
+    (chained to the error TVM made of it, if any). ``deferred``: the block runs to its
+    end and raises then; for a tuning stage, whose search runs C++ worker threads that
+    call back into Python: an exception raised there by the signal unwound the search
+    under its threads (the process crashed) or was taken for the stage's own failure.
+    Only the main thread receives Python's signals; elsewhere, or when SIGINT is
+    ignored or left to the system, the block runs as it is."""
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield
@@ -35,7 +38,8 @@ def keep_interrupts() -> Iterator[None]:
 
     def note_and_pass_on(signum, frame):
         received.append(signum)
-        previous(signum, frame)
+        if not deferred:
+            previous(signum, frame)
 
     signal.signal(signal.SIGINT, note_and_pass_on)
     _open_blocks.append(received)

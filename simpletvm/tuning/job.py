@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from simpletvm._process.interrupts import raise_if_interrupted
+from simpletvm._process.interrupts import keep_interrupts
 from simpletvm._process.scratch import sweep_orphans
 from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm.compiler.winograd import register_schedule_rules
@@ -210,8 +210,8 @@ class TuningJob:
             raise RuntimeError("the tuning job is complete: no stage left to run")
         start = time.time()
         self.plan.stage_started()
-        extra = getattr(self, f"_{spec.kind}")()
-        raise_if_interrupted()  # a stage may have taken Ctrl-C for a failure of its own
+        with keep_interrupts(deferred=True):  # Ctrl-C ends the tuning after the stage
+            extra = getattr(self, f"_{spec.kind}")()
         self._close_finished_tasks()
         end = time.time()
         if self.context is not None:
