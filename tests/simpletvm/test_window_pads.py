@@ -75,6 +75,20 @@ def _model(rng, kernel: int, stride: int, *, dense_layer: bool = True):
     return bb.get(), depthwise
 
 
+def _assert_same_as_naive(vm, fused, target, x) -> None:
+    """``vm``'s output on ``x`` equals TVM's naive build of ``fused``."""
+    import tvm
+    from tvm import relax
+
+    naive = relax.VirtualMachine(compile_fused(fused, target, default_schedules=False), tvm.cpu())
+    np.testing.assert_allclose(
+        vm["main"](tvm.runtime.tensor(x)).numpy(),
+        naive["main"](tvm.runtime.tensor(x)).numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
 @pytest.mark.parametrize("kernel, stride", [(3, 1), (3, 2), (5, 1)])
 def test_a_depthwise_convolution_reads_its_padding_in_place(target, kernel, stride):
     import tvm
@@ -105,13 +119,7 @@ def test_a_depthwise_convolution_reads_its_padding_in_place(target, kernel, stri
         rtol=1e-4,
         atol=1e-5,
     )
-    naive = relax.VirtualMachine(compile_fused(fused, target, default_schedules=False), tvm.cpu())
-    np.testing.assert_allclose(
-        vm["main"](tvm.runtime.tensor(x)).numpy(),
-        naive["main"](tvm.runtime.tensor(x)).numpy(),
-        rtol=1e-4,
-        atol=1e-5,
-    )
+    _assert_same_as_naive(vm, fused, target, x)
 
 
 @pytest.mark.slow  # a real search: candidates built and timed on this CPU
@@ -145,10 +153,4 @@ def test_a_depthwise_convolution_without_its_pad_copy_is_tuned(target, tmp_path)
     x = rng.standard_normal((1, 20, 20, CHANNELS)).astype("float32")
     database = RecordDatabase(records, target.tvm_target(), scope="run", run_id="depthwise")
     built = relax.VirtualMachine(compile_fused(fused, target, database), tvm.cpu())
-    naive = relax.VirtualMachine(compile_fused(fused, target, default_schedules=False), tvm.cpu())
-    np.testing.assert_allclose(
-        built["main"](tvm.runtime.tensor(x)).numpy(),
-        naive["main"](tvm.runtime.tensor(x)).numpy(),
-        rtol=1e-4,
-        atol=1e-5,
-    )
+    _assert_same_as_naive(built, fused, target, x)
