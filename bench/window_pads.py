@@ -25,14 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import host_description
+from time_to_peers import BUILTIN
 
 from simpletvm.api import MODULE_FILE
-
-BUILTIN = {
-    "mobilenetv2": ("mobilenetv2", {}),
-    "resnet18": ("resnet18", {}),
-    "quickstart": ("mobilenetv2", {"alpha": 0.35, "image_size": 96}),
-}
 
 
 def untuned_build(name: str, window_pads: bool, threads: int, scratch: Path, example):
