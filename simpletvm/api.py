@@ -365,6 +365,7 @@ class SimpleTVM:
             step["challengers_model_ms"] = timing.challengers_model_ms
             step["incumbents_model_ms"] = timing.incumbents_model_ms
             step["chosen_model_ms"] = timing.chosen_model_ms
+            step["kept_as_a_whole"] = timing.kept_as_a_whole
         self.in_model = timing
         if self.tuning_summary is not None and records == "run":
             # the promise: what the module built from these findings runs in, here

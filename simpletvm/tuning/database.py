@@ -151,11 +151,18 @@ class RecordDatabase(PyDatabase):
             self.records, self.target, scope=self.scope, run_id=self.run_id, in_model=in_model
         )
 
-    def note_in_model(self, mod, challenger_s: float, incumbent_s: float) -> bool | None:
+    def has_record(self, mod) -> bool:
+        """Whether workload ``mod`` has a record here (the run's, or the store's)."""
+        return bool(self._top_json(workload_key(mod), 1))
+
+    def note_in_model(
+        self, mod, challenger_s: float, incumbent_s: float, *, challenger_allowed: bool = True
+    ) -> bool | None:
         """Keep a round of timing inside the model for workload ``mod``: its fastest
         record here took ``challenger_s`` a model run, the schedule chosen before it
-        (:meth:`incumbents`) ``incumbent_s``. Returns whether the fastest record was
-        chosen; None when the workload has no record here."""
+        (:meth:`incumbents`) ``incumbent_s``; ``challenger_allowed=False`` keeps the
+        incumbent whatever the timings. Returns whether the fastest record was chosen;
+        None when the workload has no record here."""
         key = workload_key(mod)
         rows = self._top_json(key, 1)
         if not rows:
@@ -170,6 +177,7 @@ class RecordDatabase(PyDatabase):
             incumbent_s,
             IN_MODEL_MARGIN,
             run_id=self.run_id,
+            challenger_allowed=challenger_allowed,
         )
 
     def _top_json(self, key: str, limit: int) -> list[list]:

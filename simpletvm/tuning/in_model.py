@@ -11,9 +11,10 @@ MobileNetV2 the default ran faster in 14 of 31 kernels of a 15-minute tuning
 default schedule before its first round), times every kernel of both builds in the same
 alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps each
 round's choice in the record store. A challenger is chosen only when it ran faster by
-more than :data:`~simpletvm.tuning.database.IN_MODEL_MARGIN`, so each round keeps or
-improves every kernel it sees, as far as the timing can tell. A build then applies the
-choices
+more than :data:`~simpletvm.tuning.database.IN_MODEL_MARGIN`, and only when the model
+built from the round's choices is faster as a whole than the incumbents' build (its
+kernels' gains can be noise, or lost between the loops): so each round keeps or improves
+the model, as far as the timing can tell. A build then applies the choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
 seen by the timing and keeps its fastest record.
 """
@@ -28,7 +29,8 @@ from pathlib import Path
 from simpletvm.compiler.lowering import compile_fused, extract_tasks
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
-from simpletvm.tuning.database import RecordDatabase
+from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase
+from simpletvm.tuning.records import challenger_wins
 
 
 @dataclass(frozen=True)
@@ -50,17 +52,22 @@ class KernelFinding:
 
 @dataclass(frozen=True)
 class InModelTiming:
-    """Both builds timed inside the model: each tuned kernel's finding, and each build's
-    median ms a run."""
+    """Both builds timed inside the model: each tuned kernel's finding, each build's
+    median ms a run, and whether the round kept every incumbent because the model built
+    from its kernels' choices was not faster as a whole (:func:`round_choices`)."""
 
     findings: list[KernelFinding]
     challengers_model_ms: float
     incumbents_model_ms: float
+    kept_as_a_whole: bool
 
     @property
     def chosen_model_ms(self) -> float:
         """What the model built from the choices runs in: the challengers' build less
-        what each incumbent kept saves."""
+        what each incumbent kept saves; the incumbents' build when no challenger was
+        chosen."""
+        if not any(f.challenger_chosen for f in self.findings):
+            return self.incumbents_model_ms
         return self.challengers_model_ms - sum(f.challenger_ms - f.chosen_ms for f in self.findings)
 
     @property
@@ -105,17 +112,42 @@ def choose_in_model(
         challengers, kept = time_builds(
             libraries, inputs, threads=threads, rounds=rounds, runs=runs
         )
+    timed = {
+        name: (challengers[name], kept[name])
+        for name, task in tasks.items()
+        # no parallel loop in one of the builds: the timing cannot tell
+        if name in challengers and name in kept and database.has_record(task.dispatched[0])
+    }
+    wins, kept_as_a_whole = round_choices(timed, challengers[WHOLE], kept[WHOLE])
     findings = []
-    for name, task in tasks.items():
-        if name not in challengers or name not in kept:
-            continue  # no parallel loop in one of the builds: the timing cannot tell
+    for name, (challenger_ms, incumbent_ms) in timed.items():
         chosen = database.note_in_model(
-            task.dispatched[0], challengers[name] / 1e3, kept[name] / 1e3
+            tasks[name].dispatched[0],
+            challenger_ms / 1e3,
+            incumbent_ms / 1e3,
+            challenger_allowed=wins[name],
         )
-        if chosen is not None:
-            findings.append(
-                KernelFinding(
-                    name, challengers[name], kept[name], before[name] == "default", chosen
-                )
-            )
-    return InModelTiming(findings, challengers[WHOLE], kept[WHOLE])
+        findings.append(
+            KernelFinding(name, challenger_ms, incumbent_ms, before[name] == "default", chosen)
+        )
+    return InModelTiming(findings, challengers[WHOLE], kept[WHOLE], kept_as_a_whole)
+
+
+def round_choices(
+    timed: dict[str, tuple[float, float]], challengers_model_ms: float, incumbents_model_ms: float
+) -> tuple[dict[str, bool], bool]:
+    """Whether each kernel's challenger is chosen, from its (challenger, incumbent) ms a
+    model run: when faster by more than the margin, and only if the model built from
+    those choices (the challengers' build less what each incumbent kept saves) runs
+    faster than the incumbents' build; otherwise the round keeps every incumbent. Also
+    returns whether it did so."""
+    wins = {
+        name: challenger_wins(challenger, incumbent, IN_MODEL_MARGIN)
+        for name, (challenger, incumbent) in timed.items()
+    }
+    chosen_model_ms = challengers_model_ms - sum(
+        challenger - incumbent for name, (challenger, incumbent) in timed.items() if not wins[name]
+    )
+    if any(wins.values()) and chosen_model_ms >= incumbents_model_ms:
+        return dict.fromkeys(wins, False), True
+    return wins, False

@@ -176,15 +176,17 @@ class RecordStore:
         incumbent_s: float,
         margin: float,
         run_id: str | None = None,
+        challenger_allowed: bool = True,
     ) -> bool:
         """Keep a round of timing inside the model for a workload: ``challenger`` (its
         fastest record then) took ``challenger_s`` a model run, ``incumbent`` (the record
         chosen before; None: the default schedule) ``incumbent_s``. The challenger is
         chosen only when faster by more than ``margin`` (a fraction): within it the two are
         alike as far as the timing tells, and keeping what was chosen makes more tuning
-        never slower. Replaces the workload's earlier round; returns whether the
-        challenger was chosen."""
-        wins = challenger_wins(challenger_s, incumbent_s, margin)
+        never slower. ``challenger_allowed=False`` keeps the incumbent whatever the
+        timings (the round's model as a whole was not faster). Replaces the workload's
+        earlier round; returns whether the challenger was chosen."""
+        wins = challenger_allowed and challenger_wins(challenger_s, incumbent_s, margin)
         chosen = challenger if wins else incumbent
         with self.transaction() as connection:
             workload_id = _workload_id(connection, workload_key, None)
