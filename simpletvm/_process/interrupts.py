@@ -8,7 +8,7 @@ raises back as its own error: a ``KeyboardInterrupt`` comes out as a bare
 untunable and the tuning go on. :func:`keep_interrupts` notes every SIGINT that arrives
 while its block runs: an error that follows one surfaces as ``KeyboardInterrupt``, and
 so does the block's end when the body took the interrupt for an ordinary error and
-went on; :func:`raise_if_interrupted` lets a long loop inside the block stop at once.
+went on.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-_open_blocks: list[list[int]] = []  # the SIGINTs each open block received, innermost last
 
 
 @contextmanager
@@ -42,7 +40,6 @@ def keep_interrupts(*, deferred: bool = False) -> Iterator[None]:
             previous(signum, frame)
 
     signal.signal(signal.SIGINT, note_and_pass_on)
-    _open_blocks.append(received)
     try:
         yield
     except Exception as error:
@@ -50,15 +47,6 @@ def keep_interrupts(*, deferred: bool = False) -> Iterator[None]:
             raise KeyboardInterrupt from error
         raise
     finally:
-        _open_blocks.pop()
         signal.signal(signal.SIGINT, previous)
     if received:  # the body caught what TVM made of the interrupt, and went on
-        raise KeyboardInterrupt
-
-
-def raise_if_interrupted() -> None:
-    """Raise ``KeyboardInterrupt`` when SIGINT arrived in the innermost open
-    :func:`keep_interrupts` block (between the stages of a tuning, say, where a stage
-    may have taken the interrupt for a failure of its own)."""
-    if _open_blocks and _open_blocks[-1]:
         raise KeyboardInterrupt

@@ -474,7 +474,7 @@ def apply_default_schedules(fused_mod, target: ResolvedTarget, database=None):
     for gvar, func in list(fused_mod.functions_items()):
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
-        if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+        if is_scheduled(func):
             continue
         task_mod = _normalize_mod(func)
         if database is not None and _covered(database, task_mod, tvm_target):
@@ -495,6 +495,11 @@ def apply_default_schedules(fused_mod, target: ResolvedTarget, database=None):
         new = new.with_attr("tirx.is_scheduled", True)
         mod = _replace(mod, gvar, new)
     return mod, failed
+
+
+def is_scheduled(func) -> bool:
+    """Whether PrimFunc ``func`` already has its schedule (a record's, or a default one)."""
+    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
 def _with_cores(target: ResolvedTarget):

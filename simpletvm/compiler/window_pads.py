@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from simpletvm.compiler.default_schedules import COMM_REDUCE
+from simpletvm.compiler.default_schedules import COMM_REDUCE, is_scheduled
 
 # a convolution whose reduction (window x input channels) is at most this many terms
 # per output reads each input element about as often as the pad copy writes it; 49: a
@@ -33,7 +33,7 @@ def inline_window_pads(mod):
     functions = dict(mod.functions_items())
     inlined = 0
     for gvar, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
+        if not isinstance(func, tvm.tirx.PrimFunc) or is_scheduled(func):
             continue
         new, count = _inline_in(func)
         if count:
@@ -53,10 +53,6 @@ def inline_window_pads_pass():
         return inline_window_pads(mod)[0]
 
     return inline
-
-
-def _scheduled(func) -> bool:
-    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
 def _inline_in(func):
