@@ -32,8 +32,9 @@ quickstart's MobileNetV2, width 0.35, 96x96); their peers are TFLite (XNNPACK), 
 Runtime and OpenVINO, as in ``bench/peers.py``. A ``.tflite`` file's peer is TFLite.
 The report: per checkpoint the measured latency, its ratio to the fastest peer, the
 estimate (kernels timed alone) and measured / estimate, and measured over the estimate
-timed inside the model; a PNG of latency against minutes with the peers as
-horizontal lines. ``--retime`` times the module each kept store's run saved (its last
+timed inside the model, and in how many rounds it ran slower than the checkpoint before
+(each round's median; all of them in the JSON); a PNG of latency against minutes with
+the peers as horizontal lines. ``--retime`` times the module each kept store's run saved (its last
 checkpoint) with the peers again: the host's state moves within minutes, and a run's
 rounds can all fall in one state.
 """
@@ -186,6 +187,15 @@ def checked_outputs(name: str, runners: dict, reference: np.ndarray) -> dict[str
     return agreement
 
 
+def round_medians_ms(samples: dict, calls: int) -> dict[str, list[float]]:
+    """Each runner's median ms in each round (``calls`` samples a round): how far apart
+    two modules' rounds are tells what their medians' difference means."""
+    return {
+        label: [float(np.median(s[i : i + calls])) * 1e3 for i in range(0, len(s), calls)]
+        for label, s in samples.items()
+    }
+
+
 def medians_ms(samples: dict) -> tuple[dict[str, float], dict[str, float], str]:
     """Median ms per runner, the peers' among them, and the fastest peer."""
     medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
@@ -294,13 +304,21 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         print(f"  store kept: {kept}", flush=True)
 
     medians, peers, fastest = medians_ms(samples)
+    by_round = round_medians_ms(samples, args.calls)
     checkpoints = []
     for checkpoint, copy in sorted(copies.items()):
-        measured = medians[copy.get("same_module_as", f"{checkpoint:g} min")]
+        label = copy.get("same_module_as", f"{checkpoint:g} min")
+        measured = medians[label]
+        if checkpoints:  # how many rounds ran this checkpoint slower than the one before
+            before = by_round[checkpoints[-1]["module"]]
+            copy["rounds_slower_than_before"] = (
+                f"{sum(a > b for a, b in zip(by_round[label], before))} of {len(before)}"
+            )
         estimate = copy.get("estimated_ms")
         checkpoints.append(
             {
                 "minutes": checkpoint,
+                "module": label,
                 **{k: v for k, v in copy.items() if k != "records"},
                 "measured_ms": measured,
                 "x_fastest_peer": measured / peers[fastest],
@@ -327,6 +345,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             later["measured_ms"] <= earlier["measured_ms"]
             for earlier, later in zip(checkpoints, checkpoints[1:])
         ),
+        "round_medians_ms": by_round,
         "max_abs_difference_to_reference": agreement,
         "stage_seconds": stvm.context.stage_durations(),
     }
@@ -400,6 +419,12 @@ def print_run(result: dict) -> None:
             + ("  (round kept every incumbent)" if c.get("in_model_kept_as_a_whole") else "")
         )
     print(f"  never slower at a later checkpoint: {result['never_slower_later']}")
+    steps = [
+        f"{c['minutes']:g} min {c['rounds_slower_than_before']}"
+        for c in result["checkpoints"]
+        if c.get("rounds_slower_than_before")
+    ]
+    print(f"  rounds in which a checkpoint ran slower than the one before: {', '.join(steps)}")
 
 
 def plot(results: list[dict], path: Path) -> None:
