@@ -47,6 +47,9 @@ class RecordDatabase(PyDatabase):
             timed is answered as it is. ``"incumbent"``: each workload answers what its last
             round chose (none before any round), the schedule the next round times its
             fastest record against.
+        planned: with ``"chosen"``, choices not kept yet, by workload key: True answers
+            the workload's fastest record, False what its last round chose (the build of
+            a round's choices, timed before the round keeps them).
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class RecordDatabase(PyDatabase):
         scope: str = "all",
         run_id: str | None = None,
         in_model: str | None = None,
+        planned: dict[str, bool] | None = None,
     ):
         super().__init__()
         if scope not in SCOPES:
@@ -71,6 +75,7 @@ class RecordDatabase(PyDatabase):
         self.target_key = tvm_target_key(target)
         self.target = target
         self.in_model = in_model
+        self.planned = planned or {}
         self._workloads: dict[str, Workload] = {}
         self._workload_json: dict[str, Any] = {}
 
@@ -115,9 +120,10 @@ class RecordDatabase(PyDatabase):
 
     def _in_model_answer(self, key: str, rows: list[list]) -> list[list]:
         choice = self.records.in_model_choice(key, self.target_key)
-        if self.in_model == "incumbent":
+        planned = self.planned.get(key)
+        if self.in_model == "incumbent" or planned is False:
             return [choice.chosen] if choice is not None and choice.chosen else []
-        if choice is None or not choice.answers(rows[0]):
+        if planned or choice is None or not choice.answers(rows[0]):
             return rows
         return [choice.chosen] if choice.chosen else []
 
@@ -146,9 +152,21 @@ class RecordDatabase(PyDatabase):
         the model: what its fastest records are timed against."""
         return self._reading("incumbent")
 
-    def _reading(self, in_model: str) -> RecordDatabase:
+    def with_planned_choices(self, challengers_chosen: dict[Any, bool]) -> RecordDatabase:
+        """The same records, read as a build would apply a round's choices before they
+        are kept: workload module -> whether its fastest record is chosen (else what
+        its last round chose); other workloads as :meth:`with_in_model_choices`."""
+        planned = {workload_key(mod): chosen for mod, chosen in challengers_chosen.items()}
+        return self._reading("chosen", planned)
+
+    def _reading(self, in_model: str, planned: dict[str, bool] | None = None) -> RecordDatabase:
         return RecordDatabase(
-            self.records, self.target, scope=self.scope, run_id=self.run_id, in_model=in_model
+            self.records,
+            self.target,
+            scope=self.scope,
+            run_id=self.run_id,
+            in_model=in_model,
+            planned=planned,
         )
 
     def has_record(self, mod) -> bool:

@@ -13,8 +13,10 @@ alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps ea
 round's choice in the record store. A challenger is chosen only when it ran faster by
 more than :data:`~simpletvm.tuning.database.IN_MODEL_MARGIN`, and only when the model
 built from the round's choices is faster as a whole than the incumbents' build (its
-kernels' gains can be noise, or lost between the loops): so each round keeps or improves
-the model, as far as the timing can tell. A build then applies the choices
+kernels' gains can be noise, lost between the loops, or paid by a neighbour that finds
+its data elsewhere): when the choices mix challengers and incumbents, that model is
+built and timed against the incumbents' build too. So each round keeps or improves the
+model, as far as the timing can tell. A build then applies the choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
 seen by the timing and keeps its fastest record.
 """
@@ -53,22 +55,28 @@ class KernelFinding:
 @dataclass(frozen=True)
 class InModelTiming:
     """Both builds timed inside the model: each tuned kernel's finding, each build's
-    median ms a run, and whether the round kept every incumbent because the model built
-    from its kernels' choices was not faster as a whole (:func:`round_choices`)."""
+    median ms a run, the model built from the round's choices when they mixed
+    challengers and incumbents (built and timed against the incumbents' build, ms a run),
+    and whether the round kept every incumbent because that model was not faster.
+    ``mixed_model_ms`` and ``mixed_against_ms``: the mixed build and the incumbents'
+    build, timed in the same rounds (None when the choices did not mix)."""
 
     findings: list[KernelFinding]
     challengers_model_ms: float
     incumbents_model_ms: float
     kept_as_a_whole: bool
+    mixed_model_ms: float | None = None
+    mixed_against_ms: float | None = None
 
     @property
     def chosen_model_ms(self) -> float:
-        """What the model built from the choices runs in: the challengers' build less
-        what each incumbent kept saves; the incumbents' build when no challenger was
-        chosen."""
+        """What the model built from the choices runs in: the mixed build as timed, else
+        the challengers' or the incumbents' build, whichever the round chose."""
         if not any(f.challenger_chosen for f in self.findings):
             return self.incumbents_model_ms
-        return self.challengers_model_ms - sum(f.challenger_ms - f.chosen_ms for f in self.findings)
+        if self.mixed_model_ms is not None:
+            return self.mixed_model_ms
+        return self.challengers_model_ms
 
     @property
     def kept(self) -> list[KernelFinding]:
@@ -112,25 +120,49 @@ def choose_in_model(
         challengers, kept = time_builds(
             libraries, inputs, threads=threads, rounds=rounds, runs=runs
         )
-    timed = {
-        name: (challengers[name], kept[name])
-        for name, task in tasks.items()
-        # no parallel loop in one of the builds: the timing cannot tell
-        if name in challengers and name in kept and database.has_record(task.dispatched[0])
-    }
-    wins, kept_as_a_whole = round_choices(timed, challengers[WHOLE], kept[WHOLE])
-    findings = []
-    for name, (challenger_ms, incumbent_ms) in timed.items():
-        chosen = database.note_in_model(
+        timed = {
+            name: (challengers[name], kept[name])
+            for name, task in tasks.items()
+            # no parallel loop in one of the builds: the timing cannot tell
+            if name in challengers and name in kept and database.has_record(task.dispatched[0])
+        }
+        wins, kept_as_a_whole = round_choices(timed, challengers[WHOLE], kept[WHOLE])
+
+        mixed_model_ms = mixed_against_ms = None
+        if any(wins.values()) and not all(wins.values()):
+            # a model neither build was: built from the choices, it must beat the
+            # incumbents' build as a whole, or the round keeps every incumbent
+            planned = {tasks[name].dispatched[0]: win for name, win in wins.items()}
+            mixed = export("chosen", database.with_planned_choices(planned))
+            mixed_model_ms, mixed_against_ms = (
+                timing[WHOLE]
+                for timing in time_builds(
+                    [mixed, libraries[1]], inputs, threads=threads, rounds=rounds, runs=runs
+                )
+            )
+            if mixed_model_ms >= mixed_against_ms:
+                wins, kept_as_a_whole = dict.fromkeys(wins, False), True
+    chosen = {
+        name: database.note_in_model(
             tasks[name].dispatched[0],
             challenger_ms / 1e3,
             incumbent_ms / 1e3,
             challenger_allowed=wins[name],
         )
-        findings.append(
-            KernelFinding(name, challenger_ms, incumbent_ms, before[name] == "default", chosen)
-        )
-    return InModelTiming(findings, challengers[WHOLE], kept[WHOLE], kept_as_a_whole)
+        for name, (challenger_ms, incumbent_ms) in timed.items()
+    }
+    findings = [
+        KernelFinding(name, challenger_ms, incumbent_ms, before[name] == "default", chosen[name])
+        for name, (challenger_ms, incumbent_ms) in timed.items()
+    ]
+    return InModelTiming(
+        findings,
+        challengers[WHOLE],
+        kept[WHOLE],
+        kept_as_a_whole,
+        mixed_model_ms,
+        mixed_against_ms,
+    )
 
 
 def round_choices(
@@ -138,9 +170,9 @@ def round_choices(
 ) -> tuple[dict[str, bool], bool]:
     """Whether each kernel's challenger is chosen, from its (challenger, incumbent) ms a
     model run: when faster by more than the margin, and only if the model built from
-    those choices (the challengers' build less what each incumbent kept saves) runs
-    faster than the incumbents' build; otherwise the round keeps every incumbent. Also
-    returns whether it did so."""
+    those choices, as the two builds' timings estimate it (the challengers' build less
+    what each incumbent kept saves), runs faster than the incumbents' build; otherwise
+    the round keeps every incumbent. Also returns whether it did so."""
     wins = {
         name: challenger_wins(challenger, incumbent, IN_MODEL_MARGIN)
         for name, (challenger, incumbent) in timed.items()
