@@ -158,7 +158,7 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
 
 def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning):
     stvm, printed, first = tuning
-    # about 20 s, at most half the budget: the search ends that much earlier
+    # about 30 s, at most half the budget: the search ends that much earlier
     assert _last(stvm, "autotune")["kept_for_in_model_s"] == pytest.approx(15.0)
     lines = printed.splitlines()
     assert lines[-2].endswith("; timing the tuned kernels inside the model"), lines
