@@ -65,6 +65,7 @@ from peers import (
     tflite_keras_runner,
 )
 
+from simpletvm.api import MODULE_FILE
 from simpletvm.runtime.comparison import (
     simpletvm_runner,
     tflite_runner,
@@ -289,7 +290,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             else scratch / f"module-{run}-{checkpoint:g}"
         )
         built.save(module_dir)
-        digest = hashlib.sha256((module_dir / "model.so").read_bytes()).hexdigest()
+        digest = hashlib.sha256((module_dir / MODULE_FILE).read_bytes()).hexdigest()
         if digest in modules:  # the same library as an earlier checkpoint's: timed once
             copy["same_module_as"] = modules[digest]
         else:
