@@ -367,6 +367,7 @@ class SimpleTVM:
             step["incumbents_model_ms"] = timing.incumbents_model_ms
             step["chosen_model_ms"] = timing.chosen_model_ms
             step["kept_as_a_whole"] = timing.kept_as_a_whole
+            step["unseen_kernels"] = timing.unseen
             step["mixed_model_ms"] = timing.mixed_model_ms
             step["mixed_against_ms"] = timing.mixed_against_ms
         self.in_model = timing

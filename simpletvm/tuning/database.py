@@ -21,9 +21,6 @@ from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, canonical_json, tvm_target_key
 
 SCOPES = ("all", "run", "best")
-# a record replaces the schedule chosen before it only when it ran this much faster inside
-# the model: within it, the two are alike as far as the timing can tell
-IN_MODEL_MARGIN = 0.03
 # how a database answers a build: every fastest record (None), the choices of timing
 # inside the model ("chosen"), or what was chosen before the next round ("incumbent")
 IN_MODEL_READINGS = (None, "chosen", "incumbent")
@@ -174,29 +171,28 @@ class RecordDatabase(PyDatabase):
         return bool(self._top_json(workload_key(mod), 1))
 
     def note_in_model(
-        self, mod, challenger_s: float, incumbent_s: float, *, challenger_allowed: bool = True
-    ) -> bool | None:
+        self, mod, challenger_s: float, incumbent_s: float, *, challenger_chosen: bool
+    ) -> bool:
         """Keep a round of timing inside the model for workload ``mod``: its fastest
         record here took ``challenger_s`` a model run, the schedule chosen before it
-        (:meth:`incumbents`) ``incumbent_s``; ``challenger_allowed=False`` keeps the
-        incumbent whatever the timings. Returns whether the fastest record was chosen;
-        None when the workload has no record here."""
+        (:meth:`incumbents`) ``incumbent_s``, and whether the round chose that record.
+        Returns False, noting nothing, when the workload has no record here."""
         key = workload_key(mod)
         rows = self._top_json(key, 1)
         if not rows:
-            return None
+            return False
         choice = self.records.in_model_choice(key, self.target_key)
-        return self.records.note_in_model(
+        self.records.note_in_model(
             key,
             self.target_key,
             rows[0],
             challenger_s,
             None if choice is None else choice.chosen,
             incumbent_s,
-            IN_MODEL_MARGIN,
+            challenger_chosen=challenger_chosen,
             run_id=self.run_id,
-            challenger_allowed=challenger_allowed,
         )
+        return True
 
     def _top_json(self, key: str, limit: int) -> list[list]:
         return self.records.top(

@@ -11,14 +11,15 @@ MobileNetV2 the default ran faster in 14 of 31 kernels of a 15-minute tuning
 default schedule before its first round), times every kernel of both builds in the same
 alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps each
 round's choice in the record store. A challenger is chosen only when it ran faster by
-more than :data:`~simpletvm.tuning.database.IN_MODEL_MARGIN`, and only when the model
+more than :data:`IN_MODEL_MARGIN`, and only when the model
 built from the round's choices is faster as a whole than the incumbents' build (its
 kernels' gains can be noise, lost between the loops, or paid by a neighbour that finds
 its data elsewhere): when the choices mix challengers and incumbents, that model is
 built and timed against the incumbents' build too. So each round keeps or improves the
 model, as far as the timing can tell. A build then applies the choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
-seen by the timing and keeps its fastest record.
+seen by the timing: it follows the model, taking its fastest record when the build the
+round keeps was timed with it, so the module built afterwards is the one timed.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ from pathlib import Path
 from simpletvm.compiler.lowering import compile_fused, extract_tasks
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
-from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase
-from simpletvm.tuning.records import challenger_wins
+from simpletvm.tuning.database import RecordDatabase
+
+# a record replaces the schedule chosen before it only when it ran this much faster inside
+# the model: within it, the two are alike as far as the timing can tell
+IN_MODEL_MARGIN = 0.03
 
 
 @dataclass(frozen=True)
@@ -58,13 +62,16 @@ class InModelTiming:
     median ms a run, the model built from the round's choices when they mixed
     challengers and incumbents (built and timed against the incumbents' build, ms a run),
     and whether the round kept every incumbent because that model was not faster.
-    ``mixed_model_ms`` and ``mixed_against_ms``: the mixed build and the incumbents'
-    build, timed in the same rounds (None when the choices did not mix)."""
+    ``unseen``: the tuned kernels the timing could not tell apart (no parallel loop),
+    by whether their fastest record was chosen with the model. ``mixed_model_ms`` and
+    ``mixed_against_ms``: the mixed build and the incumbents' build, timed in the same
+    rounds (None when the choices did not mix)."""
 
     findings: list[KernelFinding]
     challengers_model_ms: float
     incumbents_model_ms: float
     kept_as_a_whole: bool
+    unseen: dict[str, bool]
     mixed_model_ms: float | None = None
     mixed_against_ms: float | None = None
 
@@ -72,7 +79,8 @@ class InModelTiming:
     def chosen_model_ms(self) -> float:
         """What the model built from the choices runs in: the mixed build as timed, else
         the challengers' or the incumbents' build, whichever the round chose."""
-        if not any(f.challenger_chosen for f in self.findings):
+        chosen = [f.challenger_chosen for f in self.findings] + list(self.unseen.values())
+        if not any(chosen):
             return self.incumbents_model_ms
         if self.mixed_model_ms is not None:
             return self.mixed_model_ms
@@ -120,13 +128,15 @@ def choose_in_model(
         challengers, kept = time_builds(
             libraries, inputs, threads=threads, rounds=rounds, runs=runs
         )
+        tuned = [name for name, task in tasks.items() if database.has_record(task.dispatched[0])]
+        # no parallel loop in one of the builds: the timing cannot tell the two apart
         timed = {
             name: (challengers[name], kept[name])
-            for name, task in tasks.items()
-            # no parallel loop in one of the builds: the timing cannot tell
-            if name in challengers and name in kept and database.has_record(task.dispatched[0])
+            for name in tuned
+            if name in challengers and name in kept
         }
-        wins, kept_as_a_whole = round_choices(timed, challengers[WHOLE], kept[WHOLE])
+        unseen = [name for name in tuned if name not in timed]
+        wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept[WHOLE])
 
         mixed_model_ms = mixed_against_ms = None
         if any(wins.values()) and not all(wins.values()):
@@ -142,17 +152,19 @@ def choose_in_model(
             )
             if mixed_model_ms >= mixed_against_ms:
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
-    chosen = {
-        name: database.note_in_model(
+    # an unseen kernel is noted with the timings of the two models it was chosen by
+    chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
+    against_ms = mixed_against_ms if mixed_against_ms is not None else kept[WHOLE]
+    for name, win in wins.items():
+        challenger_ms, incumbent_ms = timed.get(name, (chosen_ms, against_ms))
+        database.note_in_model(
             tasks[name].dispatched[0],
             challenger_ms / 1e3,
             incumbent_ms / 1e3,
-            challenger_allowed=wins[name],
+            challenger_chosen=win,
         )
-        for name, (challenger_ms, incumbent_ms) in timed.items()
-    }
     findings = [
-        KernelFinding(name, challenger_ms, incumbent_ms, before[name] == "default", chosen[name])
+        KernelFinding(name, challenger_ms, incumbent_ms, before[name] == "default", wins[name])
         for name, (challenger_ms, incumbent_ms) in timed.items()
     ]
     return InModelTiming(
@@ -160,26 +172,35 @@ def choose_in_model(
         challengers[WHOLE],
         kept[WHOLE],
         kept_as_a_whole,
+        {name: wins[name] for name in unseen},
         mixed_model_ms,
         mixed_against_ms,
     )
 
 
 def round_choices(
-    timed: dict[str, tuple[float, float]], challengers_model_ms: float, incumbents_model_ms: float
+    timed: dict[str, tuple[float, float]],
+    unseen: list[str],
+    challengers_model_ms: float,
+    incumbents_model_ms: float,
 ) -> tuple[dict[str, bool], bool]:
     """Whether each kernel's challenger is chosen, from its (challenger, incumbent) ms a
     model run: when faster by more than the margin, and only if the model built from
     those choices, as the two builds' timings estimate it (the challengers' build less
     what each incumbent kept saves), runs faster than the incumbents' build; otherwise
-    the round keeps every incumbent. Also returns whether it did so."""
-    wins = {
-        name: challenger_wins(challenger, incumbent, IN_MODEL_MARGIN)
-        for name, (challenger, incumbent) in timed.items()
-    }
+    the round keeps every incumbent. Also returns whether it did so. A kernel of
+    ``unseen`` (not timed apart) follows the model: its challenger is chosen when any
+    timed one is (the build kept was timed with it), or, with none timed, when the
+    challengers' build was faster by the margin as a whole."""
+    wins = {name: _faster(challenger, incumbent) for name, (challenger, incumbent) in timed.items()}
     chosen_model_ms = challengers_model_ms - sum(
         challenger - incumbent for name, (challenger, incumbent) in timed.items() if not wins[name]
     )
     if any(wins.values()) and chosen_model_ms >= incumbents_model_ms:
-        return dict.fromkeys(wins, False), True
-    return wins, False
+        return dict.fromkeys([*timed, *unseen], False), True
+    follows = any(wins.values()) if timed else _faster(challengers_model_ms, incumbents_model_ms)
+    return {**wins, **dict.fromkeys(unseen, follows)}, False
+
+
+def _faster(challenger_ms: float, incumbent_ms: float) -> bool:
+    return challenger_ms < incumbent_ms * (1.0 - IN_MODEL_MARGIN)

@@ -174,20 +174,16 @@ class RecordStore:
         challenger_s: float,
         incumbent: list | None,
         incumbent_s: float,
-        margin: float,
+        *,
+        challenger_chosen: bool,
         run_id: str | None = None,
-        challenger_allowed: bool = True,
-    ) -> bool:
+    ) -> None:
         """Keep a round of timing inside the model for a workload: ``challenger`` (its
         fastest record then) took ``challenger_s`` a model run, ``incumbent`` (the record
-        chosen before; None: the default schedule) ``incumbent_s``. The challenger is
-        chosen only when faster by more than ``margin`` (a fraction): within it the two are
-        alike as far as the timing tells, and keeping what was chosen makes more tuning
-        never slower. ``challenger_allowed=False`` keeps the incumbent whatever the
-        timings (the round's model as a whole was not faster). Replaces the workload's
-        earlier round; returns whether the challenger was chosen."""
-        wins = challenger_allowed and challenger_wins(challenger_s, incumbent_s, margin)
-        chosen = challenger if wins else incumbent
+        chosen before; None: the default schedule) ``incumbent_s``, and the round chose
+        the challenger or kept the incumbent (:func:`simpletvm.tuning.in_model.round_choices`
+        decides). Replaces the workload's earlier round."""
+        chosen = challenger if challenger_chosen else incumbent
         with self.transaction() as connection:
             workload_id = _workload_id(connection, workload_key, None)
             connection.execute(
@@ -206,7 +202,6 @@ class RecordStore:
                     time.time(),
                 ),
             )
-        return wins
 
     def in_model_choice(self, workload_key: str, target: str) -> InModelChoice | None:
         """The workload's last round of timing inside the model on ``target``, if any."""
@@ -536,12 +531,6 @@ class InModelChoice:
         """Whether the round was about ``fastest`` (a record's JSON); a later, faster
         record has not been timed inside the model yet."""
         return self.challenger_trace == canonical_json(fastest[0])
-
-
-def challenger_wins(challenger_s: float, incumbent_s: float, margin: float) -> bool:
-    """Whether a challenger timed at ``challenger_s`` inside the model beat the incumbent
-    timed at ``incumbent_s`` there by more than ``margin`` (a fraction)."""
-    return challenger_s < incumbent_s * (1.0 - margin)
 
 
 def _identity(key: str, run_id: str | None, text: str) -> bytes:

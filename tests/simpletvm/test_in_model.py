@@ -20,8 +20,8 @@ from simpletvm.errors import SimpleTVMError
 from simpletvm.progress import TuningProgress
 from simpletvm.runtime.in_situ import WHOLE
 from simpletvm.tuning import in_model
-from simpletvm.tuning.database import IN_MODEL_MARGIN, RecordDatabase, record_as_json
-from simpletvm.tuning.in_model import round_choices
+from simpletvm.tuning.database import RecordDatabase, record_as_json
+from simpletvm.tuning.in_model import IN_MODEL_MARGIN, round_choices
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, target_key
 
@@ -40,19 +40,18 @@ def test_a_choice_holds_for_the_record_it_was_made_with(tmp_path):
     older, newer = _record(1, 2e-5), _record(2, 1e-5)
     store.add("w", ["w", "{}"], [older], run_id="r")
     assert store.in_model_choice("w", key) is None
-    # the first round times the record against the default schedule; within the margin
-    # the default stays
-    assert not store.note_in_model("w", key, older, 0.98e-4, None, 1e-4, margin=0.03)
+    # the first round keeps the default schedule
+    store.note_in_model("w", key, older, 0.98e-4, None, 1e-4, challenger_chosen=False)
     assert store.in_model_choice("w", key).chosen is None
-    # a record faster by more than the margin is chosen
-    assert store.note_in_model("w", key, older, 0.9e-4, None, 1e-4, margin=0.03)
+    # the next one chooses the record
+    store.note_in_model("w", key, older, 0.9e-4, None, 1e-4, challenger_chosen=True)
     assert store.in_model_choice("w", key).chosen == older
     # a later, faster record has not been timed: a build applies it; the next round
     # times it against the record chosen before, which stays when it loses
     store.add("w", ["w", "{}"], [newer], run_id="r")
     choice = store.in_model_choice("w", key)
     assert choice.answers(older) and not choice.answers(newer)
-    assert not store.note_in_model("w", key, newer, 1.2e-4, older, 1e-4, margin=0.03)
+    store.note_in_model("w", key, newer, 1.2e-4, older, 1e-4, challenger_chosen=False)
     choice = store.in_model_choice("w", key)
     assert choice.answers(newer) and choice.chosen == older
 
@@ -61,23 +60,39 @@ def test_a_round_keeps_every_incumbent_when_its_choices_do_not_make_the_model_fa
     # ms a model run: (challenger, incumbent) per kernel
     timed = {"conv": (0.90, 1.00), "dense": (0.50, 0.49), "pool": (0.20, 0.20)}
     # the choices' model: 3.00 less the 0.01 the kept dense saves = 2.99 ms
-    wins, kept_as_a_whole = round_choices(timed, 3.00, 3.10)
+    wins, kept_as_a_whole = round_choices(timed, [], 3.00, 3.10)
     assert wins == {"conv": True, "dense": False, "pool": False}
     assert not kept_as_a_whole
     # the incumbents' build ran faster as a whole (the conv's gain was noise, or was
     # lost between the loops): nothing changes
-    wins, kept_as_a_whole = round_choices(timed, 3.00, 2.99)
+    wins, kept_as_a_whole = round_choices(timed, [], 3.00, 2.99)
     assert wins == dict.fromkeys(timed, False)
     assert kept_as_a_whole
     # no challenger faster by the margin: kept kernel by kernel, not as a whole
-    wins, kept_as_a_whole = round_choices({"dense": (0.50, 0.49)}, 3.00, 2.00)
+    wins, kept_as_a_whole = round_choices({"dense": (0.50, 0.49)}, [], 3.00, 2.00)
     assert wins == {"dense": False} and not kept_as_a_whole
+
+
+def test_a_kernel_the_timing_cannot_see_follows_the_model():
+    timed = {"conv": (0.90, 1.00), "dense": (0.50, 0.49)}
+    # a timed challenger chosen: the build kept has the unseen kernel's fastest record
+    wins, _ = round_choices(timed, ["reshape"], 3.00, 3.10)
+    assert wins == {"conv": True, "dense": False, "reshape": True}
+    # every incumbent kept, as a whole or kernel by kernel: so is the unseen one's
+    assert round_choices(timed, ["reshape"], 3.00, 2.99) == (dict.fromkeys(wins, False), True)
+    wins, _ = round_choices({"dense": (0.50, 0.49)}, ["reshape"], 3.00, 3.10)
+    assert wins == {"dense": False, "reshape": False}
+    # nothing timed apart: the whole model decides, by the margin
+    assert round_choices({}, ["reshape"], 1.00, 1.10) == ({"reshape": True}, False)
+    assert round_choices({}, ["reshape"], 1.00, 1.02) == ({"reshape": False}, False)
 
 
 def test_a_finding_for_a_workload_the_store_lacks_is_refused(tmp_path):
     store = RecordStore(tmp_path / "records.sqlite")
     with pytest.raises(KeyError, match="not in the record store"):
-        store.note_in_model("absent", "llvm/x/", _record(1, 1e-5), 1e-4, None, 1e-4, margin=0.03)
+        store.note_in_model(
+            "absent", "llvm/x/", _record(1, 1e-5), 1e-4, None, 1e-4, challenger_chosen=True
+        )
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +165,7 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
         assert step["chosen_model_ms"] == step["challengers_model_ms"]
         assert step["challengers_model_ms"] < step["incumbents_model_ms"]
     assert step["kept_as_a_whole"] == timing.kept_as_a_whole
+    assert step["unseen_kernels"] == timing.unseen
     assert not (timing.kept_as_a_whole and chosen)
     assert tuned.tuning_summary["in_model_latency_s"] == pytest.approx(
         step["chosen_model_ms"] / 1e3
@@ -168,12 +184,13 @@ def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning)
 
 def test_the_next_round_times_records_against_what_was_chosen(tuning, tiny_onnx):
     tuned, _, timing = tuning
-    first = {f.task: f for f in timing.findings}
+    # what the first round chose, kernels it could not time apart included
+    chosen = {f.task: f.challenger_chosen for f in timing.findings} | timing.unseen
     later = SimpleTVM(BenchmarkingContext("cpu", store=tuned.store.root)).from_model(tiny_onnx)
-    second = later.choose_in_model(tuned.context.run_id).in_model.findings
-    assert {f.task for f in second} == set(first)
-    for finding in second:  # no new record: each against the first round's choice
-        assert finding.incumbent_is_default == (not first[finding.task].challenger_chosen)
+    second = later.choose_in_model(tuned.context.run_id).in_model
+    assert {f.task for f in second.findings} | set(second.unseen) == set(chosen)
+    for finding in second.findings:  # no new record: each against the first round's choice
+        assert finding.incumbent_is_default == (not chosen[finding.task])
 
 
 def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
@@ -189,7 +206,7 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     assert tasks
     # the default schedule, 10x faster inside the model than each record: kept
     for task in tasks:
-        assert database.note_in_model(task.dispatched[0], 1e-3, 1e-4) is False
+        assert database.note_in_model(task.dispatched[0], 1e-3, 1e-4, challenger_chosen=False)
     build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_default_in_model"] == len(tasks)
     assert build["tasks_with_records"] == build["tasks"] - len(tasks)
@@ -197,7 +214,7 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
 
     # the records, 10x faster: chosen and applied
     for task in tasks:
-        assert database.note_in_model(task.dispatched[0], 1e-4, 1e-3) is True
+        assert database.note_in_model(task.dispatched[0], 1e-4, 1e-3, challenger_chosen=True)
     build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_default_in_model"] == 0
     assert build["tasks_with_records"] == build["tasks"]
@@ -212,7 +229,7 @@ def test_a_build_applies_what_timing_inside_the_model_chose(untimed):
     store.add(key, store.workload_json(key), [newer], run_id="later")
     assert database.with_in_model_choices().in_model_schedule(mod) is None
     assert database.incumbents().in_model_schedule(mod) == "earlier record"
-    assert database.note_in_model(mod, 1e-3, 1e-4) is False
+    assert database.note_in_model(mod, 1e-3, 1e-4, challenger_chosen=False)
     build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_earlier_record_in_model"] == 1
     applied = database.with_in_model_choices().get_top_k(database.commit_workload(mod), 1)
@@ -259,6 +276,32 @@ def test_a_mix_of_challengers_and_incumbents_is_built_and_kept_only_when_faster(
         assert applied == ["default"] * len(tasks)
         assert timing.kept_as_a_whole and not any(f.challenger_chosen for f in timing.findings)
         assert timing.chosen_model_ms == 5.5
+
+
+def test_after_a_round_the_build_is_the_module_timed_even_where_the_timing_cannot_see(
+    untimed, monkeypatch
+):
+    database = RecordDatabase(open_records(untimed.store.root), untimed.target.tvm_target())
+    tasks = [
+        task
+        for task in extract_tasks(untimed.conv_forms.default, untimed.target)
+        if database.has_workload(task.dispatched[0])
+    ]
+    seen, unseen = tasks[:-1], tasks[-1]
+
+    def time_builds(libraries, inputs, **_):
+        # every timed record loses to its default; the last kernel is not timed apart
+        challengers = {t.task_name: 1.0 for t in seen}
+        incumbents = {t.task_name: 0.5 for t in seen}
+        return [{**challengers, WHOLE: 6.0}, {**incumbents, WHOLE: 5.0}]
+
+    monkeypatch.setattr(in_model, "time_builds", time_builds)
+    timing = untimed.choose_in_model("global").in_model
+    assert timing.unseen == {unseen.task_name: False}
+    assert timing.chosen_model_ms == 5.0
+    # the build applies the default schedules timed, the unseen kernel's included
+    build = _last(untimed.build(records="global"), "build")
+    assert build["tasks_on_default_in_model"] == len(tasks)
 
 
 def test_timing_inside_the_model_needs_this_machines_cpu(tiny_onnx, tmp_path):
