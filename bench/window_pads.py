@@ -72,7 +72,7 @@ def compare(name: str, args) -> dict:
             rounds=args.rounds,
             runs=args.runs,
         )
-    in_place_ms, copy_ms = timed
+    in_place_ms, copy_ms = timed.medians
     kernels = {
         kernel: {"in_place_ms": in_place_ms.get(kernel, 0.0), "copy_ms": ms}
         for kernel, ms in copy_ms.items()

@@ -359,9 +359,12 @@ class SimpleTVM:
                 self.target,
                 database,
                 [(list(spec.shape), spec.dtype) for spec in self.model.inputs],
+                # on the threads the build will run on: pinned, else chosen as it chooses
                 threads=self.context.num_threads or self.target.host_cores(),
+                choose_threads=self.context.num_threads is None,
             )
             step["kernels"] = len(timing.findings)
+            step["threads"] = timing.threads
             step["incumbents_kept"] = [f.task for f in timing.kept]
             step["challengers_model_ms"] = timing.challengers_model_ms
             step["incumbents_model_ms"] = timing.incumbents_model_ms

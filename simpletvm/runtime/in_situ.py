@@ -20,6 +20,7 @@ import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -108,23 +109,35 @@ def kernel_ms(
     return spent
 
 
+@dataclass(frozen=True)
+class BuildTimings:
+    """Builds of one model timed inside a worker: per build, each kernel's median ms a
+    model run (and :data:`BETWEEN`, :data:`WHOLE`), and the threads they ran on."""
+
+    medians: list[dict[str, float]]
+    threads: int
+
+
 def time_builds(
     libraries: list[str | os.PathLike],
     inputs: list[tuple[list[int], str]],
     *,
     threads: int,
+    choose_threads: bool = False,
     rounds: int = 10,
     runs: int = 10,
     timeout_s: float = 600.0,
-) -> list[dict[str, float]]:
+) -> BuildTimings:
     """Builds of one model (exported libraries whose ``main`` takes ``inputs``, each a
     (shape, dtype)), timed inside a worker process in ``rounds`` alternating rounds of
-    ``runs`` runs on ``threads`` threads: per build, each kernel's median ms per model run
-    (and :data:`BETWEEN`, :data:`WHOLE`). Raises :class:`InSituTimingFailed`."""
+    ``runs`` runs on ``threads`` threads, or, with ``choose_threads``, on ``threads`` or
+    1, whichever the last build runs faster on (as a build or load chooses the runtime's
+    threads, :mod:`simpletvm.runtime.threads`). Raises :class:`InSituTimingFailed`."""
     request = {
         "libraries": [str(p) for p in libraries],
         "inputs": inputs,
         "threads": threads,
+        "choose_threads": choose_threads,
         "rounds": rounds,
         "runs": runs,
     }
@@ -145,16 +158,19 @@ def time_builds(
         raise InSituTimingFailed(
             f"the in-situ timing worker exited with {done.returncode}: {done.stderr.strip()[-600:]}"
         )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return BuildTimings(answer["medians"], answer["threads"])
 
 
 def _worker() -> None:
-    """Read a request from standard input, print each build's medians as JSON."""
+    """Read a request from standard input, print each build's medians and the threads
+    they ran on as JSON."""
     import numpy as np
     import tvm
     from tvm import relax
 
     from simpletvm.runtime.fork_join import use_for_loaded_kernels
+    from simpletvm.runtime.threads import choose_runtime_threads
 
     request = json.loads(sys.stdin.read())
     device = tvm.cpu()
@@ -167,6 +183,10 @@ def _worker() -> None:
         tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), device)
         for shape, dtype in request["inputs"]
     ]
+    threads = request["threads"]
+    if request["choose_threads"]:
+        last = machines[-1]["main"]
+        threads = choose_runtime_threads(lambda: last(*arguments), threads)["threads"]
     name_of = kernel_names()  # every library is loaded: one resolver for all rounds
     samples: list[dict[str, list[float]]] = [{} for _ in machines]
     for round_ in range(request["rounds"]):
@@ -179,7 +199,7 @@ def _worker() -> None:
             for name, values in spent.items():
                 samples[index].setdefault(name, []).extend(values)
     medians = [{name: statistics.median(v) for name, v in s.items()} for s in samples]
-    print(json.dumps(medians))
+    print(json.dumps({"medians": medians, "threads": threads}))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ MobileNetV2 the default ran faster in 14 of 31 kernels of a 15-minute tuning
 default schedule before its first round), times every kernel of both builds in the same
 alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps each
 round's choice in the record store. A challenger is chosen only when it ran faster by
-more than :data:`IN_MODEL_MARGIN`, and only when the model
-built from the round's choices is faster as a whole than the incumbents' build (its
+more than :data:`IN_MODEL_MARGIN`, and only when the model built from the round's choices
+is faster as a whole than the incumbents' build, by more than :data:`MODEL_MARGIN` (its
 kernels' gains can be noise, lost between the loops, or paid by a neighbour that finds
 its data elsewhere): when the choices mix challengers and incumbents, that model is
 built and timed against the incumbents' build too. So each round keeps or improves the
@@ -37,6 +37,10 @@ from simpletvm.tuning.database import RecordDatabase
 # a record replaces the schedule chosen before it only when it ran this much faster inside
 # the model: within it, the two are alike as far as the timing can tell
 IN_MODEL_MARGIN = 0.03
+# and the round's choices only when the model built from them ran this much faster as a
+# whole: a smaller gain is what two timings of one module differ by, and keeping the
+# incumbents then leaves the module as it was, so a later round is never slower
+MODEL_MARGIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class InModelTiming:
     challengers and incumbents (built and timed against the incumbents' build, ms a run),
     and whether the round kept every incumbent because that model was not faster.
     ``unseen``: the tuned kernels the timing could not tell apart (no parallel loop),
-    by whether their fastest record was chosen with the model. ``mixed_model_ms`` and
+    by whether their fastest record was chosen with the model; ``threads``: what every
+    build ran on. ``mixed_model_ms`` and
     ``mixed_against_ms``: the mixed build and the incumbents' build, timed in the same
     rounds (None when the choices did not mix)."""
 
@@ -72,6 +77,7 @@ class InModelTiming:
     incumbents_model_ms: float
     kept_as_a_whole: bool
     unseen: dict[str, bool]
+    threads: int
     mixed_model_ms: float | None = None
     mixed_against_ms: float | None = None
 
@@ -99,13 +105,16 @@ def choose_in_model(
     inputs: list[tuple[list[int], str]],
     *,
     threads: int,
+    choose_threads: bool = False,
     rounds: int = 10,
     runs: int = 10,
 ) -> InModelTiming:
     """Time the kernels of ``fused`` built with ``database``'s fastest records against
     the same model built with the schedules chosen before, on this machine's CPU, and
     note each tuned kernel's choice in the database's store. ``inputs``: the model's
-    (shape, dtype)."""
+    (shape, dtype). On ``threads`` threads, or with ``choose_threads`` on those or 1,
+    whichever the incumbents' build runs faster on: the count a build of the model
+    will run on (a small model's kernels can run faster on one)."""
     tasks = {task.task_name: task for task in extract_tasks(fused, target)}
     incumbents = database.incumbents()
     before = {
@@ -125,9 +134,15 @@ def choose_in_model(
                 pool.submit(export, "incumbents", incumbents),
             ]
             libraries = [build.result() for build in builds]
-        challengers, kept = time_builds(
-            libraries, inputs, threads=threads, rounds=rounds, runs=runs
+        first = time_builds(
+            libraries,
+            inputs,
+            threads=threads,
+            choose_threads=choose_threads,
+            rounds=rounds,
+            runs=runs,
         )
+        challengers, kept = first.medians
         tuned = [name for name, task in tasks.items() if database.has_record(task.dispatched[0])]
         # no parallel loop in one of the builds: the timing cannot tell the two apart
         timed = {
@@ -144,13 +159,11 @@ def choose_in_model(
             # incumbents' build as a whole, or the round keeps every incumbent
             planned = {tasks[name].dispatched[0]: win for name, win in wins.items()}
             mixed = export("chosen", database.with_planned_choices(planned))
-            mixed_model_ms, mixed_against_ms = (
-                timing[WHOLE]
-                for timing in time_builds(
-                    [mixed, libraries[1]], inputs, threads=threads, rounds=rounds, runs=runs
-                )
+            again = time_builds(
+                [mixed, libraries[1]], inputs, threads=first.threads, rounds=rounds, runs=runs
             )
-            if mixed_model_ms >= mixed_against_ms:
+            mixed_model_ms, mixed_against_ms = (timing[WHOLE] for timing in again.medians)
+            if not _faster(mixed_model_ms, mixed_against_ms, MODEL_MARGIN):
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
     # an unseen kernel is noted with the timings of the two models it was chosen by
     chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
@@ -173,6 +186,7 @@ def choose_in_model(
         kept[WHOLE],
         kept_as_a_whole,
         {name: wins[name] for name in unseen},
+        first.threads,
         mixed_model_ms,
         mixed_against_ms,
     )
@@ -185,22 +199,27 @@ def round_choices(
     incumbents_model_ms: float,
 ) -> tuple[dict[str, bool], bool]:
     """Whether each kernel's challenger is chosen, from its (challenger, incumbent) ms a
-    model run: when faster by more than the margin, and only if the model built from
+    model run: when faster by :data:`IN_MODEL_MARGIN`, and only if the model built from
     those choices, as the two builds' timings estimate it (the challengers' build less
-    what each incumbent kept saves), runs faster than the incumbents' build; otherwise
-    the round keeps every incumbent. Also returns whether it did so. A kernel of
-    ``unseen`` (not timed apart) follows the model: its challenger is chosen when any
-    timed one is (the build kept was timed with it), or, with none timed, when the
-    challengers' build was faster by the margin as a whole."""
-    wins = {name: _faster(challenger, incumbent) for name, (challenger, incumbent) in timed.items()}
+    what each incumbent kept saves), runs faster than the incumbents' build by
+    :data:`MODEL_MARGIN`; otherwise the round keeps every incumbent. Also returns whether
+    it did so. A kernel of ``unseen`` (not timed apart) follows the model: its challenger
+    is chosen when any timed one is (the build kept was timed with it), or, with none
+    timed, when the challengers' build was faster by :data:`MODEL_MARGIN`."""
+    wins = {
+        name: _faster(challenger, incumbent, IN_MODEL_MARGIN)
+        for name, (challenger, incumbent) in timed.items()
+    }
     chosen_model_ms = challengers_model_ms - sum(
         challenger - incumbent for name, (challenger, incumbent) in timed.items() if not wins[name]
     )
-    if any(wins.values()) and chosen_model_ms >= incumbents_model_ms:
+    if any(wins.values()) and not _faster(chosen_model_ms, incumbents_model_ms):
         return dict.fromkeys([*timed, *unseen], False), True
-    follows = any(wins.values()) if timed else _faster(challengers_model_ms, incumbents_model_ms)
+    if not timed:
+        return dict.fromkeys(unseen, _faster(challengers_model_ms, incumbents_model_ms)), False
+    follows = any(wins.values())
     return {**wins, **dict.fromkeys(unseen, follows)}, False
 
 
-def _faster(challenger_ms: float, incumbent_ms: float) -> bool:
-    return challenger_ms < incumbent_ms * (1.0 - IN_MODEL_MARGIN)
+def _faster(challenger_ms: float, incumbent_ms: float, margin: float = MODEL_MARGIN) -> bool:
+    return challenger_ms < incumbent_ms * (1.0 - margin)
