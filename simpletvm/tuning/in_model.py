@@ -117,9 +117,6 @@ def choose_in_model(
     will run on (a small model's kernels can run faster on one)."""
     tasks = {task.task_name: task for task in extract_tasks(fused, target)}
     incumbents = database.incumbents()
-    before = {
-        name: incumbents.in_model_schedule(task.dispatched[0]) for name, task in tasks.items()
-    }
     with tempfile.TemporaryDirectory(prefix="simpletvm-in-model-") as scratch:
 
         def export(label: str, records: RecordDatabase) -> Path:
@@ -151,6 +148,7 @@ def choose_in_model(
             if name in challengers and name in kept
         }
         unseen = [name for name in tuned if name not in timed]
+        before = {name: incumbents.in_model_schedule(tasks[name].dispatched[0]) for name in timed}
         wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept[WHOLE])
 
         mixed_model_ms = mixed_against_ms = None
@@ -163,7 +161,7 @@ def choose_in_model(
                 [mixed, libraries[1]], inputs, threads=first.threads, rounds=rounds, runs=runs
             )
             mixed_model_ms, mixed_against_ms = (timing[WHOLE] for timing in again.medians)
-            if not _faster(mixed_model_ms, mixed_against_ms, MODEL_MARGIN):
+            if not _faster(mixed_model_ms, mixed_against_ms):
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
     # an unseen kernel is noted with the timings of the two models it was chosen by
     chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
