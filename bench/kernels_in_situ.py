@@ -164,8 +164,7 @@ def profile_by_launches(saved, runs: int) -> dict[str, float]:
     ``SIMPLETVM_FORK_JOIN_POOL=timed`` set before the module loads."""
     from simpletvm.runtime.in_situ import kernel_ms
 
-    main, data = saved.vm["main"], model_input(saved)
-    spent = kernel_ms(lambda: main(data), runs)
+    spent = kernel_ms(saved.vm, saved.target.device(), [model_input(saved)], runs)
     return {name: statistics.median(values) for name, values in spent.items()}
 
 

@@ -18,7 +18,7 @@ from simpletvm import BenchmarkingContext, SimpleTVM
 from simpletvm.compiler.lowering import extract_tasks, workload_key
 from simpletvm.errors import SimpleTVMError
 from simpletvm.progress import TuningProgress
-from simpletvm.runtime.in_situ import WHOLE, BuildTimings
+from simpletvm.runtime.in_situ import BETWEEN, WHOLE, BuildTimings, time_builds
 from simpletvm.tuning import in_model
 from simpletvm.tuning.database import RecordDatabase, record_as_json
 from simpletvm.tuning.in_model import IN_MODEL_MARGIN, MODEL_MARGIN, round_choices
@@ -309,6 +309,25 @@ def test_after_a_round_the_build_is_the_module_timed_even_where_the_timing_canno
     # the build applies the default schedules timed, the unseen kernel's included
     build = _last(untimed.build(records="global"), "build")
     assert build["tasks_on_default_in_model"] == len(tasks)
+
+
+def test_the_worker_names_each_parallel_kernel_within_the_models_run(tiny_onnx, tmp_path):
+    """Two copies of one untuned build, timed in the worker: each kernel with a parallel
+    loop is named as its task, its share within the model's run, and the VM's own calls
+    are left between the loops."""
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
+    stvm.build(records=None).save(tmp_path / "module")
+    library = next((tmp_path / "module").glob("*.so"))
+    shape = [list(spec.shape) for spec in stvm.model.inputs][0]
+    timing = time_builds([library, library], [(shape, "float32")], threads=2, rounds=2, runs=5)
+    assert timing.threads == 2
+    kernels = {name for name in timing.medians[0] if name not in (WHOLE, BETWEEN)}
+    assert kernels == {name for name in timing.medians[1] if name not in (WHOLE, BETWEEN)}
+    tasks = {task.task_name for task in extract_tasks(stvm.fused_module, stvm.target)}
+    assert kernels and kernels <= tasks  # named, not addresses
+    for medians in timing.medians:
+        assert 0 < max(medians[name] for name in kernels) < medians[WHOLE]
+        assert medians[BETWEEN] > 0  # the VM's calls between the loops
 
 
 def test_timing_inside_the_model_needs_this_machines_cpu(tiny_onnx, tmp_path):
