@@ -134,8 +134,9 @@ def time_builds(
     """Builds of one model (exported libraries whose ``main`` takes ``inputs``, each a
     (shape, dtype)), timed inside a worker process in ``rounds`` alternating rounds of
     ``runs`` runs on ``threads`` threads, or, with ``choose_threads``, on ``threads`` or
-    1, whichever the last build runs faster on (as a build or load chooses the runtime's
-    threads, :mod:`simpletvm.runtime.threads`). Raises :class:`InSituTimingFailed`."""
+    1, whichever the first build runs faster on (as a build or load chooses the runtime's
+    threads, :mod:`simpletvm.runtime.threads`): put first the build whose timing is to
+    be promised. Raises :class:`InSituTimingFailed`."""
     request = {
         "libraries": [str(p) for p in libraries],
         "inputs": inputs,
@@ -188,8 +189,8 @@ def _worker() -> None:
     ]
     threads = request["threads"]
     if request["choose_threads"]:
-        last = machines[-1]["main"]
-        threads = choose_runtime_threads(lambda: last(*arguments), threads)["threads"]
+        first = machines[0]["main"]
+        threads = choose_runtime_threads(lambda: first(*arguments), threads)["threads"]
     name_of = kernel_names()  # every library is loaded: one resolver for all rounds
     samples: list[dict[str, list[float]]] = [{} for _ in machines]
     for round_ in range(request["rounds"]):

@@ -67,10 +67,10 @@ class InModelTiming:
     challengers and incumbents (built and timed against the incumbents' build, ms a run),
     and whether the round kept every incumbent because that model was not faster.
     ``unseen``: the tuned kernels the timing could not tell apart (no parallel loop),
-    by whether their fastest record was chosen with the model; ``threads``: what every
-    build ran on. ``mixed_model_ms`` and
-    ``mixed_against_ms``: the mixed build and the incumbents' build, timed in the same
-    rounds (None when the choices did not mix)."""
+    by whether their fastest record was chosen with the model; ``threads``: what the
+    model built from the choices was timed on (each pair of builds is timed on one
+    count). ``mixed_model_ms`` and ``mixed_against_ms``: the mixed build and the
+    incumbents' build, timed in the same rounds (None when the choices did not mix)."""
 
     findings: list[KernelFinding]
     challengers_model_ms: float
@@ -113,8 +113,9 @@ def choose_in_model(
     the same model built with the schedules chosen before, on this machine's CPU, and
     note each tuned kernel's choice in the database's store. ``inputs``: the model's
     (shape, dtype). On ``threads`` threads, or with ``choose_threads`` on those or 1,
-    whichever the incumbents' build runs faster on: the count a build of the model
-    will run on (a small model's kernels can run faster on one)."""
+    whichever the challengers' build (and a mix, in its own timing) runs faster on: the
+    count the model built from the round's choices will run on (a small model's
+    kernels can run faster on one, and the host's state moves which)."""
     tasks = {task.task_name: task for task in extract_tasks(fused, target)}
     incumbents = database.incumbents()
     with tempfile.TemporaryDirectory(prefix="simpletvm-in-model-") as scratch:
@@ -151,14 +152,19 @@ def choose_in_model(
         before = {name: incumbents.in_model_schedule(tasks[name].dispatched[0]) for name in timed}
         wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept[WHOLE])
 
-        mixed_model_ms = mixed_against_ms = None
+        mixed_model_ms = mixed_against_ms = again = None
         if any(wins.values()) and not all(wins.values()):
             # a model neither build was: built from the choices, it must beat the
             # incumbents' build as a whole, or the round keeps every incumbent
             planned = {tasks[name].dispatched[0]: win for name, win in wins.items()}
             mixed = export("chosen", database.with_planned_choices(planned))
             again = time_builds(
-                [mixed, libraries[1]], inputs, threads=first.threads, rounds=rounds, runs=runs
+                [mixed, libraries[1]],
+                inputs,
+                threads=threads,
+                choose_threads=choose_threads,
+                rounds=rounds,
+                runs=runs,
             )
             mixed_model_ms, mixed_against_ms = (timing[WHOLE] for timing in again.medians)
             if not _faster(mixed_model_ms, mixed_against_ms):
@@ -184,7 +190,7 @@ def choose_in_model(
         kept[WHOLE],
         kept_as_a_whole,
         {name: wins[name] for name in unseen},
-        first.threads,
+        again.threads if again is not None and not kept_as_a_whole else first.threads,
         mixed_model_ms,
         mixed_against_ms,
     )

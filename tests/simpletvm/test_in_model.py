@@ -257,14 +257,15 @@ def test_a_mix_of_challengers_and_incumbents_is_built_and_kept_only_when_faster(
     first, rest = tasks[0], tasks[1:]
     timed = []
 
-    def time_builds(libraries, inputs, **_):
+    def time_builds(libraries, inputs, *, choose_threads, **_):
         timed.append([Path(library).name for library in libraries])
+        assert choose_threads  # not pinned: each timing chooses on its first build
         if len(timed) == 1:  # the first record wins, the others lose to their defaults
             challengers = {first.task_name: 0.5, **{t.task_name: 1.0 for t in rest}}
             incumbents = {first.task_name: 1.0, **{t.task_name: 0.9 for t in rest}}
             return BuildTimings([{**challengers, WHOLE: 5.0}, {**incumbents, WHOLE: 5.5}], 2)
-        # the mixed build against the incumbents
-        return BuildTimings([{WHOLE: mixed_ms}, {WHOLE: 5.0}], 2)
+        # the mixed build against the incumbents, on the count the mix runs faster on
+        return BuildTimings([{WHOLE: mixed_ms}, {WHOLE: 5.0}], 1)
 
     # the mixed build reads the round's choices before they are kept
     planned = database.with_planned_choices({task.dispatched[0]: task is first for task in tasks})
@@ -279,10 +280,11 @@ def test_a_mix_of_challengers_and_incumbents_is_built_and_kept_only_when_faster(
     if mixed_ms < 4.95:  # faster as a whole: the first record is applied, the rest default
         assert applied == [None] + ["default"] * len(rest)
         assert timing.chosen_model_ms == mixed_ms and not timing.kept_as_a_whole
+        assert timing.threads == 1  # the promise is the mix, as timed
     else:  # slower, or not by 1%: every default schedule is kept
         assert applied == ["default"] * len(tasks)
         assert timing.kept_as_a_whole and not any(f.challenger_chosen for f in timing.findings)
-        assert timing.chosen_model_ms == 5.5
+        assert timing.chosen_model_ms == 5.5 and timing.threads == 2
 
 
 def test_after_a_round_the_build_is_the_module_timed_even_where_the_timing_cannot_see(
