@@ -56,9 +56,10 @@ def warm_up(call, calls: int, seconds: float = MIN_WARMUP_S) -> None:
         done += 1
 
 
-def time_vm(vm, device, inputs: list, warmup: int, repeat: int, number: int) -> list[float]:
-    """``repeat`` samples, each the mean of ``number`` runs, after ``warmup`` runs and
-    at least MIN_WARMUP_S of them.
+def vm_timer(vm, device, inputs: list, warmup: int, repeat: int, number: int):
+    """Set ``inputs`` on ``vm``'s ``main`` and run it ``warmup`` times and for at least
+    MIN_WARMUP_S; returns a timer whose every call gives ``repeat`` samples (seconds),
+    each the mean of ``number`` runs.
 
     Timing happens inside TVM's C++ time evaluator, so Python overhead is not counted.
     """
@@ -68,4 +69,10 @@ def time_vm(vm, device, inputs: list, warmup: int, repeat: int, number: int) -> 
     timer = vm.time_evaluator(
         "invoke_stateful", device, number=number, repeat=repeat, min_repeat_ms=0
     )
-    return [float(s) for s in timer("main").results]
+    return lambda: [float(s) for s in timer("main").results]
+
+
+def time_vm(vm, device, inputs: list, warmup: int, repeat: int, number: int) -> list[float]:
+    """``repeat`` samples, each the mean of ``number`` runs, after ``warmup`` runs and
+    at least MIN_WARMUP_S of them (:func:`vm_timer`)."""
+    return vm_timer(vm, device, inputs, warmup, repeat, number)()

@@ -87,15 +87,13 @@ def kernel_ms(
     a run) and the recording (2-5% of a 0.2 ms model of 55 kernels) would otherwise be
     counted in what the model is promised to run in. ``name_of``: a
     :func:`kernel_names` resolver to reuse across calls. Needs the recording pool."""
-    from simpletvm.runtime.evaluation import warm_up
+    from simpletvm.runtime.evaluation import vm_timer
     from simpletvm.runtime.fork_join import launches_recorded
 
-    machine.set_input("main", *arguments)
-    warm_up(lambda: machine.invoke_stateful("main"), 5)
-    timer = machine.time_evaluator("invoke_stateful", device, number=1, repeat=runs)
+    timer = vm_timer(machine, device, arguments, warmup=5, repeat=runs, number=1)
     with launches_recorded() as launches:
-        recorded_ms = [seconds * 1e3 for seconds in timer("main").results]
-    whole_ms = [seconds * 1e3 for seconds in timer("main").results]
+        recorded_ms = [seconds * 1e3 for seconds in timer()]
+    whole_ms = [seconds * 1e3 for seconds in timer()]
     per_run = len(launches) // (runs + 1)
     launches = launches[per_run:]  # the evaluator's first call is not timed
     name_of = name_of or kernel_names()

@@ -152,7 +152,8 @@ def choose_in_model(
         before = {name: incumbents.in_model_schedule(tasks[name].dispatched[0]) for name in timed}
         wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept[WHOLE])
 
-        mixed_model_ms = mixed_against_ms = again = None
+        mixed_model_ms = mixed_against_ms = None
+        promised_threads = first.threads  # what the build the round keeps was timed on
         if any(wins.values()) and not all(wins.values()):
             # a model neither build was: built from the choices, it must beat the
             # incumbents' build as a whole, or the round keeps every incumbent
@@ -167,7 +168,9 @@ def choose_in_model(
                 runs=runs,
             )
             mixed_model_ms, mixed_against_ms = (timing[WHOLE] for timing in again.medians)
-            if not _faster(mixed_model_ms, mixed_against_ms):
+            if _faster(mixed_model_ms, mixed_against_ms):
+                promised_threads = again.threads
+            else:
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
     # an unseen kernel is noted with the timings of the two models it was chosen by
     chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
@@ -190,7 +193,7 @@ def choose_in_model(
         kept[WHOLE],
         kept_as_a_whole,
         {name: wins[name] for name in unseen},
-        again.threads if again is not None and not kept_as_a_whole else first.threads,
+        promised_threads,
         mixed_model_ms,
         mixed_against_ms,
     )

@@ -320,7 +320,7 @@ def test_the_worker_names_each_parallel_kernel_within_the_models_run(tiny_onnx, 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
     stvm.build(records=None).save(tmp_path / "module")
     library = next((tmp_path / "module").glob("*.so"))
-    shape = [list(spec.shape) for spec in stvm.model.inputs][0]
+    shape = list(stvm.model.inputs[0].shape)
     timing = time_builds([library, library], [(shape, "float32")], threads=2, rounds=2, runs=5)
     assert timing.threads == 2
     kernels = {name for name in timing.medians[0] if name not in (WHOLE, BETWEEN)}
