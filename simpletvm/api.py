@@ -346,16 +346,15 @@ class SimpleTVM:
                 f"the target ({self.target.kind}) or an RPC tracker puts the model elsewhere: "
                 "build there with the records as they are"
             )
-        from simpletvm.tuning.database import best_latency_s, records_database
+        from simpletvm.tuning.database import records_database
         from simpletvm.tuning.in_model import choose_in_model
 
         database = records_database(
             records, self._records_for_build(), self.target.tvm_target(), self.context.run_id
         )
         with self.context.step("in_model", records=records) as step:
-            fused, _ = self._forms.choose(partial(best_latency_s, database))
             timing = choose_in_model(
-                fused,
+                self._forms,
                 self.target,
                 database,
                 [(list(spec.shape), spec.dtype) for spec in self.model.inputs],
@@ -373,6 +372,7 @@ class SimpleTVM:
             step["unseen_kernels"] = timing.unseen
             step["mixed_model_ms"] = timing.mixed_model_ms
             step["mixed_against_ms"] = timing.mixed_against_ms
+            step["form_switches"] = timing.form_switches
         self.in_model = timing
         if self.tuning_summary is not None and records == "run":
             # the promise: what the module built from these findings runs in, here
@@ -513,7 +513,9 @@ class SimpleTVM:
             )
             fused = self._forms.default
             if database is not None:
-                fused, choices = self._forms.choose(partial(best_latency_s, database))
+                fused, choices = self._forms.choose(
+                    partial(best_latency_s, database), kept=database.kept_form
+                )
                 if choices:
                     step["conv_forms"] = [choice.describe() for choice in choices]
                 database = database.with_in_model_choices()

@@ -194,6 +194,16 @@ class RecordDatabase(PyDatabase):
         )
         return True
 
+    def kept_form(self, layer: str) -> tuple[int | None, int | None] | None:
+        """A contested layer's last round inside the model (``layer``: its key,
+        :func:`~simpletvm.compiler.conv_forms.layer_key`): the form the kernels' estimate
+        favoured then and the form chosen (Winograd tile size, None: direct), or None."""
+        return self.records.in_model_form(layer, self.target_key)
+
+    def note_form(self, layer: str, estimated: int | None, chosen: int | None) -> None:
+        """Keep a round's form for a contested layer, as :meth:`kept_form` reads it."""
+        self.records.note_form(layer, self.target_key, estimated, chosen, run_id=self.run_id)
+
     def _top_json(self, key: str, limit: int) -> list[list]:
         return self.records.top(
             key,

@@ -20,19 +20,28 @@ model, as far as the timing can tell. A build then applies the choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
 seen by the timing: it follows the model, taking its fastest record when the build the
 round keeps was timed with it, so the module built afterwards is the one timed.
+
+The layer forms (:mod:`simpletvm.compiler.conv_forms`) are chosen the same way: the
+challengers' build has each contested layer in the form its kernels' estimate favours,
+the incumbents' build in the form the last round chose (the default form before any),
+and a layer whose form differs is one contest: the tasks only one form has against the
+tasks only the other has. So a new form, too, must beat the model as it was.
 """
 
 from __future__ import annotations
 
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from simpletvm.compiler.lowering import compile_fused, extract_tasks
+from simpletvm.compiler.conv_forms import ConvForms, form_name, layer_key
+from simpletvm.compiler.lowering import compile_fused, extract_tasks, workload_key
+from simpletvm.compiler.winograd import ConvSignature
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
-from simpletvm.tuning.database import RecordDatabase
+from simpletvm.tuning.database import RecordDatabase, best_latency_s
 
 # a record replaces the schedule chosen before it only when it ran this much faster inside
 # the model: within it, the two are alike as far as the timing can tell
@@ -70,7 +79,9 @@ class InModelTiming:
     by whether their fastest record was chosen with the model; ``threads``: what the
     model built from the choices was timed on (each pair of builds is timed on one
     count). ``mixed_model_ms`` and ``mixed_against_ms``: the mixed build and the
-    incumbents' build, timed in the same rounds (None when the choices did not mix)."""
+    incumbents' build, timed in the same rounds (None when the choices did not mix).
+    ``form_switches``: the contested layers timed in another form than the one chosen
+    before, by whether the round switched them (their findings are among ``findings``)."""
 
     findings: list[KernelFinding]
     challengers_model_ms: float
@@ -80,6 +91,7 @@ class InModelTiming:
     threads: int
     mixed_model_ms: float | None = None
     mixed_against_ms: float | None = None
+    form_switches: dict[str, bool] = field(default_factory=dict)
 
     @property
     def chosen_model_ms(self) -> float:
@@ -98,8 +110,32 @@ class InModelTiming:
         return [f for f in self.findings if not f.challenger_chosen]
 
 
+@dataclass(frozen=True)
+class _Contest:
+    """What a round times apart: one task in both builds (its name in each), or a
+    contested layer whose form differs between them (the names of the tasks only each
+    form has). ``noted``: the tasks whose fastest record the challenger's side runs;
+    ``held``: the tasks only the incumbent's form has, kept as they were timed when that
+    form stays."""
+
+    challenger_names: tuple[str, ...]
+    incumbent_names: tuple[str, ...]
+    noted: tuple
+    held: tuple = ()
+    layer: ConvSignature | None = None
+    form: int | None = None  # the layer's form on the challenger's side
+
+    def ms(self, challengers: dict[str, float], incumbents: dict[str, float]):
+        """(challenger, incumbent) ms a model run, or None when a side has a kernel the
+        timing did not see (no parallel loop)."""
+        sides = ((self.challenger_names, challengers), (self.incumbent_names, incumbents))
+        if not all(names and all(n in medians for n in names) for names, medians in sides):
+            return None
+        return tuple(sum(medians[n] for n in names) for names, medians in sides)
+
+
 def choose_in_model(
-    fused,
+    forms: ConvForms,
     target: ResolvedTarget,
     database: RecordDatabase,
     inputs: list[tuple[list[int], str]],
@@ -109,27 +145,35 @@ def choose_in_model(
     rounds: int = 10,
     runs: int = 10,
 ) -> InModelTiming:
-    """Time the kernels of ``fused`` built with ``database``'s fastest records against
-    the same model built with the schedules chosen before, on this machine's CPU, and
-    note each tuned kernel's choice in the database's store. ``inputs``: the model's
-    (shape, dtype). On ``threads`` threads, or with ``choose_threads`` on those or 1,
+    """Time the model's kernels built with ``database``'s fastest records, each contested
+    layer in the form they favour (``forms``: the model's :class:`ConvForms`), against
+    the model built as the last round chose (the schedules and forms chosen before), on
+    this machine's CPU, and note each choice in the database's store. ``inputs``: the
+    model's (shape, dtype). A layer whose form differs between the two builds is timed
+    as one: the tasks only its challenger form has against those only its incumbent
+    form has. On ``threads`` threads, or with ``choose_threads`` on those or 1,
     whichever the challengers' build (and a mix, in its own timing) runs faster on: the
     count the model built from the round's choices will run on (a small model's
     kernels can run faster on one, and the host's state moves which)."""
-    tasks = {task.task_name: task for task in extract_tasks(fused, target)}
+    challenger_module, estimate = forms.choose(partial(best_latency_s, database))
+    incumbent_forms = forms.incumbent_forms(database.kept_form)
+    incumbent_module = forms.module(incumbent_forms)
     incumbents = database.incumbents()
+    contests = _contests(
+        forms, target, database, challenger_module, incumbent_module, estimate, incumbent_forms
+    )
     with tempfile.TemporaryDirectory(prefix="simpletvm-in-model-") as scratch:
 
-        def export(label: str, records: RecordDatabase) -> Path:
+        def export(label: str, module, records: RecordDatabase) -> Path:
             path = Path(scratch) / f"{label}.so"
-            compile_fused(fused, target, records).export_library(str(path))
+            compile_fused(module, target, records).export_library(str(path))
             return path
 
         # the two builds at once: most of a build is TVM's compiler, outside the GIL
         with ThreadPoolExecutor(max_workers=2) as pool:
             builds = [
-                pool.submit(export, "challengers", database),
-                pool.submit(export, "incumbents", incumbents),
+                pool.submit(export, "challengers", challenger_module, database),
+                pool.submit(export, "incumbents", incumbent_module, incumbents),
             ]
             libraries = [build.result() for build in builds]
         first = time_builds(
@@ -141,15 +185,13 @@ def choose_in_model(
             runs=runs,
         )
         challengers, kept = first.medians
-        tuned = [name for name, task in tasks.items() if database.has_record(task.dispatched[0])]
-        # no parallel loop in one of the builds: the timing cannot tell the two apart
-        timed = {
-            name: (challengers[name], kept[name])
-            for name in tuned
-            if name in challengers and name in kept
-        }
-        unseen = [name for name in tuned if name not in timed]
-        before = {name: incumbents.in_model_schedule(tasks[name].dispatched[0]) for name in timed}
+        timed = {}
+        for label, contest in contests.items():
+            both = contest.ms(challengers, kept)
+            if both is not None:
+                timed[label] = both
+        unseen = [label for label in contests if label not in timed]
+        before = {label: _on_default(incumbents, contests[label]) for label in timed}
         wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept[WHOLE])
 
         mixed_model_ms = mixed_against_ms = None
@@ -157,8 +199,11 @@ def choose_in_model(
         if any(wins.values()) and not all(wins.values()):
             # a model neither build was: built from the choices, it must beat the
             # incumbents' build as a whole, or the round keeps every incumbent
-            planned = {tasks[name].dispatched[0]: win for name, win in wins.items()}
-            mixed = export("chosen", database.with_planned_choices(planned))
+            mixed = export(
+                "chosen",
+                forms.module(_chosen_forms(contests, wins, incumbent_forms)),
+                database.with_planned_choices(_planned(contests, wins)),
+            )
             again = time_builds(
                 [mixed, libraries[1]],
                 inputs,
@@ -175,28 +220,108 @@ def choose_in_model(
     # an unseen kernel is noted with the timings of the two models it was chosen by
     chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
     against_ms = mixed_against_ms if mixed_against_ms is not None else kept[WHOLE]
-    for name, win in wins.items():
-        challenger_ms, incumbent_ms = timed.get(name, (chosen_ms, against_ms))
-        database.note_in_model(
-            tasks[name].dispatched[0],
-            challenger_ms / 1e3,
-            incumbent_ms / 1e3,
-            challenger_chosen=win,
-        )
+    for label, win in wins.items():
+        challenger_ms, incumbent_ms = timed.get(label, (chosen_ms, against_ms))
+        contest = contests[label]
+        for task in contest.noted:
+            database.note_in_model(
+                task.dispatched[0], challenger_ms / 1e3, incumbent_ms / 1e3, challenger_chosen=win
+            )
+        for task in () if win else contest.held:  # the form stays, its tasks as timed
+            database.note_in_model(
+                task.dispatched[0], challenger_ms / 1e3, incumbent_ms / 1e3, challenger_chosen=False
+            )
+    chosen_forms = _chosen_forms(contests, wins, incumbent_forms)
+    for choice in estimate:
+        database.note_form(layer_key(choice.layer), choice.estimated, chosen_forms[choice.layer])
     findings = [
-        KernelFinding(name, challenger_ms, incumbent_ms, before[name] == "default", wins[name])
-        for name, (challenger_ms, incumbent_ms) in timed.items()
+        KernelFinding(label, challenger_ms, incumbent_ms, before[label], wins[label])
+        for label, (challenger_ms, incumbent_ms) in timed.items()
     ]
     return InModelTiming(
         findings,
         challengers[WHOLE],
         kept[WHOLE],
         kept_as_a_whole,
-        {name: wins[name] for name in unseen},
+        {label: wins[label] for label in unseen},
         promised_threads,
         mixed_model_ms,
         mixed_against_ms,
+        {label: wins[label] for label, c in contests.items() if c.layer is not None},
     )
+
+
+def _contests(
+    forms: ConvForms,
+    target: ResolvedTarget,
+    database: RecordDatabase,
+    challenger_module,
+    incumbent_module,
+    estimate: list,
+    incumbent_forms: dict,
+) -> dict[str, _Contest]:
+    """By label, what a round times apart: each contested layer whose form the estimate
+    moves (labelled "<layer>: <form> -> <form>"), then each tuned task both builds have
+    (labelled by its name in the challengers' build)."""
+    in_challengers = _tasks_by_key(challenger_module, target)
+    in_incumbents = _tasks_by_key(incumbent_module, target)
+    contests = {}
+    for choice in estimate:
+        form, before = choice.estimated, incumbent_forms[choice.layer]
+        if form == before:
+            continue
+        ours = [
+            t for k, t in forms.form_tasks(choice.layer, form).items() if k not in in_incumbents
+        ]
+        theirs = [
+            t for k, t in forms.form_tasks(choice.layer, before).items() if k not in in_challengers
+        ]
+        label = f"{choice.layer}: {form_name(before)} -> {form_name(form)}"
+        contests[label] = _Contest(
+            tuple(in_challengers[workload_key(t.dispatched[0])].task_name for t in ours),
+            tuple(in_incumbents[workload_key(t.dispatched[0])].task_name for t in theirs),
+            tuple(ours),
+            tuple(theirs),
+            choice.layer,
+            form,
+        )
+    for key, task in in_challengers.items():
+        if key in in_incumbents and database.has_record(task.dispatched[0]):
+            contests[task.task_name] = _Contest(
+                (task.task_name,), (in_incumbents[key].task_name,), (task,)
+            )
+    return contests
+
+
+def _tasks_by_key(module, target: ResolvedTarget) -> dict[str, object]:
+    return {workload_key(task.dispatched[0]): task for task in extract_tasks(module, target)}
+
+
+def _on_default(incumbents: RecordDatabase, contest: _Contest) -> bool:
+    """Whether the incumbent's side of a contest runs default schedules only."""
+    tasks = contest.held if contest.layer is not None else contest.noted
+    return all(
+        not incumbents.has_record(task.dispatched[0])
+        or incumbents.in_model_schedule(task.dispatched[0]) == "default"
+        for task in tasks
+    )
+
+
+def _chosen_forms(contests: dict[str, _Contest], wins: dict[str, bool], incumbent_forms: dict):
+    """Each contested layer's form after the round: the challenger's where its contest
+    won, else the incumbent's."""
+    won = {c.layer: c.form for label, c in contests.items() if c.layer is not None and wins[label]}
+    return {**incumbent_forms, **won}
+
+
+def _planned(contests: dict[str, _Contest], wins: dict[str, bool]) -> dict:
+    """Workload module -> whether its fastest record is chosen, as a build of the round's
+    choices reads them before they are kept."""
+    planned = {}
+    for label, win in wins.items():
+        planned.update({task.dispatched[0]: win for task in contests[label].noted})
+        planned.update({task.dispatched[0]: False for task in contests[label].held})
+    return planned
 
 
 def round_choices(

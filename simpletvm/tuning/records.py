@@ -9,7 +9,9 @@ inserts (or re-measures) a record, so it is never stale. ``in_model_choices``: p
 workload and target, the last round of timing inside the built model
 (:mod:`simpletvm.tuning.in_model`): the fastest record then (its trace), the schedule it
 was timed against (the one chosen before; NULL: the default schedule), both times, and
-the one chosen. A record measured again by its run (tuning's closing round) replaces its
+the one chosen. ``in_model_forms``: per contested layer (:mod:`simpletvm.compiler.conv_forms`)
+and target, the last round's form: the one the kernels' estimate favoured then and the
+one chosen (NULL: direct). A record measured again by its run (tuning's closing round) replaces its
 row's measurement. A run's records, all
 records and the best ones are queries, and a job reads the best N records of its workloads through an index
 instead of reading the whole store. WAL mode lets readers go on while a writer commits;
@@ -75,6 +77,15 @@ CREATE TABLE IF NOT EXISTS in_model_choices (
     run_id TEXT,
     time REAL NOT NULL,
     PRIMARY KEY (workload_id, target_key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS in_model_forms (
+    layer TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    estimated INTEGER,
+    chosen INTEGER,
+    run_id TEXT,
+    time REAL NOT NULL,
+    PRIMARY KEY (layer, target_key)
 ) WITHOUT ROWID;
 -- in_model held an older layout's findings (a record against its default only): they
 -- choose nothing now, and the next round times every task again
@@ -214,6 +225,35 @@ class RecordStore:
         if row is None:
             return None
         return InModelChoice(row[0], None if row[1] is None else json.loads(row[1]))
+
+    def note_form(
+        self,
+        layer: str,
+        target: str,
+        estimated: int | None,
+        chosen: int | None,
+        *,
+        run_id: str | None = None,
+    ) -> None:
+        """Keep a round's form for a contested ``layer`` (its key): the Winograd tile size
+        the kernels' estimate favoured (None: direct) and the one the round chose.
+        Replaces the layer's earlier round."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO in_model_forms (layer, target_key, estimated, chosen, "
+                "run_id, time) VALUES (?, ?, ?, ?, ?, ?)",
+                (layer, target, estimated, chosen, run_id, time.time()),
+            )
+
+    def in_model_form(self, layer: str, target: str) -> tuple[int | None, int | None] | None:
+        """A contested layer's last round on ``target``: (the form the estimate favoured
+        then, the form chosen), or None before any round."""
+        row = self._one(
+            "SELECT estimated, chosen FROM in_model_forms WHERE layer = ? AND target_key = ?",
+            layer,
+            target,
+        )
+        return None if row is None else (row[0], row[1])
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

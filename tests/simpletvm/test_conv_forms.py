@@ -6,6 +6,10 @@ Models are built with Relax's BlockBuilder (no TensorFlow); weights from seeded 
 
 from __future__ import annotations
 
+import subprocess
+from functools import partial
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -190,6 +194,115 @@ def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
     )
     vm = relax.VirtualMachine(compile_fused(module, target, database), tvm.cpu())
     x = np.random.default_rng(1).standard_normal((1, 28, 28, 16)).astype("float32")
+    np.testing.assert_allclose(
+        vm["main"](tvm.runtime.tensor(x)).numpy(), reference(x, weights), rtol=1e-4, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("switch_wins", [True, False])
+def test_a_form_the_estimate_moves_to_is_timed_against_the_form_chosen_before(
+    tmp_path, monkeypatch, switch_wins
+):
+    """The contested layer, its forms' tasks tuned (fake latencies) and a round before
+    having chosen the form the estimate now leaves: the next round builds the model in
+    each form and times the tasks only each form has against each other; the store keeps
+    the form it chose, the build follows it (while the estimate stays) and computes the
+    same numbers as numpy, its kernels as the round timed them."""
+    import tvm
+    from tvm import relax
+
+    from simpletvm.compiler.conv_forms import layer_key
+    from simpletvm.compiler.lowering import workload_key
+    from simpletvm.runtime.in_situ import WHOLE, BuildTimings
+    from simpletvm.testing import fake_builder, fake_runner
+    from simpletvm.tuning import in_model
+    from simpletvm.tuning.database import RecordDatabase, best_latency_s
+    from simpletvm.tuning.job import TuningJob
+    from simpletvm.tuning.options import TuningOptions
+    from simpletvm.tuning.records import RecordStore
+
+    target = resolve_target("cpu")
+    mod, weights = two_layer_model()
+    forms = ConvForms(mod, target)
+    records = RecordStore(tmp_path / "records.sqlite")
+    TuningJob(
+        forms,
+        target,
+        TuningOptions(trials=4, candidates_per_iteration=2, population=8),
+        records=records,
+        builder=fake_builder(),
+        runner=fake_runner(seed=3),
+        run_id="forms",
+    ).run()
+    database = RecordDatabase(records, target.tvm_target())
+    latency = partial(best_latency_s, database)
+    _, [estimate] = forms.choose(latency)
+    layer, estimated = estimate.layer, estimate.estimated
+    before = 2 if estimated == 4 else 4
+    database.note_form(layer_key(layer), before, before)  # a round kept the other form
+    # the estimate moved since that round: a build follows it, as it applies a faster
+    # record not timed yet; the round times the move
+    assert forms.choose(latency, kept=database.kept_form)[1][0].chosen == estimated
+    [rivalry] = forms.rivalries
+    ours = forms.form_tasks(layer, estimated)
+    theirs = forms.form_tasks(layer, before)
+    assert set(ours) | set(theirs) == set(rivalry.default_tasks) | set(rivalry.variant_tasks)
+
+    def names(module, keys):
+        return {
+            t.task_name
+            for t in extract_tasks(module, target)
+            if workload_key(t.dispatched[0]) in keys
+        }
+
+    challenger_module = forms.module({layer: estimated})
+    incumbent_module = forms.module({layer: before})
+    timed = []
+
+    def time_builds(libraries, inputs, **_):
+        timed.append([Path(library).name for library in libraries])
+        if len(timed) == 1:  # each build holds its side's form of the layer
+            kernels = [names(challenger_module, ours), names(incumbent_module, theirs)]
+            assert all(kernels)
+            for library, own, other in zip(libraries, kernels, kernels[::-1]):
+                symbols = subprocess.run(["nm", library], capture_output=True, text=True).stdout
+                assert all(k in symbols for k in own) and not any(k in symbols for k in other)
+        if len(timed) == 2:  # the mix of the switch and the other kernels' incumbents
+            return BuildTimings([{WHOLE: 4.0}, {WHOLE: 5.0}], 2)
+        medians = []
+        for module, side, ms in (
+            (challenger_module, ours, 1.0 if switch_wins else 3.0),
+            (incumbent_module, theirs, 2.0),
+        ):
+            every = {t.task_name: 0.5 for t in extract_tasks(module, target)}
+            medians.append({**every, **dict.fromkeys(names(module, side), ms), WHOLE: 5.0})
+        medians[0][WHOLE] = 4.0 if switch_wins else 6.0
+        return BuildTimings(medians, 2)
+
+    monkeypatch.setattr(in_model, "time_builds", time_builds)
+    x = np.random.default_rng(1).standard_normal((1, 28, 28, 16)).astype("float32")
+    timing = in_model.choose_in_model(
+        forms, target, database, [([1, 28, 28, 16], "float32")], threads=2
+    )
+    label = f"{layer}: F({before},3) -> F({estimated},3)"
+    assert timing.form_switches == {label: switch_wins}
+    finding = next(f for f in timing.findings if f.task == label)
+    assert (finding.challenger_ms, finding.incumbent_ms) == ((1.0 if switch_wins else 3.0), 2.0)
+    assert timed[0] == ["challengers.so", "incumbents.so"]
+    assert len(timed) == (2 if switch_wins else 1)  # a win mixes with the kept incumbents
+    kept = estimated if switch_wins else before
+    assert database.kept_form(layer_key(layer)) == (estimated, kept)
+    module, [choice] = forms.choose(latency, kept=database.kept_form)
+    assert choice.chosen == kept and module is forms.module({layer: kept})
+    assert ("chosen_in_model_over" in choice.describe()) is not switch_wins
+    chosen = database.with_in_model_choices()
+    # the kept form's own tasks run as timed: the challenger's record, or the default
+    # schedule the incumbent's side ran before any round
+    side = ours if switch_wins else theirs
+    assert {chosen.in_model_schedule(t.dispatched[0]) for t in side.values()} == {
+        None if switch_wins else "default"
+    }
+    vm = relax.VirtualMachine(compile_fused(module, target, chosen), tvm.cpu())
     np.testing.assert_allclose(
         vm["main"](tvm.runtime.tensor(x)).numpy(), reference(x, weights), rtol=1e-4, atol=1e-4
     )
