@@ -91,13 +91,13 @@ def copy_records(source: Path, destination: Path) -> None:
 
 
 def carry_in_model_choices(earlier: Path, later: Path) -> None:
-    """The rounds inside the model that copy ``earlier`` holds, put in copy ``later`` (a
-    copy of the same store taken later: the same workload ids)."""
+    """The rounds inside the model that copy ``earlier`` holds (each kernel's choice and
+    each contested layer's form), put in copy ``later`` (a copy of the same store taken
+    later: the same workload ids)."""
     with sqlite3.connect(later) as connection:
         connection.execute("ATTACH DATABASE ? AS earlier", (str(earlier),))
-        connection.execute(
-            "INSERT OR REPLACE INTO in_model_choices SELECT * FROM earlier.in_model_choices"
-        )
+        for table in ("in_model_choices", "in_model_forms"):
+            connection.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM earlier.{table}")
 
 
 def warm_store(sources: list[Path], store) -> int:
@@ -280,6 +280,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             copy["in_model_estimate_ms"] = session.in_model.chosen_model_ms
             copy["in_model_kept"] = len(session.in_model.kept)
             copy["in_model_kept_as_a_whole"] = session.in_model.kept_as_a_whole
+            copy["in_model_form_switches"] = session.in_model.form_switches
             earlier = Path(copy["records"])
         began_build = time.perf_counter()
         built = session.build(records=copy["records"])
