@@ -35,6 +35,7 @@ from simpletvm.cli_options import (
     flags_without_type,
 )
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
+from simpletvm.extras import install_hint
 
 flags_without_type()
 app = typer.Typer(
@@ -1118,7 +1119,7 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
     except ImportError as error:  # optional: a plain install has neither
         console.print(
             f"({error.name} is not installed, so no peer timing: pip install "
-            f"{error.name} or 'simpletvm[bench]')",
+            f"{error.name}, or {install_hint('bench')})",
             highlight=False,
         )
     return runners

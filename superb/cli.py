@@ -22,6 +22,7 @@ import typer
 
 from simpletvm.cli_options import STORE_HELP
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
+from simpletvm.extras import install_hint
 
 from .grid import GridError
 
@@ -304,7 +305,7 @@ def _check_backend(backend: str, ray_address: str | None) -> None:
             raise _bad_input(["--ray-address needs --backend ray"])
         return
     if importlib.util.find_spec("ray") is None:
-        raise _bad_input(["--backend ray needs Ray: pip install 'simpletvm[ray]'"])
+        raise _bad_input([f"--backend ray needs Ray: {install_hint('ray')}"])
 
 
 def _announce(progress, the_plan, done: int):

@@ -284,8 +284,8 @@ def test_benchmark_verdict_agrees_with_its_numbers_and_hints_print_whole(
     text = flat(result)
     # Rich markup would take "[bench]" for a style and drop it
     assert (
-        "(onnxruntime is not installed, so no peer timing: pip install onnxruntime or "
-        "'simpletvm[bench]')"
+        "(onnxruntime is not installed, so no peer timing: pip install onnxruntime, or "
+        "pip install 'simpletvm[bench]')"
     ) in text
     untuned, tuned = printed_medians(text, "untuned", "tuned (global)")
     check_verdict(text, untuned, tuned)
