@@ -278,6 +278,11 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             session.choose_in_model(copy["records"])
             copy["in_model_s"] = in_model_seconds(session)
             copy["in_model_estimate_ms"] = session.in_model.chosen_model_ms
+            # both builds as the round timed them: a state of the host moves both
+            copy["in_model_builds_ms"] = [
+                session.in_model.challengers_model_ms,
+                session.in_model.incumbents_model_ms,
+            ]
             copy["in_model_kept"] = len(session.in_model.kept)
             copy["in_model_kept_as_a_whole"] = session.in_model.kept_as_a_whole
             copy["in_model_form_switches"] = session.in_model.form_switches

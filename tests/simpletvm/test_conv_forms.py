@@ -145,26 +145,19 @@ def test_without_winograd_nothing_is_contested():
     assert forms.contested == {} and forms.modules() == [forms.default]
 
 
-def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
-    """Tuning with the fake builder and runner (random latencies), records in a real
-    store: the job measures both forms, the plan's estimate counts the faster, and the
-    model built with the records computes the same numbers as numpy."""
-    import tvm
-    from tvm import relax
-
+def fake_tuned(tmp_path):
+    """The two-layer model's forms, tuned with the fake builder and runner (random
+    latencies), records in a real store: the forms, the job and the store."""
     from simpletvm.testing import fake_builder, fake_runner
-    from simpletvm.tuning.database import RecordDatabase, best_latency_s
     from simpletvm.tuning.job import TuningJob
     from simpletvm.tuning.options import TuningOptions
     from simpletvm.tuning.records import RecordStore
 
-    target = resolve_target("cpu")
-    mod, weights = two_layer_model()
-    forms = ConvForms(mod, target)
+    forms = ConvForms(two_layer_model()[0], resolve_target("cpu"))
     records = RecordStore(tmp_path / "records.sqlite")
     job = TuningJob(
         forms,
-        target,
+        resolve_target("cpu"),
         TuningOptions(trials=4, candidates_per_iteration=2, population=8),
         records=records,
         builder=fake_builder(),
@@ -172,6 +165,21 @@ def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
         run_id="forms",
     )
     job.run()
+    return forms, job, records
+
+
+def test_a_tuned_job_builds_each_layer_in_the_form_its_records_favour(tmp_path):
+    """Tuning with the fake builder and runner (random latencies), records in a real
+    store: the job measures both forms, the plan's estimate counts the faster, and the
+    model built with the records computes the same numbers as numpy."""
+    import tvm
+    from tvm import relax
+
+    from simpletvm.tuning.database import RecordDatabase, best_latency_s
+
+    target = resolve_target("cpu")
+    _, weights = two_layer_model()
+    forms, job, records = fake_tuned(tmp_path)
     [rivalry] = forms.rivalries
     assert len(job.tasks) == len(extract_tasks(forms.default, target)) + 1
     database = RecordDatabase(records, target.tvm_target(), scope="run", run_id="forms")
@@ -214,26 +222,12 @@ def test_a_form_the_estimate_moves_to_is_timed_against_the_form_chosen_before(
     from simpletvm.compiler.conv_forms import layer_key
     from simpletvm.compiler.lowering import workload_key
     from simpletvm.runtime.in_situ import WHOLE, BuildTimings
-    from simpletvm.testing import fake_builder, fake_runner
     from simpletvm.tuning import in_model
     from simpletvm.tuning.database import RecordDatabase, best_latency_s
-    from simpletvm.tuning.job import TuningJob
-    from simpletvm.tuning.options import TuningOptions
-    from simpletvm.tuning.records import RecordStore
 
     target = resolve_target("cpu")
-    mod, weights = two_layer_model()
-    forms = ConvForms(mod, target)
-    records = RecordStore(tmp_path / "records.sqlite")
-    TuningJob(
-        forms,
-        target,
-        TuningOptions(trials=4, candidates_per_iteration=2, population=8),
-        records=records,
-        builder=fake_builder(),
-        runner=fake_runner(seed=3),
-        run_id="forms",
-    ).run()
+    _, weights = two_layer_model()
+    forms, _, records = fake_tuned(tmp_path)
     database = RecordDatabase(records, target.tvm_target())
     latency = partial(best_latency_s, database)
     _, [estimate] = forms.choose(latency)
