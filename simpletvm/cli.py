@@ -34,7 +34,7 @@ from simpletvm.cli_options import (
     VERBOSE_HELP,
     flags_without_type,
 )
-from simpletvm.exit_codes import ExitCode, honour_ctrl_c
+from simpletvm.exit_codes import ExitCode, honour_ctrl_c, relay_ctrl_c
 from simpletvm.extras import install_hint
 
 flags_without_type()
@@ -1154,6 +1154,7 @@ def main() -> None:
     """The ``simpletvm`` program. Ctrl-C stops it even when it was started with SIGINT
     ignored, as background shells and test runners start programs (see honour_ctrl_c)."""
     honour_ctrl_c()
+    relay_ctrl_c()
     app()
 
 

@@ -6,8 +6,10 @@ Standard library only: both CLIs load this before they know whether a command ne
 
 from __future__ import annotations
 
+import _thread
 import enum
 import signal
+import threading
 
 
 class ExitCode(enum.IntEnum):
@@ -28,3 +30,37 @@ def honour_ctrl_c() -> None:
     resumably. A handler installed by whoever embeds the CLI stays."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# wakes the main thread from a blocking call once a Ctrl-C is relayed; ignored by
+# default, and nothing else here uses it
+_WAKE = signal.SIGURG
+_relaying = False
+
+
+def relay_ctrl_c() -> None:
+    """Hand every SIGINT to Python's handler in the main thread, whatever holds the
+    signal's disposition when it lands. TVM's arithmetic prover (Z3) installs its own
+    SIGINT handler around each query, many times a second while a tuning selects
+    schedules, and a Ctrl-C landing in one cancels that query and goes no further. So
+    SIGINT is blocked in the main thread, before any other thread starts (threads and
+    child processes inherit the mask: the children are stopped by their owner), and a
+    relay thread takes each one from the kernel (``sigwait``), trips Python's handler
+    (``_thread.interrupt_main``) and wakes the main thread from a blocking call. Call it
+    first thing in a program's entry, from its main thread; once is enough."""
+    global _relaying
+    if _relaying or threading.current_thread() is not threading.main_thread():
+        return
+    _relaying = True
+    main = threading.main_thread().ident
+    if signal.getsignal(_WAKE) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        signal.signal(_WAKE, lambda *_: None)  # a blocking call returns, handlers run
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def relay() -> None:
+        while True:
+            signal.sigwait({signal.SIGINT})
+            _thread.interrupt_main(signal.SIGINT)
+            signal.pthread_kill(main, _WAKE)
+
+    threading.Thread(target=relay, name="ctrl-c relay", daemon=True).start()

@@ -21,7 +21,7 @@ from pathlib import Path
 import typer
 
 from simpletvm.cli_options import STORE_HELP
-from simpletvm.exit_codes import ExitCode, honour_ctrl_c
+from simpletvm.exit_codes import ExitCode, honour_ctrl_c, relay_ctrl_c
 from simpletvm.extras import install_hint
 
 from .grid import GridError
@@ -549,6 +549,7 @@ def main() -> None:
     """The ``superb`` program. Ctrl-C stops it even when it was started with SIGINT
     ignored, as background shells and test runners start programs (see honour_ctrl_c)."""
     honour_ctrl_c()
+    relay_ctrl_c()
     try:
         app()
     except Exception as error:  # noqa: BLE001 - the CLI's edge: a bug becomes one message

@@ -153,3 +153,48 @@ def test_ctrl_c_during_real_tuning_exits_130_and_keeps_what_was_measured(store, 
     assert context["steps"][-1]["step"] == "autotune"
     assert context["steps"][-1]["error"].startswith("KeyboardInterrupt")
     assert len(open_records(store)) >= measured  # nothing measured is lost
+
+
+# a program's entry, then a C library that takes SIGINT's disposition with a handler of
+# its own (libc's abs: it returns and the signal goes no further), as TVM's arithmetic
+# prover does around each of its queries; then a blocking call
+TAKEN_OVER = """
+import ctypes, signal, sys, time
+from simpletvm.exit_codes import honour_ctrl_c, relay_ctrl_c
+honour_ctrl_c()
+if sys.argv[1] == "relay":
+    relay_ctrl_c()
+libc = ctypes.CDLL(None)
+libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.signal(signal.SIGINT, ctypes.cast(libc.abs, ctypes.c_void_p))
+print("ready", flush=True)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("relayed", [True, False])
+def test_ctrl_c_reaches_python_though_a_c_library_holds_the_signal(relayed):
+    """With the relay the programs start, the interrupt reaches Python's handler and wakes
+    the blocking call; without it, the library's handler takes it and the call sleeps on."""
+    program = subprocess.Popen(
+        [sys.executable, "-c", TAKEN_OVER, "relay" if relayed else "none"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert program.stdout.readline().strip() == "ready", program.stderr.read()
+        program.send_signal(signal.SIGINT)
+        if relayed:
+            stdout, stderr = program.communicate(timeout=60)
+            assert stdout.strip() == "interrupted", stderr
+            assert program.returncode == 0
+        else:
+            with pytest.raises(subprocess.TimeoutExpired):
+                program.communicate(timeout=3)
+    finally:
+        program.kill()
+        program.communicate()

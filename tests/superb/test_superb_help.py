@@ -8,8 +8,9 @@ import sys
 from superb_helpers import REPO, superb_command, superb_env
 
 HEAVY = ("tvm", "tensorflow", "pandas", "numpy", "simpletvm", "onnx", "keras")
-# the exit codes and the option vocabulary both CLIs share
-LIGHT = ("simpletvm", "simpletvm.exit_codes", "simpletvm.cli_options")
+# the exit codes, the option vocabulary and the extras' names both CLIs share (standard
+# library only)
+LIGHT = ("simpletvm", "simpletvm.exit_codes", "simpletvm.cli_options", "simpletvm.extras")
 
 
 def test_cli_import_is_light():
