@@ -112,10 +112,10 @@ class ConvForms:
     def rivalries(self) -> list[Rivalry]:
         """Per contested layer, the tasks only the default module has and those only the
         layer's variant has."""
-        default_tasks = _tasks_by_key(self.default, self._target)
+        default_tasks = tasks_by_key(self.default, self._target)
         rivalries = []
         for layer, variant in self.variants.items():
-            variant_tasks = _tasks_by_key(variant, self._target)
+            variant_tasks = tasks_by_key(variant, self._target)
             default_form, form = self.contested[layer]
             rivalries.append(
                 Rivalry(
@@ -194,8 +194,8 @@ class ConvForms:
         return fuse(self._mod, self._target, winograd_forms=forms, **self._lowering)
 
 
-def _tasks_by_key(fused, target) -> dict[str, Any]:
-
+def tasks_by_key(fused, target) -> dict[str, Any]:
+    """A fused module's tuning tasks by workload key."""
     return {workload_key(task.dispatched[0]): task for task in extract_tasks(fused, target)}
 
 

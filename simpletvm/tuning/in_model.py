@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from simpletvm.compiler.conv_forms import ConvForms, form_name, layer_key
-from simpletvm.compiler.lowering import compile_fused, extract_tasks, workload_key
+from simpletvm.compiler.conv_forms import ConvForms, form_name, layer_key, tasks_by_key
+from simpletvm.compiler.lowering import compile_fused
 from simpletvm.compiler.winograd import ConvSignature
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
@@ -263,25 +263,21 @@ def _contests(
     """By label, what a round times apart: each contested layer whose form the estimate
     moves (labelled "<layer>: <form> -> <form>"), then each tuned task both builds have
     (labelled by its name in the challengers' build)."""
-    in_challengers = _tasks_by_key(challenger_module, target)
-    in_incumbents = _tasks_by_key(incumbent_module, target)
+    in_challengers = tasks_by_key(challenger_module, target)
+    in_incumbents = tasks_by_key(incumbent_module, target)
     contests = {}
     for choice in estimate:
         form, before = choice.estimated, incumbent_forms[choice.layer]
         if form == before:
             continue
-        ours = [
-            t for k, t in forms.form_tasks(choice.layer, form).items() if k not in in_incumbents
-        ]
-        theirs = [
-            t for k, t in forms.form_tasks(choice.layer, before).items() if k not in in_challengers
-        ]
+        ours = forms.form_tasks(choice.layer, form).keys() - in_incumbents.keys()
+        theirs = forms.form_tasks(choice.layer, before).keys() - in_challengers.keys()
         label = f"{choice.layer}: {form_name(before)} -> {form_name(form)}"
         contests[label] = _Contest(
-            tuple(in_challengers[workload_key(t.dispatched[0])].task_name for t in ours),
-            tuple(in_incumbents[workload_key(t.dispatched[0])].task_name for t in theirs),
-            tuple(ours),
-            tuple(theirs),
+            tuple(in_challengers[key].task_name for key in sorted(ours)),
+            tuple(in_incumbents[key].task_name for key in sorted(theirs)),
+            tuple(in_challengers[key] for key in sorted(ours)),
+            tuple(in_incumbents[key] for key in sorted(theirs)),
             choice.layer,
             form,
         )
@@ -291,10 +287,6 @@ def _contests(
                 (task.task_name,), (in_incumbents[key].task_name,), (task,)
             )
     return contests
-
-
-def _tasks_by_key(module, target: ResolvedTarget) -> dict[str, object]:
-    return {workload_key(task.dispatched[0]): task for task in extract_tasks(module, target)}
 
 
 def _on_default(incumbents: RecordDatabase, contest: _Contest) -> bool:
