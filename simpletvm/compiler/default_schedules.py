@@ -201,12 +201,10 @@ class DecisionRule:
                 small = _largest_divisor(left[inner], 8)
                 tiles[inner][-1] = small
                 left[inner] //= small
-            # the parallel jobs: outer levels of the outer axes first
+            # the parallel jobs: the outer levels of the axes _parallel_order gives
             want, most = 4 * cores, 16 * cores
             jobs = 1
-            order = [var for var, _ in spatial if var != channel] + (
-                [channel] if channel in left else []
-            )
+            order = _parallel_order(block.name_hint, spatial, reduce, channel, left, cores)
             for var in order:
                 if jobs >= want:
                     break
@@ -234,6 +232,34 @@ class DecisionRule:
             factors[0] = extent // inner
             plan[(var, n)] = factors
         return plan
+
+
+def _parallel_order(name, spatial, reduce, channel, left, cores) -> list[str]:
+    """The axes whose outer levels take a block's parallel jobs, in order. Each core
+    should read what it wrote itself: on a host whose cores sit far apart (a cache line
+    between them takes 0.4 us where it took 0.05), a kernel reading what the other core
+    wrote, or both cores streaming the same weights from memory, loses a quarter or more
+    (untuned ResNet-18 lost 29% that way, BENCHMARKS.md).
+
+    - Most blocks: the outer axes (rows, then columns), the channels last: the cores
+      split the image, as the blocks before and after them do.
+    - A block whose reduction is deeper than its output has positions (a 3x3
+      convolution of 512 channels on a 7x7 map: 4608 against 49, a dense layer): the
+      channels only, so each core streams its own share of the weights.
+    - The Winograd product (``bgemm``: transform point, point, tile, channel): its tiles
+      first, as the transforms before and after it split them, unless a tile's
+      reduction outweighs the tiles (then the points, each core half the transformed
+      weights)."""
+    outer = [var for var, _ in spatial if var != channel]
+    rest = [channel] if channel in left else []
+    depth = math.prod(extent for _, extent in reduce)
+    if name == "bgemm" and outer:
+        tiles = dict(spatial)[outer[-1]]
+        return outer + rest if depth > tiles else [outer[-1], *outer[:-1], *rest]
+    positions = math.prod(extent for var, extent in spatial if var != channel)
+    if reduce and depth > positions and channel in left and left[channel] >= cores:
+        return [channel]
+    return outer + rest
 
 
 def register_tile(channel_vectors: int, width: int, accumulators: int) -> tuple[int, int]:

@@ -328,6 +328,105 @@ def test_conv_register_tile_is_innermost(target):
     assert rows == 7
 
 
+def _four_cores(target):
+    """The host's target as if it had four cores (the split must not hinge on this
+    machine's count)."""
+    import tvm
+
+    return tvm.target.Target({**target.tvm_target().export(), "num-cores": 4})
+
+
+def _split_axes(func, block_name: str, cores: int = 4) -> set[str]:
+    """The iteration variables of block ``block_name`` (or its reduction's update) that
+    the first of ``cores`` cores covers only part of: what the cores split between them
+    (TVM gives each core a contiguous share of a parallel loop)."""
+    from tvm.ir import Range
+    from tvm.s_tir import SBlockRealize
+    from tvm.sym import Analyzer
+    from tvm.tirx import For, ForKind
+
+    stack, split = [(func.body, ())], set()
+    while stack:
+        node, loops = stack.pop()
+        if isinstance(node, For):
+            extent = int(node.extent)
+            if int(node.kind) == int(ForKind.PARALLEL):
+                extent = -(-extent // cores)
+            stack.append((node.body, (*loops, (node.loop_var, int(node.min), extent))))
+            continue
+        if isinstance(node, SBlockRealize):
+            if node.block.name_hint in (block_name, f"{block_name}_update"):
+                analyzer = Analyzer()
+                for var, start, extent in loops:
+                    analyzer.bind(var, Range.from_min_extent(start, extent))
+                for value, iv in zip(node.iter_values, node.block.iter_vars):
+                    bound = analyzer.const_int_bound(value)
+                    if bound.max_value - bound.min_value + 1 < int(iv.dom.extent):
+                        split.add(str(iv.var))
+            stack.append((node.block.body, loops))
+            continue
+        for name in ("body", "then_case", "else_case"):
+            child = getattr(node, name, None)
+            if child is not None:
+                stack.append((child, loops))
+        stack.extend((child, loops) for child in getattr(node, "seq", None) or [])
+    return split
+
+
+def _conv_task(size: int, channels: int):
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, size, size, channels), name="x")
+    w = te.placeholder((3, 3, channels, channels), name="w")
+    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+
+
+@pytest.mark.parametrize(
+    ("size", "channels", "split"),
+    [
+        # 3x3x512 = 4608 weights per output channel against 49 positions: the channels
+        (7, 512, {"v_ff"}),
+        # 3x3x32 = 288 against 784 positions: the rows, as the neighbouring kernels
+        (28, 32, {"v_yy"}),
+    ],
+    ids=["weight-heavy", "image-heavy"],
+)
+def test_cores_split_the_weights_or_the_image_whichever_is_larger(target, size, channels, split):
+    """A convolution whose weights outweigh its image splits its output channels across
+    the cores (each streams its share of the weights); one whose image is larger splits
+    the rows, so each core reads what it wrote in the kernel before."""
+    sch = default_schedule(_conv_task(size, channels), _four_cores(target))
+    assert _split_axes(sch.mod["main"], "conv2d_nhwc") == split, sch.mod
+
+
+@pytest.mark.parametrize(
+    ("size", "channels", "split"),
+    [(56, 64, {"v_p"}), (14, 512, {"v_eps"})],
+    ids=["tiles", "points"],
+)
+def test_winograd_product_splits_the_tiles_as_its_transforms_do(target, size, channels, split):
+    """The Winograd product of a large image splits its tiles across the cores, as the
+    input and output transforms around it do: no core reads a tile another transformed.
+    Where a tile's reduction outweighs the tiles (512 channels, 16 tiles) it splits the
+    transform points, each core reading its share of the transformed weights."""
+    import tvm
+    from tvm import te
+
+    from simpletvm.compiler.winograd.compute import winograd_conv2d_nhwc
+
+    x = te.placeholder((1, size, size, channels), name="x")
+    u = te.placeholder((6, 6, channels, channels), name="u")
+    y = winograd_conv2d_nhwc(x, u, (1, 1, 1, 1), tile_size=4)
+    task = tvm.IRModule({"main": te.create_prim_func([x, u, y]).with_attr("global_symbol", "main")})
+    sch = default_schedule(task, _four_cores(target))
+    product = _split_axes(sch.mod["main"], "bgemm")
+    assert product == split, sch.mod
+    for transform in ("data_pack", "inverse"):
+        assert _split_axes(sch.mod["main"], transform) >= {"v_p"}, (transform, sch.mod)
+
+
 def test_gpu_targets_unchanged():
     from simpletvm.targets import ResolvedTarget
 
