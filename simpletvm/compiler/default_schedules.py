@@ -25,7 +25,6 @@ from simpletvm.targets import ResolvedTarget
 
 # MetaSchedule's unroll steps for CPUs are [0, 16, 64, 512]: a middle one
 UNROLL_STEP = 64
-DATA_PAR, COMM_REDUCE = 0, 2
 # a kernel whose largest loop nest runs fewer iterations runs on one thread: on 2 cores
 # under load, kernels of a few microseconds ran 2-10x slower parallel than serial
 # (MobileNetV2 0.35 at 96x96, kernel by kernel)
@@ -165,15 +164,10 @@ class DecisionRule:
 
     def _make_plan(self, block, n: int) -> dict:
         lanes, cores = self.shape.lanes, self.shape.cores
-        spatial = [
-            (str(v.var), int(v.dom.extent)) for v in block.iter_vars if int(v.iter_type) == DATA_PAR
-        ]
-        reduce = [
-            (str(v.var), int(v.dom.extent))
-            for v in block.iter_vars
-            if int(v.iter_type) == COMM_REDUCE
-        ]
-        channel = _channel_var(block)  # names, never tirx.Var: == on a Var builds an EQ
+        from simpletvm.compiler.core_split import block_axes
+
+        # names, never tirx.Var: == on a Var builds an EQ
+        spatial, reduce, channel = block_axes(block)
         plan: dict = {}
         tiles = {var: [1] * n for var, _ in spatial}
         left = {var: extent for var, extent in spatial}
@@ -201,7 +195,8 @@ class DecisionRule:
                 small = _largest_divisor(left[inner], 8)
                 tiles[inner][-1] = small
                 left[inner] //= small
-            # the parallel jobs: the outer levels of the axes _parallel_order gives
+            # the parallel jobs: the outer levels of the axes _parallel_order gives, the
+            # axis the cores split leading (:mod:`simpletvm.compiler.core_split`)
             want, most = 4 * cores, 16 * cores
             jobs = 1
             order = _parallel_order(block.name_hint, spatial, reduce, channel, left, cores)
@@ -235,30 +230,19 @@ class DecisionRule:
 
 
 def _parallel_order(name, spatial, reduce, channel, left, cores) -> list[str]:
-    """The axes whose outer levels take a block's parallel jobs, in order. Each core
-    should read what it wrote itself: on a host whose cores sit far apart (a cache line
-    between them takes 0.4 us where it took 0.05), a kernel reading what the other core
-    wrote, or both cores streaming the same weights from memory, loses a quarter or more
-    (untuned ResNet-18 lost 29% that way, BENCHMARKS.md).
+    """The axes whose outer levels take a block's parallel jobs, in order: the rows
+    first, the channels last, unless :func:`~simpletvm.compiler.core_split.leading_axis`
+    says the cores split another axis (the output channels of a layer whose weights
+    outweigh its image take every job, when there are enough of them)."""
+    from simpletvm.compiler.core_split import leading_axis
 
-    - Most blocks: the outer axes (rows, then columns), the channels last: the cores
-      split the image, as the blocks before and after them do.
-    - A block whose reduction is deeper than its output has positions (a 3x3
-      convolution of 512 channels on a 7x7 map: 4608 against 49, a dense layer): the
-      channels only, so each core streams its own share of the weights.
-    - The Winograd product (``bgemm``: transform point, point, tile, channel): its tiles
-      first, as the transforms before and after it split them, unless a tile's
-      reduction outweighs the tiles (then the points, each core half the transformed
-      weights)."""
     outer = [var for var, _ in spatial if var != channel]
     rest = [channel] if channel in left else []
-    depth = math.prod(extent for _, extent in reduce)
-    if name == "bgemm" and outer:
-        tiles = dict(spatial)[outer[-1]]
-        return outer + rest if depth > tiles else [outer[-1], *outer[:-1], *rest]
-    positions = math.prod(extent for var, extent in spatial if var != channel)
-    if reduce and depth > positions and channel in left and left[channel] >= cores:
-        return [channel]
+    lead = leading_axis(name, spatial, reduce, channel)
+    if lead is not None and lead == channel:
+        return rest if left[channel] >= cores else outer + rest
+    if lead is not None:
+        return [lead, *(var for var in outer if var != lead), *rest]
     return outer + rest
 
 
@@ -288,17 +272,6 @@ def _fallback_tile(extent: int, n: int, max_innermost: int) -> list[int]:
     """All of the loop in the outermost level but a small innermost one."""
     inner = _largest_divisor(extent, min(8, max_innermost))
     return [extent // inner] + [1] * (n - 2) + [inner] if n >= 2 else [extent]
-
-
-def _channel_var(block):
-    """The block's iteration variable of its output's innermost index, if it is one."""
-    if not block.writes:
-        return None
-    last = block.writes[0].region[-1].min
-    for v in block.iter_vars:
-        if v.var.same_as(last):
-            return str(v.var)
-    return None
 
 
 def _block_of(loop):
@@ -331,6 +304,7 @@ def _block_of(loop):
 def _context(task_mod, target):
     from tvm.s_tir import meta_schedule as ms
 
+    from simpletvm.compiler.core_split import space_generator
     from simpletvm.compiler.winograd import register_schedule_rules
     from simpletvm.targets import load_tensor_intrinsics
 
@@ -342,7 +316,7 @@ def _context(task_mod, target):
     return ms.TuneContext(
         mod=task_mod,
         target=target,
-        space_generator="post-order-apply",
+        space_generator=space_generator(task_mod, target),
         task_name="default",
         rand_state=1,
         num_threads=1,

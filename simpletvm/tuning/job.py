@@ -22,6 +22,7 @@ from typing import Any
 from simpletvm._process.interrupts import keep_interrupts
 from simpletvm._process.scratch import sweep_orphans
 from simpletvm.compiler.conv_forms import ConvForms
+from simpletvm.compiler.core_split import space_generator
 from simpletvm.compiler.winograd import register_schedule_rules
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from simpletvm.tuning.cost_model import (
@@ -457,7 +458,7 @@ class TuningJob:
         context = ms.TuneContext(
             mod=task.dispatched[0],
             target=self._tvm_target,
-            space_generator="post-order-apply",
+            space_generator=space_generator(task.dispatched[0], self._tvm_target),
             search_strategy=strategy,
             task_name=task.task_name,
             rand_state=seed,
@@ -553,7 +554,7 @@ class TuningJob:
         sampler = ms.TuneContext(
             mod=context.mod,
             target=self._tvm_target,
-            space_generator="post-order-apply",
+            space_generator=space_generator(context.mod, self._tvm_target),
             search_strategy=ms.search_strategy.ReplayTrace(),
             task_name=context.task_name,
             rand_state=seed,

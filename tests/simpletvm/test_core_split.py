@@ -1,0 +1,88 @@
+"""Which axis the cores split: the rule, and that the search's candidates carry it."""
+
+from __future__ import annotations
+
+import pytest
+
+from simpletvm.compiler.core_split import leading_axis, space_generator
+from simpletvm.targets import resolve_target
+
+CONV = [("nn", 1), ("yy", 7), ("xx", 7), ("ff", 512)]
+
+
+@pytest.mark.parametrize(
+    ("name", "spatial", "reduce", "lead"),
+    [
+        # 3x3x512 terms per output against 49 positions: the output channels
+        ("conv2d_nhwc", CONV, [("ry", 3), ("rx", 3), ("rc", 512)], "ff"),
+        # 3x3x64 = 576 against 3136 positions: the block's own order (rows)
+        ("conv2d_nhwc", [("nn", 1), ("yy", 56), ("xx", 56), ("ff", 64)], [("rc", 576)], None),
+        # a dense layer: one position, 512 terms
+        ("matmul", [("i", 1), ("j", 1000)], [("k", 512)], "j"),
+        # no reduction (an elementwise or a transform): its own order
+        ("add", CONV, [], None),
+        # the Winograd product: 196 tiles against 64 channels: the tiles
+        ("bgemm", [("eps", 6), ("nu", 6), ("p", 196), ("o", 64)], [("ci", 64)], "p"),
+        # 16 tiles against 512 channels: its own order (the points)
+        ("bgemm", [("eps", 6), ("nu", 6), ("p", 16), ("o", 512)], [("ci", 512)], None),
+    ],
+    ids=["weight-heavy", "image-heavy", "dense", "elementwise", "product-tiles", "product-points"],
+)
+def test_leading_axis(name, spatial, reduce, lead):
+    channel = spatial[-1][0]
+    assert leading_axis(name, spatial, reduce, channel) == lead
+
+
+def _conv_task(size: int, channels: int):
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, size, size, channels), name="x")
+    w = te.placeholder((3, 3, channels, channels), name="w")
+    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+
+
+def _parallel_loops(func) -> list[str]:
+    from tvm.tirx import For, ForKind
+
+    found, stack = [], [func.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, For) and int(node.kind) == int(ForKind.PARALLEL):
+            found.append(str(node.loop_var.name))
+        for name in ("body", "block", "then_case", "else_case"):
+            child = getattr(node, name, None)
+            if child is not None:
+                stack.append(child)
+        stack.extend(getattr(node, "seq", None) or [])
+    return found
+
+
+@pytest.mark.parametrize(("size", "channels", "lead"), [(7, 512, "ff_0"), (28, 32, "nn_0")])
+def test_every_sampled_candidate_splits_the_leading_axis(size, channels, lead):
+    """The tuning's design spaces, their decisions drawn at random and postprocessed as
+    the search does: the convolution's parallel loop starts with the output channels'
+    outer tile when its weights outweigh its image, with the rows' (after the batch)
+    otherwise. MetaSchedule's own spaces lead with the batch and rows either way."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.compiler.winograd import register_schedule_rules
+
+    register_schedule_rules()
+    target = resolve_target("cpu").tvm_target()
+    task = _conv_task(size, channels)
+    leads = {}
+    for generator in ("post-order-apply", space_generator(task, target)):
+        context = ms.TuneContext(mod=task, target=target, space_generator=generator, rand_state=3)
+        found = []
+        for _ in range(2):
+            for sch in context.generate_design_space():
+                for postproc in context.space_generator.postprocs:
+                    assert postproc.apply(sch)
+                loops = _parallel_loops(sch.mod["main"])
+                conv = [loop for loop in loops if "_0" in loop and loop.endswith("_fused")]
+                found.extend(loop.split("_0")[0] + "_0" for loop in conv)
+        leads[generator if isinstance(generator, str) else "ours"] = set(found)
+    assert leads["ours"] == {lead}, leads
+    assert leads["post-order-apply"] == {"nn_0"}, leads
