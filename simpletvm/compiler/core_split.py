@@ -29,6 +29,7 @@ import math
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
+from tvm.s_tir.schedule import ScheduleError
 
 DATA_PAR, COMM_REDUCE = 0, 2
 WINOGRAD_PRODUCT = "bgemm"
@@ -98,7 +99,10 @@ class SplitAcrossCores(PyScheduleRule):
         names = [str(sch.get(loop).loop_var.name) for loop in loops]
         if index == 0 or len(loops) < len(spatial) or not all(n.endswith("_0") for n in names):
             return [sch]
-        sch.reorder(loops[index], *loops[:index])
+        try:
+            sch.reorder(loops[index], *loops[:index])
+        except ScheduleError:  # not perfectly nested after all: the block's order stays
+            pass
         return [sch]
 
     def clone(self):
