@@ -34,7 +34,10 @@ The report: per checkpoint the measured latency, its ratio to the fastest peer, 
 estimate (kernels timed alone) and measured / estimate, and measured over the estimate
 timed inside the model, and in how many rounds it ran slower than the checkpoint before
 (each round's median; all of them in the JSON); a PNG of latency against minutes with
-the peers as horizontal lines. ``--retime`` times the module each kept store's run saved (its last
+the peers as horizontal lines. Before each timing round, and before and after each round
+inside the model, the host's state is probed (how long its two CPUs take to pass a cache
+line back and forth, ``bench/round_trip.py``; slow above 200 ns) and kept with the run.
+``--retime`` times the module each kept store's run saved (its last
 checkpoint) with the peers again: the host's state moves within minutes, and a run's
 rounds can all fall in one state.
 """
@@ -64,6 +67,7 @@ from peers import (
     openvino_runner,
     tflite_keras_runner,
 )
+from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
 
 from simpletvm.api import MODULE_FILE
 from simpletvm.runtime.comparison import (
@@ -211,6 +215,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
 
     store = scratch / f"store-{run}"
     store.mkdir(parents=True)
+    probe = ping_pong_program(scratch)
     context = BenchmarkingContext("cpu", num_threads=args.threads, store=store)
     records_path = context.store.records_path
     warm_records = warm_store(args.warm_from, context.store) if args.warm_from else 0
@@ -275,7 +280,9 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         if checkpoint > 0:  # what autotune does when its search ends: here, at this copy
             if earlier is not None:
                 carry_in_model_choices(earlier, Path(copy["records"]))
+            trip_before = round_trip_ns(probe)
             session.choose_in_model(copy["records"])
+            copy["in_model_round_trip_ns"] = [trip_before, round_trip_ns(probe)]
             copy["in_model_s"] = in_model_seconds(session)
             copy["in_model_estimate_ms"] = session.in_model.chosen_model_ms
             # both builds as the round timed them: a state of the host moves both
@@ -303,7 +310,12 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             modules[digest] = f"{checkpoint:g} min"
             runners[f"{checkpoint:g} min"] = simpletvm_runner(built, example)
     agreement = checked_outputs(name, runners, reference)
-    samples = time_side_by_side(runners, args.rounds, args.calls, args.warmup)
+    samples: dict[str, list[float]] = {label: [] for label in runners}
+    round_trips = []  # the host's state before each round
+    for _ in range(args.rounds):
+        round_trips.append(round_trip_ns(probe))
+        for label, times in time_side_by_side(runners, 1, args.calls, args.warmup).items():
+            samples[label].extend(times)
     if args.keep_stores:
         kept = args.keep_stores / f"{Path(name).stem}-{'warm' if args.warm_from else 'cold'}-{run}"
         shutil.rmtree(kept, ignore_errors=True)
@@ -353,6 +365,8 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
             for earlier, later in zip(checkpoints, checkpoints[1:])
         ),
         "round_medians_ms": by_round,
+        "round_trip_ns": round_trips,
+        "slow_rounds": sum(trip > SLOW_ABOVE_NS for trip in round_trips),
         "max_abs_difference_to_reference": agreement,
         "stage_seconds": stvm.context.stage_durations(),
     }
@@ -432,6 +446,18 @@ def print_run(result: dict) -> None:
         if c.get("rounds_slower_than_before")
     ]
     print(f"  rounds in which a checkpoint ran slower than the one before: {', '.join(steps)}")
+    if "round_trip_ns" in result:  # runs before the probe have no state
+        trips = result["round_trip_ns"]
+        print(
+            f"  host state: {result['slow_rounds']} of {len(trips)} rounds slow (a cache line's "
+            f"round trip {min(trips)}-{max(trips)} ns; slow above {SLOW_ABOVE_NS})"
+        )
+        rounds = [
+            f"{c['minutes']:g} min {c['in_model_round_trip_ns'][0]}-{c['in_model_round_trip_ns'][1]}"
+            for c in result["checkpoints"]
+            if c.get("in_model_round_trip_ns")
+        ]
+        print(f"  round trip (ns) before and after each in-model round: {', '.join(rounds)}")
 
 
 def plot(results: list[dict], path: Path) -> None:

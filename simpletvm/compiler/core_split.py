@@ -31,8 +31,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 
+from simpletvm.compiler.winograd.compute import PRODUCT_BLOCK
+
 DATA_PAR, COMM_REDUCE = 0, 2
-WINOGRAD_PRODUCT = "bgemm"
 TILING_MARK = "meta_schedule.tiling_structure"
 
 
@@ -48,7 +49,7 @@ def leading_axis(
     innermost index."""
     outer = [var for var, _ in spatial if var != channel]
     depth = math.prod(extent for _, extent in reduce)
-    if name == WINOGRAD_PRODUCT and outer:
+    if name == PRODUCT_BLOCK and outer:
         tiles, tile_extent = outer[-1], dict(spatial)[outer[-1]]
         return tiles if reduce and depth <= tile_extent else None
     positions = math.prod(extent for var, extent in spatial if var != channel)

@@ -14,6 +14,8 @@ from simpletvm.compiler.winograd.transform import matrices_f64
 # vectorizing it, and expect 2-D sums where this operator computes two 1-D passes)
 DATA_PACK_RULE = "simpletvm_winograd_data_pack"
 INVERSE_RULE = "simpletvm_winograd_inverse"
+# the batched product's block: the cores split its tiles (:mod:`simpletvm.compiler.core_split`)
+PRODUCT_BLOCK = "bgemm"
 
 
 def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
@@ -76,7 +78,7 @@ def winograd_conv2d_nhwc(data, kernel_pack, padding, tile_size: int = 4):
         lambda eps, nu, p, o: te.sum(
             data_pack[eps, nu, p, r_c] * kernel_pack[eps, nu, o, r_c], axis=[r_c]
         ),
-        name="bgemm",
+        name=PRODUCT_BLOCK,
         attrs={"layout_free_placeholders": [kernel_pack], "meta_schedule.write_cache_level": [2]},
     )
     # a reduction, unlike the other passes: MetaSchedule's tiling of bgemm fuses a
