@@ -167,8 +167,8 @@ if sys.argv[1] == "relay":
 libc = ctypes.CDLL(None)
 libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
 libc.signal(signal.SIGINT, ctypes.cast(libc.abs, ctypes.c_void_p))
-print("ready", flush=True)
-try:
+try:  # "ready" inside: an interrupt landing as it prints is caught too
+    print("ready", flush=True)
     time.sleep(120)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
