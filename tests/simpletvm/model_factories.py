@@ -29,3 +29,16 @@ def make_residual_pad_block_keras(
     h = keras.layers.ReLU()(keras.layers.Add()([h, shortcut]))
     outputs = keras.layers.Conv2D(8, 1, name="head")(h)
     return keras.Model(inputs, outputs)
+
+
+def make_conv3x3_task(size: int, channels: int):
+    """One tuning task as MetaSchedule extracts it: a 3x3 NHWC convolution, ``channels``
+    in and out, on a ``size`` x ``size`` map (TOPI's ``conv2d_nhwc``; its block
+    ``conv2d_nhwc``, output channel variable ``ff``)."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, size, size, channels), name="x")
+    w = te.placeholder((3, 3, channels, channels), name="w")
+    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})

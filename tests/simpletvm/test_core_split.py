@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from model_factories import make_conv3x3_task
 
 from simpletvm.compiler.core_split import leading_axis, space_generator
 from simpletvm.targets import resolve_target
@@ -33,16 +34,6 @@ def test_leading_axis(name, spatial, reduce, lead):
     assert leading_axis(name, spatial, reduce, channel) == lead
 
 
-def _conv_task(size: int, channels: int):
-    import tvm
-    from tvm import te, topi
-
-    x = te.placeholder((1, size, size, channels), name="x")
-    w = te.placeholder((3, 3, channels, channels), name="w")
-    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
-    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
-
-
 def _parallel_loops(func) -> list[str]:
     from tvm.tirx import For, ForKind
 
@@ -71,7 +62,7 @@ def test_every_sampled_candidate_splits_the_leading_axis(size, channels, lead):
 
     register_schedule_rules()
     target = resolve_target("cpu").tvm_target()
-    task = _conv_task(size, channels)
+    task = make_conv3x3_task(size, channels)
     leads = {}
     for generator in ("post-order-apply", space_generator(task, target)):
         context = ms.TuneContext(mod=task, target=target, space_generator=generator, rand_state=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_factories import make_conv3x3_task
 
 from simpletvm.compiler.default_schedules import (
     PARALLEL_MIN_WORK,
@@ -307,13 +308,7 @@ def test_register_tile_sizes():
 def test_conv_register_tile_is_innermost(target):
     """A 3x3 convolution on a 7x7 map: its innermost tile is rows of output pixels by
     vectors of channels, so each weight vector loaded serves every row."""
-    import tvm
-    from tvm import te, topi
-
-    x = te.placeholder((1, 7, 7, 64), name="x")
-    w = te.placeholder((3, 3, 64, 64), name="w")
-    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
-    task = tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+    task = make_conv3x3_task(7, 64)
     shape = CpuShape.of(target.tvm_target())
     lanes = min(shape.lanes, 64)
     vectors, rows = register_tile(64 // lanes, 7, shape.vector_registers // 2)
@@ -373,16 +368,6 @@ def _split_axes(func, block_name: str, cores: int = 4) -> set[str]:
     return split
 
 
-def _conv_task(size: int, channels: int):
-    import tvm
-    from tvm import te, topi
-
-    x = te.placeholder((1, size, size, channels), name="x")
-    w = te.placeholder((3, 3, channels, channels), name="w")
-    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
-    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
-
-
 @pytest.mark.parametrize(
     ("size", "channels", "split"),
     [
@@ -397,7 +382,7 @@ def test_cores_split_the_weights_or_the_image_whichever_is_larger(target, size, 
     """A convolution whose weights outweigh its image splits its output channels across
     the cores (each streams its share of the weights); one whose image is larger splits
     the rows, so each core reads what it wrote in the kernel before."""
-    sch = default_schedule(_conv_task(size, channels), _four_cores(target))
+    sch = default_schedule(make_conv3x3_task(size, channels), _four_cores(target))
     assert _split_axes(sch.mod["main"], "conv2d_nhwc") == split, sch.mod
 
 
