@@ -112,11 +112,26 @@ def kernel_ms(
 
 @dataclass(frozen=True)
 class BuildTimings:
-    """Builds of one model timed inside a worker: per build, each kernel's median ms a
-    model run (and :data:`BETWEEN`, :data:`WHOLE`), and the threads they ran on."""
+    """Builds of one model timed inside a worker: by thread count, per build, each
+    kernel's median ms a model run (and :data:`BETWEEN`, :data:`WHOLE`)."""
 
-    medians: list[dict[str, float]]
-    threads: int
+    by_threads: dict[int, list[dict[str, float]]]
+
+    @property
+    def threads(self) -> int:
+        """The count the first build runs fastest on as a whole."""
+        return self.fastest(0)[1]
+
+    @property
+    def medians(self) -> list[dict[str, float]]:
+        """Every build's medians on :attr:`threads`: kernels compared on the count the
+        first build will run on."""
+        return self.by_threads[self.threads]
+
+    def fastest(self, build: int) -> tuple[float, int]:
+        """Build ``build``'s whole-model median on the count it runs fastest on, and that
+        count: as a build or load would leave the runtime for it."""
+        return min((medians[build][WHOLE], count) for count, medians in self.by_threads.items())
 
 
 def time_builds(
@@ -131,10 +146,10 @@ def time_builds(
 ) -> BuildTimings:
     """Builds of one model (exported libraries whose ``main`` takes ``inputs``, each a
     (shape, dtype)), timed inside a worker process in ``rounds`` alternating rounds of
-    ``runs`` runs on ``threads`` threads, or, with ``choose_threads``, on ``threads`` or
-    1, whichever the first build runs faster on (as a build or load chooses the runtime's
-    threads, :mod:`simpletvm.runtime.threads`): put first the build whose timing is to
-    be promised. Raises :class:`InSituTimingFailed`."""
+    ``runs`` runs on ``threads`` threads, or, with ``choose_threads``, on ``threads`` and
+    on 1 in turns (unless one call takes so long that a build or load keeps every core,
+    :mod:`simpletvm.runtime.threads`), so each build can be judged on the count it runs
+    fastest on. Raises :class:`InSituTimingFailed`."""
     request = {
         "libraries": [str(p) for p in libraries],
         "inputs": inputs,
@@ -161,18 +176,18 @@ def time_builds(
             f"the in-situ timing worker exited with {done.returncode}: {done.stderr.strip()[-600:]}"
         )
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return BuildTimings(answer["medians"], answer["threads"])
+    return BuildTimings({int(count): medians for count, medians in answer.items()})
 
 
 def _worker() -> None:
-    """Read a request from standard input, print each build's medians and the threads
-    they ran on as JSON."""
+    """Read a request from standard input, print each build's medians by thread count as
+    JSON."""
     import numpy as np
     import tvm
     from tvm import relax
 
     from simpletvm.runtime.fork_join import use_for_loaded_kernels
-    from simpletvm.runtime.threads import choose_runtime_threads
+    from simpletvm.runtime.threads import choose_runtime_threads, set_runtime_threads
 
     request = json.loads(sys.stdin.read())
     device = tvm.cpu()
@@ -185,22 +200,28 @@ def _worker() -> None:
         tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), device)
         for shape, dtype in request["inputs"]
     ]
-    threads = request["threads"]
+    counts = [request["threads"]]
     if request["choose_threads"]:
         first = machines[0]["main"]
-        threads = choose_runtime_threads(lambda: first(*arguments), threads)["threads"]
+        choice = choose_runtime_threads(lambda: first(*arguments), request["threads"])
+        counts = [int(count) for count in choice["median_ms"]] or [choice["threads"]]
     name_of = kernel_names()  # every library is loaded: one resolver for all rounds
-    samples: list[dict[str, list[float]]] = [{} for _ in machines]
+    samples = {count: [{} for _ in machines] for count in counts}
     for round_ in range(request["rounds"]):
         order = list(range(len(machines)))
         if round_ % 2:
             order.reverse()
-        for index in order:
-            spent = kernel_ms(machines[index], device, arguments, request["runs"], name_of)
-            for name, values in spent.items():
-                samples[index].setdefault(name, []).extend(values)
-    medians = [{name: statistics.median(v) for name, v in s.items()} for s in samples]
-    print(json.dumps({"medians": medians, "threads": threads}))
+        for count in counts:
+            set_runtime_threads(count)
+            for index in order:
+                spent = kernel_ms(machines[index], device, arguments, request["runs"], name_of)
+                for name, values in spent.items():
+                    samples[count][index].setdefault(name, []).extend(values)
+    medians = {
+        count: [{name: statistics.median(v) for name, v in s.items()} for s in per_build]
+        for count, per_build in samples.items()
+    }
+    print(json.dumps(medians))
 
 
 if __name__ == "__main__":

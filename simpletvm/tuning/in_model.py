@@ -76,10 +76,11 @@ class InModelTiming:
     challengers and incumbents (built and timed against the incumbents' build, ms a run),
     and whether the round kept every incumbent because that model was not faster.
     ``unseen``: the tuned kernels the timing could not tell apart (no parallel loop),
-    by whether their fastest record was chosen with the model; ``threads``: what the
-    model built from the choices was timed on (each pair of builds is timed on one
-    count). ``mixed_model_ms`` and ``mixed_against_ms``: the mixed build and the
-    incumbents' build, timed in the same rounds (None when the choices did not mix).
+    by whether their fastest record was chosen with the model; ``threads``: the count
+    the model built from the choices runs fastest on. Each build's ms is on its own
+    faster count, as a build would run it. ``mixed_model_ms`` and ``mixed_against_ms``:
+    the mixed build and the incumbents' build, timed in the same rounds (None when the
+    choices did not mix).
     ``form_switches``: the contested layers timed in another form than the one chosen
     before, by whether the round switched them (their findings are among ``findings``)."""
 
@@ -151,10 +152,11 @@ def choose_in_model(
     this machine's CPU, and note each choice in the database's store. ``inputs``: the
     model's (shape, dtype). A layer whose form differs between the two builds is timed
     as one: the tasks only its challenger form has against those only its incumbent
-    form has. On ``threads`` threads, or with ``choose_threads`` on those or 1,
-    whichever the challengers' build (and a mix, in its own timing) runs faster on: the
-    count the model built from the round's choices will run on (a small model's
-    kernels can run faster on one, and the host's state moves which)."""
+    form has. On ``threads`` threads, or with ``choose_threads`` on those and on 1: the
+    kernels are compared on the count the challengers' build runs faster on, and each
+    build as a whole on its own faster count, the one a build would leave the runtime on
+    (a small model's kernels can run faster on one, and the host's state moves which:
+    the incumbents' build may run faster on the other count)."""
     challenger_module, estimate = forms.choose(partial(best_latency_s, database))
     incumbent_forms = forms.incumbent_forms(database.kept_form)
     incumbent_module = forms.module(incumbent_forms)
@@ -184,7 +186,8 @@ def choose_in_model(
             rounds=rounds,
             runs=runs,
         )
-        challengers, kept = first.medians
+        challengers, kept = first.medians  # kernels compared where the challengers run
+        kept_model_ms, kept_threads = first.fastest(1)
         timed = {}
         for label, contest in contests.items():
             both = contest.ms(challengers, kept)
@@ -192,10 +195,11 @@ def choose_in_model(
                 timed[label] = both
         unseen = [label for label in contests if label not in timed]
         before = {label: _on_default(incumbents, contests[label]) for label in timed}
-        wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept[WHOLE])
+        wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept_model_ms)
 
         mixed_model_ms = mixed_against_ms = None
-        promised_threads = first.threads  # what the build the round keeps was timed on
+        # what the build the round keeps runs fastest on
+        promised_threads = first.threads if any(wins.values()) else kept_threads
         if any(wins.values()) and not all(wins.values()):
             # a model neither build was: built from the choices, it must beat the
             # incumbents' build as a whole, or the round keeps every incumbent
@@ -212,14 +216,17 @@ def choose_in_model(
                 rounds=rounds,
                 runs=runs,
             )
-            mixed_model_ms, mixed_against_ms = (timing[WHOLE] for timing in again.medians)
+            (mixed_model_ms, mixed_threads), (mixed_against_ms, against_threads) = (
+                again.fastest(build) for build in (0, 1)
+            )
             if _faster(mixed_model_ms, mixed_against_ms):
-                promised_threads = again.threads
+                promised_threads = mixed_threads
             else:
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
+                promised_threads = against_threads
     # an unseen kernel is noted with the timings of the two models it was chosen by
     chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
-    against_ms = mixed_against_ms if mixed_against_ms is not None else kept[WHOLE]
+    against_ms = mixed_against_ms if mixed_against_ms is not None else kept_model_ms
     for label, win in wins.items():
         challenger_ms, incumbent_ms = timed.get(label, (chosen_ms, against_ms))
         contest = contests[label]
@@ -241,7 +248,7 @@ def choose_in_model(
     return InModelTiming(
         findings,
         challengers[WHOLE],
-        kept[WHOLE],
+        kept_model_ms,
         kept_as_a_whole,
         {label: wins[label] for label in unseen},
         promised_threads,

@@ -262,7 +262,7 @@ def test_a_form_the_estimate_moves_to_is_timed_against_the_form_chosen_before(
                 symbols = subprocess.run(["nm", library], capture_output=True, text=True).stdout
                 assert all(k in symbols for k in own) and not any(k in symbols for k in other)
         if len(timed) == 2:  # the mix of the switch and the other kernels' incumbents
-            return BuildTimings([{WHOLE: 4.0}, {WHOLE: 5.0}], 2)
+            return BuildTimings({2: [{WHOLE: 4.0}, {WHOLE: 5.0}]})
         medians = []
         for module, side, ms in (
             (challenger_module, ours, 1.0 if switch_wins else 3.0),
@@ -271,7 +271,7 @@ def test_a_form_the_estimate_moves_to_is_timed_against_the_form_chosen_before(
             every = {t.task_name: 0.5 for t in extract_tasks(module, target)}
             medians.append({**every, **dict.fromkeys(names(module, side), ms), WHOLE: 5.0})
         medians[0][WHOLE] = 4.0 if switch_wins else 6.0
-        return BuildTimings(medians, 2)
+        return BuildTimings({2: medians})
 
     monkeypatch.setattr(in_model, "time_builds", time_builds)
     x = np.random.default_rng(1).standard_normal((1, 28, 28, 16)).astype("float32")

@@ -267,9 +267,12 @@ def test_a_mix_of_challengers_and_incumbents_is_built_and_kept_only_when_faster(
         if len(timed) == 1:  # the first record wins, the others lose to their defaults
             challengers = {first.task_name: 0.5, **{t.task_name: 1.0 for t in rest}}
             incumbents = {first.task_name: 1.0, **{t.task_name: 0.9 for t in rest}}
-            return BuildTimings([{**challengers, WHOLE: 5.0}, {**incumbents, WHOLE: 5.5}], 2)
-        # the mixed build against the incumbents, on the count the mix runs faster on
-        return BuildTimings([{WHOLE: mixed_ms}, {WHOLE: 5.0}], 1)
+            on_two = [{**challengers, WHOLE: 5.0}, {**incumbents, WHOLE: 5.5}]
+            return BuildTimings({2: on_two, 1: [{WHOLE: 6.0}, {WHOLE: 7.0}]})
+        # the mix runs faster on 1 thread, the incumbents' build on 2: each judged on its own
+        return BuildTimings(
+            {2: [{WHOLE: mixed_ms + 0.5}, {WHOLE: 5.0}], 1: [{WHOLE: mixed_ms}, {WHOLE: 5.6}]}
+        )
 
     # the mixed build reads the round's choices before they are kept
     planned = database.with_planned_choices({task.dispatched[0]: task is first for task in tasks})
@@ -291,6 +294,38 @@ def test_a_mix_of_challengers_and_incumbents_is_built_and_kept_only_when_faster(
         assert timing.chosen_model_ms == 5.5 and timing.threads == 2
 
 
+def test_each_build_is_judged_as_a_whole_on_the_thread_count_it_runs_fastest_on(
+    untimed, monkeypatch
+):
+    """Every challenger wins its kernel on the challengers' count (2), but the incumbents'
+    build runs faster on 1 thread than the challengers' on 2: the round keeps it, and
+    promises its time on 1."""
+    database = RecordDatabase(open_records(untimed.store.root), untimed.target.tvm_target())
+    tasks = [
+        task
+        for task in extract_tasks(untimed.conv_forms.default, untimed.target)
+        if database.has_workload(task.dispatched[0])
+    ]
+
+    def time_builds(libraries, inputs, *, choose_threads, **_):
+        assert choose_threads
+        challengers = {t.task_name: 0.5 for t in tasks}
+        incumbents = {t.task_name: 1.0 for t in tasks}
+        on_two = [{**challengers, WHOLE: 5.0}, {**incumbents, WHOLE: 6.0}]
+        return BuildTimings({2: on_two, 1: [{WHOLE: 5.5}, {WHOLE: 4.9}]})
+
+    monkeypatch.setattr(in_model, "time_builds", time_builds)
+    timing = untimed.choose_in_model("global").in_model
+    assert all(finding.challenger_ms < finding.incumbent_ms for finding in timing.findings)
+    assert timing.kept_as_a_whole and not any(f.challenger_chosen for f in timing.findings)
+    assert timing.incumbents_model_ms == 4.9 and timing.chosen_model_ms == 4.9
+    assert timing.threads == 1
+    chosen = database.with_in_model_choices()
+    assert [chosen.in_model_schedule(task.dispatched[0]) for task in tasks] == ["default"] * len(
+        tasks
+    )
+
+
 def test_after_a_round_the_build_is_the_module_timed_even_where_the_timing_cannot_see(
     untimed, monkeypatch
 ):
@@ -306,7 +341,7 @@ def test_after_a_round_the_build_is_the_module_timed_even_where_the_timing_canno
         # every timed record loses to its default; the last kernel is not timed apart
         challengers = {t.task_name: 1.0 for t in seen}
         incumbents = {t.task_name: 0.5 for t in seen}
-        return BuildTimings([{**challengers, WHOLE: 6.0}, {**incumbents, WHOLE: 5.0}], 2)
+        return BuildTimings({2: [{**challengers, WHOLE: 6.0}, {**incumbents, WHOLE: 5.0}]})
 
     monkeypatch.setattr(in_model, "time_builds", time_builds)
     timing = untimed.choose_in_model("global").in_model
@@ -326,7 +361,7 @@ def test_the_worker_names_each_parallel_kernel_within_the_models_run(tiny_onnx, 
     library = next((tmp_path / "module").glob("*.so"))
     shape = list(stvm.model.inputs[0].shape)
     timing = time_builds([library, library], [(shape, "float32")], threads=2, rounds=2, runs=5)
-    assert timing.threads == 2
+    assert list(timing.by_threads) == [2]  # pinned: one count
     kernels = {name for name in timing.medians[0] if name not in (WHOLE, BETWEEN)}
     assert kernels == {name for name in timing.medians[1] if name not in (WHOLE, BETWEEN)}
     tasks = {task.task_name for task in extract_tasks(stvm.fused_module, stvm.target)}
@@ -334,6 +369,30 @@ def test_the_worker_names_each_parallel_kernel_within_the_models_run(tiny_onnx, 
     for medians in timing.medians:
         assert 0 < max(medians[name] for name in kernels) < medians[WHOLE]
         assert medians[BETWEEN] > 0  # the VM's calls between the loops
+
+
+def test_the_worker_times_every_build_on_both_thread_counts_when_choosing(tiny_onnx, tmp_path):
+    """Not pinned, a short model's builds are timed on 2 threads and on 1 in the same
+    rounds: the kernels compared where the first build runs fastest, each build judged on
+    its own faster count."""
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
+    stvm.build(records=None).save(tmp_path / "module")
+    library = next((tmp_path / "module").glob("*.so"))
+    shape = list(stvm.model.inputs[0].shape)
+    timing = time_builds(
+        [library, library], [(shape, "float32")], threads=2, choose_threads=True, rounds=2, runs=3
+    )
+    assert sorted(timing.by_threads) == [1, 2]
+    for build in (0, 1):
+        ms, count = timing.fastest(build)
+        assert ms == min(medians[build][WHOLE] for medians in timing.by_threads.values())
+        assert timing.by_threads[count][build][WHOLE] == ms
+    assert timing.medians == timing.by_threads[timing.threads]
+    kernels = [
+        {n for n in medians[0] if n not in (WHOLE, BETWEEN)}
+        for medians in timing.by_threads.values()
+    ]
+    assert kernels[0] and kernels[0] == kernels[1]  # the same kernels seen on either count
 
 
 def test_timing_inside_the_model_needs_this_machines_cpu(tiny_onnx, tmp_path):
