@@ -10,9 +10,13 @@ when both cores stream the same weights from memory; the peers hardly notice tha
 
 - most blocks keep their order: the cores split the image by rows, as the kernels before
   and after them do, and each reads what it wrote;
-- a block whose reduction is deeper than its output has positions (a 3x3 convolution of
-  512 channels on a 7x7 map: 4608 terms against 49 positions; a dense layer) leads with
-  its output channels: each core streams only its share of the weights;
+- a block whose weights outweigh both its image and its output (a 3x3 convolution of
+  512 channels on a 7x7 map: 2.4 M weights against 25 K values in and out; a dense
+  layer) leads with its output channels: each core streams only its share of the
+  weights, and what the cores exchange, the image, is the smaller part. A layer whose
+  image outweighs its weights keeps the rows (MobileNetV2's 14x14 projections, 384
+  channels in and 64 out: splitting the channels would have each core read half its
+  input from the other to save a fifth as much in weights);
 - the Winograd product (``bgemm``: point, point, tile, channel) leads with its tiles, as
   the transforms before and after it split them, unless a tile's reduction outweighs
   the tiles (then the points keep the lead: each core reads its share of the
@@ -52,10 +56,15 @@ def leading_axis(
     if name == PRODUCT_BLOCK and outer:
         tiles, tile_extent = outer[-1], dict(spatial)[outer[-1]]
         return tiles if reduce and depth <= tile_extent else None
+    if not reduce or channel is None:
+        return None
+    # per output channel and position: weights depth (window x input channels) and
+    # window x output channels against each input channel and each output channel
     positions = math.prod(extent for var, extent in spatial if var != channel)
-    if reduce and channel is not None and depth > positions:
-        return channel
-    return None
+    window = depth // reduce[-1][1]  # the innermost reduction: the input channels
+    outweighs_output = depth > positions
+    outweighs_input = window * dict(spatial)[channel] > positions
+    return channel if outweighs_output and outweighs_input else None
 
 
 def block_axes(block) -> tuple[list[tuple[str, int]], list[tuple[str, int]], str | None]:

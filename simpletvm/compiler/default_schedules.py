@@ -34,6 +34,10 @@ FLOAT_BYTES = 4
 # AVX-512 vectors took untuned ResNet-18 from 34.5 to 12.5 ms, where 8 rows or one vector
 # was slower (BENCHMARKS.md)
 MAX_REGISTER_ROWS = 7
+# a kernel waits for its busiest core: its parallel jobs are split so that no core has
+# more than this times the average (MobileNetV2's 7x7 layers of 160 channels, 5 tiles of
+# 32, left one core 3 tiles and the other 2; 5 tiles by 7 rows: 18 jobs against 17)
+MAX_UNEVEN = 1.1
 
 
 @dataclass(frozen=True)
@@ -201,9 +205,9 @@ class DecisionRule:
             jobs = 1
             order = _parallel_order(block.name_hint, spatial, reduce, channel, left, cores)
             for var in order:
-                if jobs >= want:
+                if jobs >= want and _uneven(jobs, cores) <= MAX_UNEVEN:
                     break
-                d = _largest_divisor(left[var], most // jobs)
+                d = _job_factor(left[var], jobs, most, cores)
                 tiles[var][0] = d
                 left[var] //= d
                 jobs *= d
@@ -229,18 +233,36 @@ class DecisionRule:
         return plan
 
 
+def _uneven(jobs: int, cores: int) -> float:
+    """How much longer the busiest core works than the average, for ``jobs`` equal jobs."""
+    return -(-jobs // cores) * cores / jobs
+
+
+def _job_factor(extent: int, jobs: int, most: int, cores: int) -> int:
+    """The parallel jobs an axis of ``extent`` adds to ``jobs``: its largest divisor
+    that keeps them within ``most``, unless that leaves a core working more than
+    :data:`MAX_UNEVEN` times the average (5 channel tiles on 2 cores: 3 against 2); then
+    the smallest divisor that does not, if the axis has one (5 tiles by 7 rows)."""
+    d = _largest_divisor(extent, most // jobs)
+    if _uneven(jobs * d, cores) <= MAX_UNEVEN:
+        return d
+    even = [x for x in _divisors(extent) if x > d and _uneven(jobs * x, cores) <= MAX_UNEVEN]
+    return min(even, default=d)
+
+
 def _parallel_order(name, spatial, reduce, channel, left, cores) -> list[str]:
     """The axes whose outer levels take a block's parallel jobs, in order: the rows
     first, the channels last, unless :func:`~simpletvm.compiler.core_split.leading_axis`
     says the cores split another axis (the output channels of a layer whose weights
-    outweigh its image take every job, when there are enough of them)."""
+    outweigh its image take every job when they split evenly across the cores, and
+    lead the rows otherwise)."""
     from simpletvm.compiler.core_split import leading_axis
 
     outer = [var for var, _ in spatial if var != channel]
     rest = [channel] if channel in left else []
     lead = leading_axis(name, spatial, reduce, channel)
     if lead is not None and lead == channel:
-        return rest if left[channel] >= cores else outer + rest
+        return rest if left[channel] % cores == 0 else rest + outer
     if lead is not None:
         return [lead, *(var for var in outer if var != lead), *rest]
     return outer + rest

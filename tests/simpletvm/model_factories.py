@@ -35,10 +35,16 @@ def make_conv3x3_task(size: int, channels: int):
     """One tuning task as MetaSchedule extracts it: a 3x3 NHWC convolution, ``channels``
     in and out, on a ``size`` x ``size`` map (TOPI's ``conv2d_nhwc``; its block
     ``conv2d_nhwc``, output channel variable ``ff``)."""
+    return make_conv_task(size, channels, channels, kernel=3)
+
+
+def make_conv_task(size: int, in_channels: int, out_channels: int, *, kernel: int):
+    """A ``kernel`` x ``kernel`` NHWC convolution task, stride 1, padded to keep the
+    ``size`` x ``size`` map, as :func:`make_conv3x3_task`."""
     import tvm
     from tvm import te, topi
 
-    x = te.placeholder((1, size, size, channels), name="x")
-    w = te.placeholder((3, 3, channels, channels), name="w")
-    y = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    x = te.placeholder((1, size, size, in_channels), name="x")
+    w = te.placeholder((kernel, kernel, in_channels, out_channels), name="w")
+    y = topi.nn.conv2d_nhwc(x, w, 1, kernel // 2, 1)
     return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})

@@ -14,10 +14,27 @@ CONV = [("nn", 1), ("yy", 7), ("xx", 7), ("ff", 512)]
 @pytest.mark.parametrize(
     ("name", "spatial", "reduce", "lead"),
     [
-        # 3x3x512 terms per output against 49 positions: the output channels
+        # 3x3x512 weights per output channel and per input channel against 49
+        # positions: the output channels
         ("conv2d_nhwc", CONV, [("ry", 3), ("rx", 3), ("rc", 512)], "ff"),
         # 3x3x64 = 576 against 3136 positions: the block's own order (rows)
         ("conv2d_nhwc", [("nn", 1), ("yy", 56), ("xx", 56), ("ff", 64)], [("rc", 576)], None),
+        # a 1x1 projection, 384 channels to 64 on 14x14: 384 weights per output channel
+        # against 196 positions, but 64 per input channel: the image outweighs the
+        # weights, the rows
+        (
+            "conv2d_nhwc",
+            [("nn", 1), ("yy", 14), ("xx", 14), ("ff", 64)],
+            [("ry", 1), ("rx", 1), ("rc", 384)],
+            None,
+        ),
+        # a 1x1 expansion, 160 channels to 960 on 7x7: both outweigh 49 positions
+        (
+            "conv2d_nhwc",
+            [("nn", 1), ("yy", 7), ("xx", 7), ("ff", 960)],
+            [("ry", 1), ("rx", 1), ("rc", 160)],
+            "ff",
+        ),
         # a dense layer: one position, 512 terms
         ("matmul", [("i", 1), ("j", 1000)], [("k", 512)], "j"),
         # no reduction (an elementwise or a transform): its own order
@@ -27,7 +44,16 @@ CONV = [("nn", 1), ("yy", 7), ("xx", 7), ("ff", 512)]
         # 16 tiles against 512 channels: its own order (the points)
         ("bgemm", [("eps", 6), ("nu", 6), ("p", 16), ("o", 512)], [("ci", 512)], None),
     ],
-    ids=["weight-heavy", "image-heavy", "dense", "elementwise", "product-tiles", "product-points"],
+    ids=[
+        "weight-heavy",
+        "image-heavy",
+        "projection",
+        "expansion",
+        "dense",
+        "elementwise",
+        "product-tiles",
+        "product-points",
+    ],
 )
 def test_leading_axis(name, spatial, reduce, lead):
     channel = spatial[-1][0]
