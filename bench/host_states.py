@@ -67,8 +67,14 @@ def measure(name: str, args, scratch: Path, program: Path) -> dict:
             samples = time_side_by_side(runners, rounds=1, calls=args.calls, warmup=3)
             medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
             rounds.append({"round_trip_ns": trip, "ms": medians})
-    slow = [r for r in rounds if r["round_trip_ns"] > args.slow_above_ns]
-    fast = [r for r in rounds if r["round_trip_ns"] <= args.slow_above_ns]
+    return {"model": name, **summarize(rounds, args.slow_above_ns)}
+
+
+def summarize(rounds: list[dict], slow_above_ns: int) -> dict:
+    """Rounds (each a ``round_trip_ns`` and each runner's median ``ms``) split by state:
+    how many of each, and per runner the median of its round medians in each state."""
+    slow = [r for r in rounds if r["round_trip_ns"] > slow_above_ns]
+    fast = [r for r in rounds if r["round_trip_ns"] <= slow_above_ns]
     summary = {}
     for label in rounds[0]["ms"]:
         fast_ms = statistics.median(r["ms"][label] for r in fast) if fast else None
@@ -79,7 +85,6 @@ def measure(name: str, args, scratch: Path, program: Path) -> dict:
             "slow_over_fast": slow_ms / fast_ms if fast and slow else None,
         }
     return {
-        "model": name,
         "fast_rounds": len(fast),
         "slow_rounds": len(slow),
         "summary": summary,

@@ -1,0 +1,176 @@
+"""What a change to the compiler buys: two commits' untuned builds of a model, timed side
+by side in alternating rounds, each round labelled by the host's state.
+
+Each commit is checked out into a scratch worktree (``git worktree``) and builds the
+model there with its own code (``build(records=None)``: the default schedules, no
+record), so a change to the default schedules, the layer forms or the lowering is
+measured as a user of either commit would get it. Both modules then run in this process
+on the same input, their outputs checked against each other (the largest difference at
+most a thousandth of the largest value), on ``--threads`` threads, taking turns round by
+round; before each round the cache-line probe (``bench/round_trip.py``) labels it fast or
+slow. The report: per model, each build's median in the fast rounds and in the slow
+ones, and head / base.
+
+    python bench/compare_builds.py --base REV [--head REV] [--models mobilenetv2,resnet18]
+                                   [--minutes 3] [--threads 2] [--calls 15]
+                                   [--out bench/results/compare_builds.json]
+
+``--head`` defaults to the working tree as it is (uncommitted changes included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_states import print_result, save, summarize
+from peers import host_description
+from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
+from time_to_peers import BUILTIN
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+# run inside a commit's tree: its own SimpleTVM builds the untuned module and saves it
+EXPORT = """
+import json, sys
+from simpletvm import BenchmarkingContext, SimpleTVM
+model, options, store, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+context = BenchmarkingContext("cpu", store=store)
+SimpleTVM(context).from_model(model, **options).build(records=None).save(out)
+"""
+
+
+def export_build(tree: Path, name: str, scratch: Path) -> Path:
+    """The untuned module of built-in model ``name`` as the code in ``tree`` builds it,
+    saved under ``scratch``."""
+    model, options = BUILTIN[name]
+    out = scratch / "module"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            EXPORT,
+            model,
+            json.dumps(options),
+            str(scratch / "store"),
+            str(out),
+        ],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"building {name} at {tree} failed:\n{done.stderr.strip()[-2000:]}")
+    return out
+
+
+def checked_out(revision: str, scratch: Path) -> Path:
+    """A worktree of ``revision`` under ``scratch``."""
+    tree = scratch / "tree"
+    subprocess.run(
+        ["git", "-C", str(REPOSITORY), "worktree", "add", "--detach", "-q", str(tree), revision],
+        check=True,
+    )
+    return tree
+
+
+def measure(name: str, modules: dict[str, Path], args, program: Path) -> dict:
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.runtime.comparison import at_thread_counts, simpletvm_runner, time_side_by_side
+
+    loaded = {
+        label: SimpleTVM(BenchmarkingContext("cpu", num_threads=args.threads)).load(path)
+        for label, path in modules.items()
+    }
+    spec = next(iter(loaded.values())).model.inputs[0]
+    example = np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
+    infer = {label: simpletvm_runner(stvm, example) for label, stvm in loaded.items()}
+    outputs = {label: np.asarray(run()).copy() for label, run in infer.items()}
+    base, head = outputs.values()
+    difference = float(np.max(np.abs(base - head)))
+    if difference > 1e-3 * float(np.max(np.abs(base))):
+        raise SystemExit(f"{name}: the two builds' outputs differ by {difference}")
+    rounds = []
+    with at_thread_counts(infer, [args.threads]) as by_count:
+        runners = {label: by_count[label][args.threads] for label in infer}
+        end = time.time() + args.minutes * 60
+        while time.time() < end:
+            trip = round_trip_ns(program)
+            order = list(runners) if len(rounds) % 2 == 0 else list(runners)[::-1]
+            samples = time_side_by_side(
+                {label: runners[label] for label in order}, rounds=1, calls=args.calls, warmup=3
+            )
+            medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
+            rounds.append({"round_trip_ns": trip, "ms": medians})
+    result = {
+        "model": name,
+        "largest_difference": difference,
+        **summarize(rounds, args.slow_above_ns),
+    }
+    for state in ("fast", "slow"):
+        times = [result["summary"][label][f"{state}_ms"] for label in modules]
+        result[f"head_over_base_{state}"] = times[1] / times[0] if None not in times else None
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the commit to compare against")
+    parser.add_argument("--head", help="the commit measured (default: the working tree)")
+    parser.add_argument("--models", default="mobilenetv2,resnet18")
+    parser.add_argument("--minutes", type=float, default=3.0, help="per model")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=15, help="timed calls per build a round")
+    parser.add_argument("--slow-above-ns", type=int, default=SLOW_ABOVE_NS)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/compare_builds.json"))
+    args = parser.parse_args()
+    unknown = [name for name in args.models.split(",") if name not in BUILTIN]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
+    sides = {"base": args.base, "head": args.head}
+    results = {"host": host_description(), **sides, "models": []}
+    with tempfile.TemporaryDirectory(prefix="compare-builds-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        program = ping_pong_program(scratch)
+        trees = {
+            side: checked_out(revision, scratch / side) if revision else REPOSITORY
+            for side, revision in sides.items()
+        }
+        try:
+            for name in args.models.split(","):
+                modules = {
+                    f"{side} ({sides[side] or 'working tree'})": export_build(
+                        tree, name, scratch / side / name
+                    )
+                    for side, tree in trees.items()
+                }
+                result = measure(name, modules, args, program)
+                print_result(result)
+                ratios = [result[f"head_over_base_{state}"] for state in ("fast", "slow")]
+                fast, slow = (f"{r:.3f}" if r is not None else "-" for r in ratios)
+                print(f"  head / base: fast {fast}, slow {slow}")
+                results["models"].append(result)
+                save(results, args.out)  # after each model: a run cut short keeps what it measured
+        finally:
+            for tree in trees.values():
+                if tree != REPOSITORY:
+                    subprocess.run(
+                        ["git", "-C", str(REPOSITORY), "worktree", "remove", "--force", str(tree)],
+                        check=False,
+                    )
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
