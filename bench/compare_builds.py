@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_states import print_result, save, summarize
+from host_states import add_round_options, chosen_models, print_result, save, summarize
 from peers import host_description
-from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
+from round_trip import ping_pong_program, round_trip_ns
 from time_to_peers import BUILTIN
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -128,16 +128,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the commit to compare against")
     parser.add_argument("--head", help="the commit measured (default: the working tree)")
-    parser.add_argument("--models", default="mobilenetv2,resnet18")
-    parser.add_argument("--minutes", type=float, default=3.0, help="per model")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--calls", type=int, default=15, help="timed calls per build a round")
-    parser.add_argument("--slow-above-ns", type=int, default=SLOW_ABOVE_NS)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/compare_builds.json"))
+    add_round_options(parser, "mobilenetv2,resnet18", 3.0, "bench/results/compare_builds.json")
     args = parser.parse_args()
-    unknown = [name for name in args.models.split(",") if name not in BUILTIN]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
+    models = chosen_models(parser, args)
     sides = {"base": args.base, "head": args.head}
     results = {"host": host_description(), **sides, "models": []}
     with tempfile.TemporaryDirectory(prefix="compare-builds-") as scratch_dir:
@@ -148,7 +142,7 @@ def main() -> None:
             for side, revision in sides.items()
         }
         try:
-            for name in args.models.split(","):
+            for name in models:
                 modules = {
                     f"{side} ({sides[side] or 'working tree'})": export_build(
                         tree, name, scratch / side / name

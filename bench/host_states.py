@@ -111,22 +111,36 @@ def save(results: dict, path: Path) -> None:
     path.write_text(json.dumps(results, indent=1))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="resnet18,mobilenetv2,quickstart")
-    parser.add_argument("--minutes", type=float, default=6.0, help="per model")
+def add_round_options(parser: argparse.ArgumentParser, models: str, minutes: float, out: str):
+    """The options of a script that times built-in models in rounds labelled by state."""
+    parser.add_argument("--models", default=models)
+    parser.add_argument("--minutes", type=float, default=minutes, help="per model")
     parser.add_argument("--calls", type=int, default=15, help="timed calls per runner a round")
     parser.add_argument("--slow-above-ns", type=int, default=SLOW_ABOVE_NS)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/host_states.json"))
-    args = parser.parse_args()
-    unknown = [name for name in args.models.split(",") if name not in BUILTIN]
+    parser.add_argument("--out", type=Path, default=Path(out))
+
+
+def chosen_models(parser: argparse.ArgumentParser, args) -> list[str]:
+    """The built-in models ``--models`` names; an unknown one is a usage error."""
+    names = args.models.split(",")
+    unknown = [name for name in names if name not in BUILTIN]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_round_options(
+        parser, "resnet18,mobilenetv2,quickstart", 6.0, "bench/results/host_states.json"
+    )
+    args = parser.parse_args()
+    models = chosen_models(parser, args)
     results = {"host": host_description(), "slow_above_ns": args.slow_above_ns, "models": []}
     with tempfile.TemporaryDirectory(prefix="host-states-") as scratch_dir:
         scratch = Path(scratch_dir)
         program = ping_pong_program(scratch)
-        for name in args.models.split(","):
+        for name in models:
             result = measure(name, args, scratch / name, program)
             print_result(result)
             results["models"].append(result)
