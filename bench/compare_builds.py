@@ -26,15 +26,21 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_states import add_round_options, chosen_models, print_result, save, summarize
+from host_states import (
+    add_round_options,
+    chosen_models,
+    labelled_rounds,
+    print_result,
+    save,
+    summarize,
+)
 from peers import host_description
-from round_trip import ping_pong_program, round_trip_ns
+from round_trip import ping_pong_program
 from time_to_peers import BUILTIN
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -87,7 +93,7 @@ def checked_out(revision: str, scratch: Path) -> Path:
 
 def measure(name: str, modules: dict[str, Path], args, program: Path) -> dict:
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.runtime.comparison import at_thread_counts, simpletvm_runner, time_side_by_side
+    from simpletvm.runtime.comparison import at_thread_counts, simpletvm_runner
 
     loaded = {
         label: SimpleTVM(BenchmarkingContext("cpu", num_threads=args.threads)).load(path)
@@ -101,18 +107,9 @@ def measure(name: str, modules: dict[str, Path], args, program: Path) -> dict:
     difference = float(np.max(np.abs(base - head)))
     if difference > 1e-3 * float(np.max(np.abs(base))):
         raise SystemExit(f"{name}: the two builds' outputs differ by {difference}")
-    rounds = []
     with at_thread_counts(infer, [args.threads]) as by_count:
         runners = {label: by_count[label][args.threads] for label in infer}
-        end = time.time() + args.minutes * 60
-        while time.time() < end:
-            trip = round_trip_ns(program)
-            order = list(runners) if len(rounds) % 2 == 0 else list(runners)[::-1]
-            samples = time_side_by_side(
-                {label: runners[label] for label in order}, rounds=1, calls=args.calls, warmup=3
-            )
-            medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
-            rounds.append({"round_trip_ns": trip, "ms": medians})
+        rounds = labelled_rounds(runners, args.minutes, args.calls, program, alternate=True)
     result = {
         "model": name,
         "largest_difference": difference,

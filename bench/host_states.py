@@ -49,25 +49,38 @@ def untuned_runners(name: str, scratch: Path):
 
 
 def measure(name: str, args, scratch: Path, program: Path) -> dict:
-    from simpletvm.runtime.comparison import time_side_by_side
-
     scratch.mkdir(parents=True)
     counts, example = untuned_runners(name, scratch)
     peers, _ = peer_runners(name, example, 2, scratch)
-    rounds = []
     with counts as module:
         runners = {
             "SimpleTVM untuned, 2 threads": module["module"][2],
             "SimpleTVM untuned, 1 thread": module["module"][1],
             **{f"{peer}, 2 threads": infer for peer, infer in peers.items()},
         }
-        end = time.time() + args.minutes * 60
-        while time.time() < end:
-            trip = round_trip_ns(program)
-            samples = time_side_by_side(runners, rounds=1, calls=args.calls, warmup=3)
-            medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
-            rounds.append({"round_trip_ns": trip, "ms": medians})
+        rounds = labelled_rounds(runners, args.minutes, args.calls, program)
     return {"model": name, **summarize(rounds, args.slow_above_ns)}
+
+
+def labelled_rounds(
+    runners: dict, minutes: float, calls: int, program: Path, *, alternate: bool = False
+) -> list[dict]:
+    """Rounds of ``calls`` timed calls of every runner for ``minutes``, each labelled by
+    the cache-line round trip before it: ``{"round_trip_ns", "ms": runner -> median}``.
+    ``alternate``: every other round runs the runners in reverse order."""
+    from simpletvm.runtime.comparison import time_side_by_side
+
+    rounds = []
+    end = time.time() + minutes * 60
+    while time.time() < end:
+        trip = round_trip_ns(program)
+        order = list(runners)[::-1] if alternate and len(rounds) % 2 else list(runners)
+        samples = time_side_by_side(
+            {label: runners[label] for label in order}, rounds=1, calls=calls, warmup=3
+        )
+        medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
+        rounds.append({"round_trip_ns": trip, "ms": medians})
+    return rounds
 
 
 def summarize(rounds: list[dict], slow_above_ns: int) -> dict:

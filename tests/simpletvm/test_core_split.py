@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from model_factories import make_conv3x3_task
+from tir_inspection import parallel_loops
 
 from simpletvm.compiler.core_split import leading_axis, space_generator
 from simpletvm.targets import resolve_target
@@ -60,22 +61,6 @@ def test_leading_axis(name, spatial, reduce, lead):
     assert leading_axis(name, spatial, reduce, channel) == lead
 
 
-def _parallel_loops(func) -> list[str]:
-    from tvm.tirx import For, ForKind
-
-    found, stack = [], [func.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, For) and int(node.kind) == int(ForKind.PARALLEL):
-            found.append(str(node.loop_var.name))
-        for name in ("body", "block", "then_case", "else_case"):
-            child = getattr(node, name, None)
-            if child is not None:
-                stack.append(child)
-        stack.extend(getattr(node, "seq", None) or [])
-    return found
-
-
 @pytest.mark.parametrize(("size", "channels", "lead"), [(7, 512, "ff_0"), (28, 32, "nn_0")])
 def test_every_sampled_candidate_splits_the_leading_axis(size, channels, lead):
     """The tuning's design spaces, their decisions drawn at random and postprocessed as
@@ -97,7 +82,7 @@ def test_every_sampled_candidate_splits_the_leading_axis(size, channels, lead):
             for sch in context.generate_design_space():
                 for postproc in context.space_generator.postprocs:
                     assert postproc.apply(sch)
-                loops = _parallel_loops(sch.mod["main"])
+                loops = [str(loop.loop_var.name) for loop in parallel_loops(sch.mod["main"])]
                 conv = [loop for loop in loops if "_0" in loop and loop.endswith("_fused")]
                 found.extend(loop.split("_0")[0] + "_0" for loop in conv)
         leads[generator if isinstance(generator, str) else "ours"] = set(found)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from model_factories import make_conv3x3_task, make_conv_task
+from tir_inspection import parallel_loops
 
 from simpletvm.compiler.default_schedules import (
     PARALLEL_MIN_WORK,
@@ -390,23 +391,12 @@ def test_the_cores_get_equal_shares_when_the_channel_tiles_do_not_split_evenly(t
     """A 7x7 projection of 960 channels to 160 (MobileNetV2's): its weights lead, and
     its 160 channels are 5 tiles of 32, which 4 cores cannot share evenly; the rows join
     the parallel jobs, so no core works more than a tenth longer than the average."""
-    from tvm.tirx import For, ForKind
-
     from simpletvm.compiler.default_schedules import MAX_UNEVEN
 
     sch = default_schedule(make_conv_task(7, 960, 160, kernel=1), _four_cores(target))
     func = sch.mod["main"]
     assert "v_ff" in _split_axes(func, "conv2d_nhwc"), sch.mod
-    jobs, stack = [], [func.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, For) and int(node.kind) == int(ForKind.PARALLEL):
-            jobs.append(int(node.extent))
-        for name in ("body", "block", "then_case", "else_case"):
-            child = getattr(node, name, None)
-            if child is not None:
-                stack.append(child)
-        stack.extend(getattr(node, "seq", None) or [])
+    jobs = [int(loop.extent) for loop in parallel_loops(func)]
     assert jobs, sch.mod
     for count in jobs:
         assert -(-count // 4) * 4 / count <= MAX_UNEVEN, (count, sch.mod)
