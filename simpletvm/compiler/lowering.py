@@ -281,10 +281,15 @@ def compile_fused(
     keeps the bytecode, whose calls a VM instrument sees one by one (profiling kernels
     in place). On CPUs a kernel that no record covers gets its default schedule
     (parallel, vectorized; :mod:`simpletvm.compiler.default_schedules`), not TVM's naive
-    one; ``default_schedules=False`` keeps TVM's (for comparisons).
+    one; ``default_schedules=False`` keeps TVM's (for comparisons). On CPUs each
+    intermediate tensor sits at the middle of the memory it shares with others, so each
+    core keeps writing the cache lines it wrote before
+    (:mod:`simpletvm.compiler.storage_placement`).
     """
     from tvm import relax
     from tvm.s_tir import dlight
+
+    from simpletvm.compiler.storage_placement import cpu_build_pipeline
 
     tvm_target = target.tvm_target()
     defaults = default_schedules and target.device_type == "cpu"
@@ -302,8 +307,14 @@ def compile_fused(
                 dlight.gpu.GeneralReduction(),
                 dlight.gpu.Fallback(),
             )(mod)
-    exec_mode = "bytecode" if bytecode or target.device_type == "cuda" else "compiled"
-    return relax.build(mod, tvm_target, exec_mode=exec_mode)
+        return relax.build(mod, tvm_target, exec_mode="bytecode")
+
+    return relax.build(
+        mod,
+        tvm_target,
+        exec_mode="bytecode" if bytecode else "compiled",
+        relax_pipeline=cpu_build_pipeline(),
+    )
 
 
 def workload_key(mod) -> str:
