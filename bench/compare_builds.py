@@ -1,10 +1,12 @@
-"""What a change to the compiler buys: two commits' untuned builds of a model, timed side
-by side in alternating rounds, each round labelled by the host's state.
+"""What a change to the compiler buys: two commits' builds of a model, untuned or from the
+same records, timed side by side in alternating rounds, each round labelled by the
+host's state.
 
 Each commit is checked out into a scratch worktree (``git worktree``) and builds the
 model there with its own code (``build(records=None)``: the default schedules, no
-record), so a change to the default schedules, the layer forms or the lowering is
-measured as a user of either commit would get it. Both modules then run in this process
+record; with ``--records STORE``, ``build(records=STORE)``: a tuned store's records,
+the same for both), so a change to the default schedules, the layer forms or the
+lowering is measured as a user of either commit would get it. Both modules then run in this process
 on the same input, their outputs checked against each other (the largest difference at
 most a thousandth of the largest value), on ``--threads`` threads, taking turns round by
 round; before each round the cache-line probe (``bench/round_trip.py``) labels it fast or
@@ -12,7 +14,7 @@ slow. The report: per model, each build's median in the fast rounds and in the s
 ones, and head / base.
 
     python bench/compare_builds.py --base REV [--head REV] [--models mobilenetv2,resnet18]
-                                   [--minutes 3] [--threads 2] [--calls 15]
+                                   [--records STORE] [--minutes 3] [--threads 2] [--calls 15]
                                    [--out bench/results/compare_builds.json]
 
 ``--head`` defaults to the working tree as it is (uncommitted changes included).
@@ -45,19 +47,19 @@ from time_to_peers import BUILTIN
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
-# run inside a commit's tree: its own SimpleTVM builds the untuned module and saves it
+# run inside a commit's tree: its own SimpleTVM builds the module and saves it
 EXPORT = """
 import json, sys
 from simpletvm import BenchmarkingContext, SimpleTVM
-model, options, store, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+model, options, store, out, records = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:]
 context = BenchmarkingContext("cpu", store=store)
-SimpleTVM(context).from_model(model, **options).build(records=None).save(out)
+SimpleTVM(context).from_model(model, **options).build(records=records or None).save(out)
 """
 
 
-def export_build(tree: Path, name: str, scratch: Path) -> Path:
-    """The untuned module of built-in model ``name`` as the code in ``tree`` builds it,
-    saved under ``scratch``."""
+def export_build(tree: Path, name: str, scratch: Path, records: Path | None) -> Path:
+    """The module of built-in model ``name`` as the code in ``tree`` builds it from
+    ``records`` (None: untuned), saved under ``scratch``."""
     model, options = BUILTIN[name]
     out = scratch / "module"
     done = subprocess.run(
@@ -69,6 +71,7 @@ def export_build(tree: Path, name: str, scratch: Path) -> Path:
             json.dumps(options),
             str(scratch / "store"),
             str(out),
+            str(records or ""),
         ],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
@@ -126,11 +129,21 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the commit to compare against")
     parser.add_argument("--head", help="the commit measured (default: the working tree)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--records", type=Path, help="a tuned store both commits build from (default: untuned)"
+    )
     add_round_options(parser, "mobilenetv2,resnet18", 3.0, "bench/results/compare_builds.json")
     args = parser.parse_args()
     models = chosen_models(parser, args)
     sides = {"base": args.base, "head": args.head}
-    results = {"host": host_description(), **sides, "models": []}
+    if args.records is not None and not args.records.exists():
+        parser.error(f"--records: no store at {args.records}")
+    results = {
+        "host": host_description(),
+        **sides,
+        "records": str(args.records) if args.records else None,
+        "models": [],
+    }
     with tempfile.TemporaryDirectory(prefix="compare-builds-") as scratch_dir:
         scratch = Path(scratch_dir)
         program = ping_pong_program(scratch)
@@ -142,7 +155,7 @@ def main() -> None:
             for name in models:
                 modules = {
                     f"{side} ({sides[side] or 'working tree'})": export_build(
-                        tree, name, scratch / side / name
+                        tree, name, scratch / side / name, args.records
                     )
                     for side, tree in trees.items()
                 }

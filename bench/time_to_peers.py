@@ -32,7 +32,8 @@ quickstart's MobileNetV2, width 0.35, 96x96); their peers are TFLite (XNNPACK), 
 Runtime and OpenVINO, as in ``bench/peers.py``. A ``.tflite`` file's peer is TFLite.
 The report: per checkpoint the measured latency, its ratio to the fastest peer, the
 estimate (kernels timed alone) and measured / estimate, and measured over the estimate
-timed inside the model, and in how many rounds it ran slower than the checkpoint before
+timed inside the model (over all rounds, and over the rounds in the host state that
+round ran in), and in how many rounds it ran slower than the checkpoint before
 (each round's median; all of them in the JSON); a PNG of latency against minutes with
 the peers as horizontal lines. Before each timing round, and before and after each round
 inside the model, the host's state is probed (how long its two CPUs take to pass a cache
@@ -201,6 +202,21 @@ def round_medians_ms(samples: dict, calls: int) -> dict[str, list[float]]:
     }
 
 
+def same_state_ratio(copy: dict, round_ms: list[float], round_trips: list[int]) -> float | None:
+    """Measured over the in-model estimate, over only the rounds timed in the host state
+    the in-model round ran in (None if the state changed during that round or no round
+    shares it): what the estimate promises, apart from the host changing state."""
+    trips = copy.get("in_model_round_trip_ns")
+    if not trips or not copy.get("in_model_estimate_ms"):
+        return None
+    slow = {trip > SLOW_ABOVE_NS for trip in trips}
+    if len(slow) > 1:
+        return None
+    state = slow.pop()
+    same = [ms for ms, trip in zip(round_ms, round_trips) if (trip > SLOW_ABOVE_NS) == state]
+    return statistics.median(same) / copy["in_model_estimate_ms"] if same else None
+
+
 def medians_ms(samples: dict) -> tuple[dict[str, float], dict[str, float], str]:
     """Median ms per runner, the peers' among them, and the fastest peer."""
     medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
@@ -347,6 +363,9 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
                     if copy.get("in_model_estimate_ms")
                     else None
                 ),
+                "measured_over_in_model_same_state": same_state_ratio(
+                    copy, by_round[label], round_trips
+                ),
             }
         )
     return {
@@ -425,17 +444,19 @@ def print_run(result: dict) -> None:
     print(
         f"  {'minutes':>7} {'trials':>7} {'measured ms':>12} {'x ' + result['fastest_peer']:>14}"
         f" {'estimate ms':>12} {'meas/est':>9} {'tasks measured':>15} {'build s':>8}"
-        f" {'in-model s':>11} {'meas/in-model':>14}"
+        f" {'in-model s':>11} {'meas/in-model':>14} {'same state':>11}"
     )
     for c in result["checkpoints"]:
         estimate = f"{c['estimated_ms']:.3f}" if c.get("estimated_ms") else "-"
         ratio = f"{c['measured_over_estimate']:.3f}" if c["measured_over_estimate"] else "-"
         in_model = f"{c['measured_over_in_model']:.3f}" if c.get("measured_over_in_model") else "-"
+        same_state = c.get("measured_over_in_model_same_state")
+        same_state = f"{same_state:.3f}" if same_state else "-"
         print(
             f"  {c['minutes']:>7g} {c['trials']:>7} {c['measured_ms']:>12.3f} "
             f"{c['x_fastest_peer']:>14.3f} {estimate:>12} {ratio:>9} "
             f"{c.get('tasks_measured', '-'):>15} {c['build_s']:>8} {c.get('in_model_s', '-'):>11} "
-            f"{in_model:>14}"
+            f"{in_model:>14} {same_state:>11}"
             + (f"  (the {c['same_module_as']} module)" if c.get("same_module_as") else "")
             + ("  (round kept every incumbent)" if c.get("in_model_kept_as_a_whole") else "")
         )
