@@ -8,7 +8,8 @@ wrote last. Taking those lines from the other core's cache is cheap while lines 
 fast between the cores and costly while they travel slowly, which on the 2-core hosts we
 measure is often (BENCHMARKS.md, "Default schedules"). Centring every tensor in its
 storage keeps the boundary at the storage's midpoint, so each core writes the lines it
-wrote before.
+wrote before. (On more cores only that middle boundary stays put; the others still move
+with each tensor's size.)
 
 The compiled kernels accept tensors at offset 0 only, so a centred tensor is handed to
 them as a view starting at its first byte (Relax's ``ensure_zero_offset``, which on CPUs
