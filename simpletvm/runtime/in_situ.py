@@ -187,7 +187,7 @@ def _worker() -> None:
     from tvm import relax
 
     from simpletvm.runtime.fork_join import use_for_loaded_kernels
-    from simpletvm.runtime.threads import choose_runtime_threads, set_runtime_threads
+    from simpletvm.runtime.threads import set_runtime_threads, thread_counts_to_time
 
     request = json.loads(sys.stdin.read())
     device = tvm.cpu()
@@ -203,8 +203,7 @@ def _worker() -> None:
     counts = [request["threads"]]
     if request["choose_threads"]:
         first = machines[0]["main"]
-        choice = choose_runtime_threads(lambda: first(*arguments), request["threads"])
-        counts = [int(count) for count in choice["median_ms"]] or [choice["threads"]]
+        counts = thread_counts_to_time(lambda: first(*arguments), request["threads"])
     name_of = kernel_names()  # every library is loaded: one resolver for all rounds
     samples = {count: [{} for _ in machines] for count in counts}
     for round_ in range(request["rounds"]):

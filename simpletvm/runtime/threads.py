@@ -72,6 +72,19 @@ def choose_runtime_threads(call: Callable[[], Any], cores: int) -> dict[str, Any
     return _keep_fastest(samples)
 
 
+def thread_counts_to_time(call: Callable[[], Any], cores: int) -> list[int]:
+    """The thread counts worth timing a model on, as :func:`choose_runtime_threads`
+    chooses among them: every core and one; only the pool's count when it started smaller
+    (``TVM_NUM_THREADS``), and only every core when one call on them takes over
+    :data:`LONG_CALL_S`. Costs one round of calls, not a choice."""
+    set_runtime_threads(cores)
+    if runtime_threads() != cores:
+        return [runtime_threads()]
+    if cores == 1 or median(_timed_calls(call)) > LONG_CALL_S:
+        return [cores]
+    return [cores, 1]
+
+
 def _keep_fastest(samples: dict[int, list[float]]) -> dict[str, Any]:
     """Leave the pool on the count of the lowest median, and say what was measured."""
     medians = {count: median(values) for count, values in samples.items()}

@@ -60,3 +60,17 @@ def test_a_long_model_keeps_every_core_without_timing_one(clock):
     choice = threads.choose_runtime_threads(call, 2)
     assert choice == {"threads": 2, "median_ms": {"2": 50.0}}
     assert set(counts) == {2}
+
+
+def test_the_counts_to_time_are_every_core_and_one_after_a_single_round(clock):
+    call, counts = model_taking(clock, {2: 0.36e-3, 1: 0.24e-3})
+    assert threads.thread_counts_to_time(call, 2) == [2, 1]
+    assert set(counts) == {2}  # one round on every core decides, nothing timed on one
+
+
+def test_a_long_model_is_timed_on_every_core_only(clock):
+    call, _ = model_taking(clock, {2: 0.05, 1: 0.01})
+    assert threads.thread_counts_to_time(call, 2) == [2]
+    call, counts = model_taking(clock, {1: 0.01})
+    assert threads.thread_counts_to_time(call, 1) == [1]
+    assert counts == []  # a single core: nothing to decide
