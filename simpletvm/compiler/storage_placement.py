@@ -51,10 +51,11 @@ def centre_tensors_in_storage():
     def centre(mod, _context):
         from tvm import relax
 
-        for global_var, func in list(mod.functions.items()):
+        centring = _centring_mutator(mod)
+        for global_var, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
-                mod[global_var] = _centring_mutator(mod).visit_expr(func)
-        return mod
+                centring.builder_.update_func(global_var, centring.visit_expr(func))
+        return centring.builder_.get()
 
     return centre
 
