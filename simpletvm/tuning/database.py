@@ -75,6 +75,7 @@ class RecordDatabase(PyDatabase):
         self.planned = planned or {}
         self._workloads: dict[str, Workload] = {}
         self._workload_json: dict[str, Any] = {}
+        self._stored_names: dict[str, list[str]] = {}  # by key: the stored workload's blocks
 
     def has_workload(self, mod) -> bool:
         key = workload_key(mod)
@@ -98,10 +99,13 @@ class RecordDatabase(PyDatabase):
         key = workload_key(record.workload.mod)
         if key not in self._workload_json:
             self._workload_json[key] = record.workload.as_json()
+        row = record_as_json(record)
+        names = block_names(record.workload.mod)
+        row[0] = renamed_trace(row[0], dict(zip(names, self._block_names_stored(key, names))))
         self.records.add(
             key,
             self._workload_json[key],
-            [record_as_json(record)],
+            [row],
             run_id=self.run_id,
             remeasured=remeasured,
         )
@@ -113,7 +117,26 @@ class RecordDatabase(PyDatabase):
         rows = self._top_json(key, top_k)
         if self.in_model is not None and rows:
             rows = self._in_model_answer(key, rows)
-        return [TuningRecord.from_json(row, workload) for row in rows]
+        if not rows:
+            return []
+        names = block_names(workload.mod)
+        here = dict(zip(self._block_names_stored(key, names), names))
+        return [r for r in (_decoded(row, workload, here) for row in rows) if r is not None]
+
+    def _block_names_stored(self, key: str, names: list[str]) -> list[str]:
+        """The block names of the workload stored under ``key`` (``names``, those of a
+        workload of that key here, when none is stored yet).
+
+        Structurally equal workloads share a key, but a block named after the tensor it
+        reads (a reduction's ``lv148_red``) is named otherwise in another model, and a
+        trace finds its blocks by name. Records are kept in the stored workload's names
+        and read in the asking workload's, block for block in program order."""
+        if key not in self._stored_names:
+            stored = self.records.workload_json(key)
+            if stored is None:
+                return names
+            self._stored_names[key] = block_names(Workload.from_json(stored).mod)
+        return self._stored_names[key]
 
     def _in_model_answer(self, key: str, rows: list[list]) -> list[list]:
         choice = self.records.in_model_choice(key, self.target_key)
@@ -228,6 +251,51 @@ class RecordDatabase(PyDatabase):
             target=self.target_key,
             best_only=self.scope == "best",
         )
+
+
+def block_names(mod) -> list[str]:
+    """The names of a workload's blocks (of its ``main``), in program order."""
+    from tvm import s_tir
+
+    schedule = s_tir.Schedule(mod)
+    names = []
+
+    def visit(parent) -> None:
+        for child in schedule.get_child_blocks(parent):
+            names.append(schedule.get(child).name_hint)
+            visit(child)
+
+    visit(schedule.get_sblock("root"))
+    return names
+
+
+def renamed_trace(trace: list, names: dict[str, str]) -> list:
+    """A trace's JSON with the blocks it gets by name renamed by ``names`` (old: new)."""
+    if all(old == new for old, new in names.items()):
+        return trace
+    instructions, decisions = trace
+    renamed = [
+        [kind, inputs, [names.get(attrs[0], attrs[0]), *attrs[1:]], outputs]
+        if kind == "GetSBlock"
+        else [kind, inputs, attrs, outputs]
+        for kind, inputs, attrs, outputs in instructions
+    ]
+    return [renamed, decisions]
+
+
+def _decoded(row: list, workload: Workload, names: dict[str, str]) -> TuningRecord | None:
+    """A stored record read for ``workload``, its blocks renamed by ``names``; None when
+    its trace does not apply to the workload (a record kept in other names before the
+    store kept them in one workload's)."""
+    from tvm.s_tir.schedule import ScheduleError
+
+    renamed = renamed_trace(row[0], names)
+    for trace in (renamed,) if renamed is row[0] else (renamed, row[0]):
+        try:
+            return TuningRecord.from_json([trace, *row[1:]], workload)
+        except ScheduleError:
+            continue
+    return None
 
 
 def record_as_json(record: TuningRecord) -> list:

@@ -231,8 +231,9 @@ def test_identical_records_have_one_identity_whatever_their_key_order():
     assert canonical_json(a) == canonical_json(b)
 
 
-def _matmul_record(run_secs: list[float], mcpu: str = "skylake"):
-    """A real TuningRecord of a small matmul, its trace sampled by MetaSchedule."""
+def _matmul_record(run_secs: list[float], mcpu: str = "skylake", name: str = "A"):
+    """A real TuningRecord of a small matmul, its trace sampled by MetaSchedule; its
+    block is named after its first input (``name``), as TVM names reductions."""
     import tvm
     from tvm import te
     from tvm.s_tir import meta_schedule as ms
@@ -240,10 +241,10 @@ def _matmul_record(run_secs: list[float], mcpu: str = "skylake"):
     from simpletvm.targets import load_tensor_intrinsics
 
     load_tensor_intrinsics("llvm")
-    a = te.placeholder((64, 64), name="A")
+    a = te.placeholder((64, 64), name=name)
     k = te.reduce_axis((0, 64), name="k")
     b = te.placeholder((64, 64), name="B")
-    c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name=f"{name}_red")
     mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
     context = ms.TuneContext(
@@ -290,6 +291,45 @@ def test_record_database_round_trips_records_and_answers_by_target(tmp_path):
     assert len(RecordDatabase(records, target, scope="run", run_id="run2")) == 0
     with pytest.raises(ValueError, match="unknown record scope 'latest'"):
         RecordDatabase(records, target, scope="latest")
+
+
+def test_records_apply_to_a_workload_of_the_same_key_whose_blocks_are_named_otherwise(tmp_path):
+    """Another model's reduction reads a tensor of another name: same key, other block."""
+    from simpletvm.compiler.lowering import workload_key
+    from simpletvm.tuning.database import RecordDatabase, record_as_json
+
+    mod, target, record = _matmul_record([0.002], name="lv148")
+    other_mod, _, other_record = _matmul_record([0.001], name="serving_default_x")
+    assert workload_key(mod) == workload_key(other_mod)
+    records = RecordStore(tmp_path / "records.sqlite")
+    first = RecordDatabase(records, target, run_id="run1")
+    first.commit_workload(mod)
+    first.commit_tuning_record(record)
+
+    second = RecordDatabase(records, target, run_id="run2")  # the other model's build
+    found = second.query_tuning_record(other_mod, target, "main")
+    assert found is not None and "serving_default_x_red" in str(found.trace)
+    schedule = second.query_schedule(other_mod, target, "main")
+    assert schedule is not None and schedule.get_sblock("serving_default_x_red") is not None
+    # its own records are kept in the stored workload's names, and read in its own
+    second.commit_workload(other_mod)
+    second.commit_tuning_record(other_record)
+    key = workload_key(mod)
+    kept = records.top(key, second.target_key, 2)
+    assert [row[1][0] for row in kept] == [0.001, 0.002]
+    assert all("lv148_red" in json.dumps(row[0]) for row in kept)
+    assert all("serving_default_x_red" not in json.dumps(row[0]) for row in kept)
+    assert len(second.get_top_k(second.commit_workload(other_mod), 2)) == 2
+    assert len(first.get_top_k(first.commit_workload(mod), 2)) == 2
+
+    # a record whose blocks the workload does not have is passed over, not a crash
+    stray = record_as_json(record)
+    stray[0] = json.loads(json.dumps(stray[0]).replace("lv148_red", "elsewhere_red"))
+    stray[1] = [0.0005]
+    records.add(key, record.workload.as_json(), [stray], run_id="run3")
+    assert len(records.top(key, first.target_key, 5)) == 3
+    answered = first.get_top_k(first.commit_workload(mod), 5)
+    assert [[float(s) for s in r.run_secs] for r in answered] == [[0.001], [0.002]]
 
 
 @pytest.mark.slow
