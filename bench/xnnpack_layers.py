@@ -16,7 +16,9 @@ timed too: a ReLU of 8 numbers). A unit alone runs with its input and weights wa
 the caches; inside the model its weights come from wherever the layers before left
 them. ``--prefixes`` measures that: the model up to the end of each block, each prefix
 timed beside TFLite's, so a block's cost inside the model is its prefix less the one
-before, for either framework. The whole model is timed in the same run.
+before, for either framework. ``--evict-mb 64`` reads 64 MB of other memory before each
+timed call (one core reads it), so a unit's weights and input come from memory. The
+whole model is timed in the same run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +149,24 @@ def simpletvm_runner(stvm, examples: list[np.ndarray]):
     return infer
 
 
+def time_evicted(runners: dict, rounds: int, calls: int, warmup: int, megabytes: int) -> dict:
+    """Per-call seconds of each runner, in alternating rounds, each call after reading
+    ``megabytes`` of other memory (not timed): the unit's weights and input come from
+    wherever that read left them, as in a model whose other layers ran in between."""
+    sweep = np.ones(megabytes * 2**20 // 8)
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, infer in runners.items():
+            for _ in range(warmup):
+                infer()
+            for _ in range(calls):
+                sweep.sum()
+                start = time.perf_counter()
+                infer()
+                samples[name].append(time.perf_counter() - start)
+    return samples
+
+
 def compare(name, flatbuffer: bytes, examples, args, scratch: Path) -> dict:
     """Build ``flatbuffer`` with the store's records and time it beside TFLite."""
     from simpletvm import BenchmarkingContext, SimpleTVM
@@ -163,12 +184,11 @@ def compare(name, flatbuffer: bytes, examples, args, scratch: Path) -> dict:
     if difference > 1e-3 * scale:
         raise SystemExit(f"{name}: SimpleTVM's output is {difference:.3g} from TFLite's")
     with at_thread_counts({"simpletvm": module}, [args.threads]) as runners:
-        samples = time_side_by_side(
-            {"simpletvm": runners["simpletvm"][args.threads], "tflite": peer},
-            args.rounds,
-            args.calls,
-            args.warmup,
-        )
+        pair = {"simpletvm": runners["simpletvm"][args.threads], "tflite": peer}
+        if args.evict_mb:
+            samples = time_evicted(pair, args.rounds, args.calls, args.warmup, args.evict_mb)
+        else:
+            samples = time_side_by_side(pair, args.rounds, args.calls, args.warmup)
     medians = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {
         "simpletvm_ms": medians["simpletvm"],
@@ -190,6 +210,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--only", default=None, help="comma-separated unit names")
+    parser.add_argument(
+        "--evict-mb",
+        type=int,
+        default=0,
+        help="read this many MB of other memory before each timed call (64: out of the L3)",
+    )
     parser.add_argument(
         "--prefixes",
         action="store_true",
