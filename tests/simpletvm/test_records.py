@@ -379,3 +379,58 @@ def test_a_record_timed_again_by_its_run_replaces_its_measurement_and_the_best(t
     for arguments in buffer.drain():
         store.add(*arguments)
     assert store.best(skylake)[(key, skylake)] == 0.0005 and store.count() == 4
+
+
+def test_a_model_builds_with_the_records_of_its_pooling_tuned_in_another_model(tmp_path):
+    """A pooling after a convolution reads an intermediate (its block ``lv..._red``); the
+    same pooling as a model's first layer reads the input and is named after it: one
+    key, two block names. The second model's build applies the first's record."""
+    import keras
+    from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.compiler.lowering import extract_tasks
+    from simpletvm.targets import load_tensor_intrinsics
+    from simpletvm.tuning.database import RecordDatabase, block_names
+
+    def saved(name: str, *layers) -> str:
+        inputs = x = keras.Input((4, 4, 32), batch_size=1)
+        for layer in layers:
+            x = layer(x)
+        keras.Model(inputs, x).save(tmp_path / f"{name}.keras")
+        return str(tmp_path / f"{name}.keras")
+
+    def pooling(stvm):
+        tasks = extract_tasks(stvm.fused_module, stvm.target)
+        return next(t.dispatched[0] for t in tasks if "mean" in t.task_name)
+
+    store = tmp_path / "store"
+    later = saved("later", keras.layers.Conv2D(32, 1), keras.layers.GlobalAveragePooling2D())
+    first = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(later)
+    tuned = pooling(first)
+    target = first.target.tvm_target()
+    load_tensor_intrinsics("llvm")
+    schedule = ms.TuneContext(
+        mod=tuned, target=target, space_generator="post-order-apply", num_threads=1
+    ).generate_design_space()[0]
+    database = RecordDatabase(open_records(store), target, run_id="earlier")
+    database.commit_workload(tuned)
+    database.commit_tuning_record(
+        ms.database.TuningRecord(
+            schedule.trace,
+            ms.database.Workload(tuned),
+            [1e-6],
+            target,
+            ms.arg_info.ArgInfo.from_prim_func(tuned["main"]),
+        )
+    )
+
+    second = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
+        saved("first", keras.layers.GlobalAveragePooling2D())
+    )
+    assert block_names(pooling(second)) != block_names(tuned)
+    second.build()
+    build = next(s for s in reversed(second.context.steps) if s["step"] == "build")
+    assert build["tasks_with_records"] == build["tasks"] == 1
+    image = np.random.default_rng(0).standard_normal((1, 4, 4, 32)).astype("float32")
+    np.testing.assert_allclose(second.run(image), image.mean(axis=(1, 2)), rtol=1e-5, atol=1e-6)
