@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,7 +102,7 @@ def unit_model(keras, unit: Unit, units: dict[str, Unit]):
     return keras.Model(model_inputs, x, name=unit.name)
 
 
-def tflite_runner(flatbuffer: bytes, examples: list[np.ndarray], threads: int):
+def staged_tflite_runner(flatbuffer: bytes, examples: list[np.ndarray], threads: int):
     """TFLite with XNNPACK on every input (matched to ``examples`` by shape), staged
     once: a unit's input is megabytes, and copying it each call would time the copy."""
     import tensorflow as tf
@@ -128,7 +127,7 @@ def tflite_runner(flatbuffer: bytes, examples: list[np.ndarray], threads: int):
     return infer
 
 
-def simpletvm_runner(stvm, examples: list[np.ndarray]):
+def staged_simpletvm_runner(stvm, examples: list[np.ndarray]):
     """The built module's ``main`` on every input (matched by shape, staged once as
     TFLite's are), NumPy out."""
     import tvm
@@ -149,24 +148,6 @@ def simpletvm_runner(stvm, examples: list[np.ndarray]):
     return infer
 
 
-def time_evicted(runners: dict, rounds: int, calls: int, warmup: int, megabytes: int) -> dict:
-    """Per-call seconds of each runner, in alternating rounds, each call after reading
-    ``megabytes`` of other memory (not timed): the unit's weights and input come from
-    wherever that read left them, as in a model whose other layers ran in between."""
-    sweep = np.ones(megabytes * 2**20 // 8)
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, infer in runners.items():
-            for _ in range(warmup):
-                infer()
-            for _ in range(calls):
-                sweep.sum()
-                start = time.perf_counter()
-                infer()
-                samples[name].append(time.perf_counter() - start)
-    return samples
-
-
 def compare(name, flatbuffer: bytes, examples, args, scratch: Path) -> dict:
     """Build ``flatbuffer`` with the store's records and time it beside TFLite."""
     from simpletvm import BenchmarkingContext, SimpleTVM
@@ -176,8 +157,8 @@ def compare(name, flatbuffer: bytes, examples, args, scratch: Path) -> dict:
     context = BenchmarkingContext("cpu", num_threads=args.threads, store=scratch / "store")
     stvm = SimpleTVM(context).from_model(str(path)).build(records=str(args.store))
     build = next(s for s in reversed(context.steps) if s["step"] == "build")
-    peer = tflite_runner(flatbuffer, examples, args.threads)
-    module = simpletvm_runner(stvm, examples)
+    peer = staged_tflite_runner(flatbuffer, examples, args.threads)
+    module = staged_simpletvm_runner(stvm, examples)
     reference = peer().copy()
     difference = float(np.max(np.abs(module() - reference)))
     scale = float(np.max(np.abs(reference))) or 1.0
@@ -185,10 +166,12 @@ def compare(name, flatbuffer: bytes, examples, args, scratch: Path) -> dict:
         raise SystemExit(f"{name}: SimpleTVM's output is {difference:.3g} from TFLite's")
     with at_thread_counts({"simpletvm": module}, [args.threads]) as runners:
         pair = {"simpletvm": runners["simpletvm"][args.threads], "tflite": peer}
-        if args.evict_mb:
-            samples = time_evicted(pair, args.rounds, args.calls, args.warmup, args.evict_mb)
-        else:
-            samples = time_side_by_side(pair, args.rounds, args.calls, args.warmup)
+        # with --evict-mb, a unit's weights and input come from wherever reading that much
+        # other memory left them, as in a model whose other layers ran in between
+        sweep = np.ones(args.evict_mb * 2**20 // 8).sum if args.evict_mb else None
+        samples = time_side_by_side(
+            pair, args.rounds, args.calls, args.warmup, before_each_call=sweep
+        )
     medians = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {
         "simpletvm_ms": medians["simpletvm"],
@@ -320,6 +303,8 @@ def report(results: list[dict]) -> None:
     """The units by the time SimpleTVM loses, then the sums beside the whole model."""
     units = [r for r in results if r["unit"] not in ("model", "call")]
     calls = {r["unit"]: r for r in results if r["unit"] in ("model", "call")}
+    if not units:  # --only named none: the call and the whole model are printed above
+        return
     print(f"\n{'unit':28} {'kind':18} {'SimpleTVM':>10} {'TFLite':>8} {'ratio':>6} {'lost ms':>8}")
     for row in sorted(units, key=lambda r: r["tflite_ms"] - r["simpletvm_ms"]):
         print(

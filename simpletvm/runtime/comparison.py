@@ -138,6 +138,7 @@ def time_side_by_side(
     calls: int,
     warmup: int,
     warmup_s: float = MIN_WARMUP_S,
+    before_each_call: Callable[[], object] | None = None,
 ) -> dict[Hashable, list[float]]:
     """Per-call seconds of every runner, the runners taking turns round by round, so
     drift on a shared machine hits all alike.
@@ -147,12 +148,15 @@ def time_side_by_side(
     call slows the tuned one after it by about a quarter, BENCHMARKS.md), a machine
     that idled runs its first 20-50 ms of calls slowly
     (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`), and a runner is timed in its
-    steady state, not in its neighbour's."""
+    steady state, not in its neighbour's. ``before_each_call`` runs, untimed, before
+    every timed call (a benchmark evicting the caches)."""
     samples: dict[Hashable, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, infer in runners.items():
             warm_up(infer, warmup, warmup_s)
             for _ in range(calls):
+                if before_each_call is not None:
+                    before_each_call()
                 start = time.perf_counter()
                 infer()
                 samples[name].append(time.perf_counter() - start)

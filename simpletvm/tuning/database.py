@@ -119,13 +119,12 @@ class RecordDatabase(PyDatabase):
             rows = self._in_model_answer(key, rows)
         if not rows:
             return []
-        names = block_names(workload.mod)
-        here = dict(zip(self._block_names_stored(key, names), names))
+        here = {stored: own for own, stored in self._renaming_to_stored(key, workload.mod).items()}
         return [r for r in (_decoded(row, workload, here) for row in rows) if r is not None]
 
     def _renaming_to_stored(self, key: str, mod) -> dict[str, str]:
         """Block names of ``mod`` -> those of the workload stored under ``key``; kept
-        for the workload a tuning commits every record of (0.6 ms a listing)."""
+        for the workload a tuning commits and reads every record of (0.6 ms a listing)."""
         cached = self._commit_renaming.get(key)
         if cached is None or not cached[0].same_as(mod):
             names = block_names(mod)
