@@ -9,7 +9,12 @@ when both cores stream the same weights from memory; the peers hardly notice tha
 (BENCHMARKS.md, "host states"). So:
 
 - most blocks keep their order: the cores split the image by rows, as the kernels before
-  and after them do, and each reads what it wrote;
+  and after them do, and each reads what it wrote. A candidate whose sampled tiles would
+  have them split the columns or the channels instead (one outer tile of rows, two of
+  columns: each core then reads half its input from the other) gets its row loops moved
+  ahead (:class:`RowsAcrossCores`): alone, such a kernel times as fast as a row-split
+  one, since the timing leaves its input with neither core, but inside the model the
+  other core wrote half of it;
 - a block whose weights outweigh both its image and its output (a 3x3 convolution of
   512 channels on a 7x7 map: 2.4 M weights against 25 K values in and out; a dense
   layer) leads with its output channels: each core streams only its share of the
@@ -25,6 +30,9 @@ when both cores stream the same weights from memory; the peers hardly notice tha
 :class:`SplitAcrossCores` is a schedule rule run after MultiLevelTiling: it moves the
 leading axis's outer tile loop to the front, a ``Reorder`` in the design space's trace,
 so every sampled candidate and every record of it carries the split.
+:class:`RowsAcrossCores` is a postprocessor, run before the parallel loops are fused: it
+looks at each candidate's sampled tiles, which a rule cannot (a mutation replays the
+rule's instructions with other decisions), and its reorder is part of the record's trace.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import math
 
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.postproc import PyPostproc
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 
@@ -39,6 +48,7 @@ from simpletvm.compiler.winograd.compute import PRODUCT_BLOCK
 
 DATA_PAR, COMM_REDUCE = 0, 2
 TILING_MARK = "meta_schedule.tiling_structure"
+OUTER_LEVELS = ("_0", "_1")  # MultiLevelTiling's loops above the first reduction level
 
 
 def leading_axis(
@@ -119,10 +129,99 @@ class SplitAcrossCores(PyScheduleRule):
         return SplitAcrossCores()
 
 
+def row_axes(spatial: list[tuple[str, int]], channel: str | None) -> list[str]:
+    """The axes whose outer tiles the cores split for a block led by its rows: the outer
+    (non-channel) axes but the innermost of them, the width (a convolution's batch and
+    rows), or the one outer axis a matrix has."""
+    outer = [var for var, _ in spatial if var != channel]
+    return outer[:-1] if len(outer) > 1 else outer
+
+
+def rows_first(loops: list[tuple[str, int]], rows: list[str], cores: int) -> list[int] | None:
+    """The order (indices into ``loops``) in which the cores split rows, or None when no
+    order of these loops does. ``loops``: (axis, extent) of a block's outer tile loops,
+    outermost first, which TVM fuses into one parallel loop and hands each core a
+    contiguous share of. The leading loops up to the first other loop of more than one
+    iteration must give every core a row tile of its own: the order they have when they
+    do, else the row loops moved ahead of the others, each group keeping its order."""
+    lead = 1
+    for axis, extent in loops:
+        if axis not in rows and extent > 1:
+            break
+        lead *= extent
+    if lead >= cores:
+        return list(range(len(loops)))
+    order = [i for i, (axis, _) in enumerate(loops) if axis in rows]
+    if math.prod(loops[i][1] for i in order) < cores:
+        return None  # the rows sit in the inner tiles
+    return order + [i for i, (axis, _) in enumerate(loops) if axis not in rows]
+
+
+@derived_object
+class RowsAcrossCores(PyPostproc):
+    """Before the parallel loops are fused: each tiled block whose cores split its image
+    (:func:`leading_axis` None) gets the order :func:`rows_first` gives its outer tile
+    loops (``<axis>_0`` and ``<axis>_1``, down to the first reduction level). A candidate
+    none of whose orders splits rows, while its image has rows for every core (its rows
+    all inside the inner tiles, or a block between its tile loops), is rejected: the
+    search samples another."""
+
+    def __init__(self, cores: int = 0) -> None:
+        self.cores = cores
+
+    def _initialize_with_tune_context(self, context) -> None:
+        if not self.cores:
+            attrs = dict(context.target.attrs) if context.target.attrs else {}
+            self.cores = int(attrs.get("num-cores", 0) or 0) or 1
+
+    def apply(self, sch) -> bool:
+        if self.cores < 2:
+            return True
+        for gvar in sch.mod.get_global_vars():
+            root = sch.get_sblock("root", func_name=gvar.name_hint)
+            if not all(self._rows_first(sch, block) for block in sch.get_child_blocks(root)):
+                return False
+        return True
+
+    def _rows_first(self, sch, block_rv) -> bool:
+        block = sch.get(block_rv)
+        if TILING_MARK not in (block.annotations or {}):
+            return True
+        spatial, reduce, channel = block_axes(block)
+        rows = row_axes(spatial, channel)
+        if leading_axis(block.name_hint, spatial, reduce, channel) is not None or (
+            math.prod(extent for var, extent in spatial if var in rows) < self.cores
+        ):
+            return True
+        # the tiling makes one loop per spatial axis at each level, in the block's order
+        # (the loops keep the names of the loops they tile, not the block's variables)
+        names = [var for var, _ in spatial]
+        outer, tiles = [], []
+        for index, loop in enumerate(sch.get_loops(block_rv)[: len(OUTER_LEVELS) * len(names)]):
+            level = OUTER_LEVELS[index // len(names)]
+            if not str(sch.get(loop).loop_var.name).endswith(level):
+                break
+            outer.append(loop)
+            tiles.append((names[index % len(names)], int(sch.get(loop).extent)))
+        order = rows_first(tiles, rows, self.cores)
+        if order is None:
+            return False
+        if order != sorted(order):
+            try:
+                sch.reorder(*(outer[i] for i in order))
+            except ScheduleError:  # a block between the tile loops
+                return False
+        return True
+
+    def clone(self):
+        return RowsAcrossCores(self.cores)
+
+
 def space_generator(task_mod, tvm_target):
     """The design space generator for ``task_mod`` on ``tvm_target``: MetaSchedule's own
     for the target (``post-order-apply``) with :class:`SplitAcrossCores` after its
-    tiling rules on CPUs; MetaSchedule's own elsewhere (GPUs bind threads instead)."""
+    tiling rules and :class:`RowsAcrossCores` before its postprocessors on CPUs;
+    MetaSchedule's own elsewhere (GPUs bind threads instead)."""
     from tvm.s_tir import meta_schedule as ms
 
     if tvm_target.kind.name != "llvm":
@@ -133,6 +232,6 @@ def space_generator(task_mod, tvm_target):
     at = tiling[-1] + 1 if tiling else len(rules)
     return ms.space_generator.PostOrderApply(
         sch_rules=[*rules[:at], SplitAcrossCores(), *rules[at:]],
-        postprocs=list(own.space_generator.postprocs),
+        postprocs=[RowsAcrossCores(), *own.space_generator.postprocs],
         mutator_probs=dict(own.space_generator.mutator_probs),
     )

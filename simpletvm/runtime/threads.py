@@ -59,9 +59,9 @@ def choose_runtime_threads(call: Callable[[], Any], cores: int) -> dict[str, Any
     pool on the faster, and say what was measured: ``{"threads": n, "median_ms": {n:
     ms}}`` (only ``cores`` when one call on them takes over :data:`LONG_CALL_S`)."""
     counts = [cores, 1] if cores > 1 else [cores]
-    set_runtime_threads(cores)
-    if runtime_threads() != cores:  # the pool started smaller (TVM_NUM_THREADS): keep it
-        return {"threads": runtime_threads(), "median_ms": {}}
+    pinned = _pinned_below(cores)
+    if pinned is not None:
+        return {"threads": pinned, "median_ms": {}}
     samples: dict[int, list[float]] = {count: [] for count in counts}
     for _ in range(ROUNDS):
         for count in counts:
@@ -77,12 +77,20 @@ def thread_counts_to_time(call: Callable[[], Any], cores: int) -> list[int]:
     chooses among them: every core and one; only the pool's count when it started smaller
     (``TVM_NUM_THREADS``), and only every core when one call on them takes over
     :data:`LONG_CALL_S`. Costs one round of calls, not a choice."""
-    set_runtime_threads(cores)
-    if runtime_threads() != cores:
-        return [runtime_threads()]
+    pinned = _pinned_below(cores)
+    if pinned is not None:
+        return [pinned]
     if cores == 1 or median(_timed_calls(call)) > LONG_CALL_S:
         return [cores]
     return [cores, 1]
+
+
+def _pinned_below(cores: int) -> int | None:
+    """The pool's thread count when it started with fewer than ``cores``
+    (``TVM_NUM_THREADS``) and stays so, else None with the pool on ``cores``."""
+    set_runtime_threads(cores)
+    count = runtime_threads()
+    return count if count != cores else None
 
 
 def _keep_fastest(samples: dict[int, list[float]]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from model_factories import make_conv3x3_task, make_conv_task
-from tir_inspection import parallel_loops
+from tir_inspection import parallel_loops, split_axes
 
 from simpletvm.compiler.default_schedules import (
     PARALLEL_MIN_WORK,
@@ -332,43 +332,6 @@ def _four_cores(target):
     return tvm.target.Target({**target.tvm_target().export(), "num-cores": 4})
 
 
-def _split_axes(func, block_name: str, cores: int = 4) -> set[str]:
-    """The iteration variables of block ``block_name`` (or its reduction's update) that
-    the first of ``cores`` cores covers only part of: what the cores split between them
-    (TVM gives each core a contiguous share of a parallel loop)."""
-    from tvm.ir import Range
-    from tvm.s_tir import SBlockRealize
-    from tvm.sym import Analyzer
-    from tvm.tirx import For, ForKind
-
-    stack, split = [(func.body, ())], set()
-    while stack:
-        node, loops = stack.pop()
-        if isinstance(node, For):
-            extent = int(node.extent)
-            if int(node.kind) == int(ForKind.PARALLEL):
-                extent = -(-extent // cores)
-            stack.append((node.body, (*loops, (node.loop_var, int(node.min), extent))))
-            continue
-        if isinstance(node, SBlockRealize):
-            if node.block.name_hint in (block_name, f"{block_name}_update"):
-                analyzer = Analyzer()
-                for var, start, extent in loops:
-                    analyzer.bind(var, Range.from_min_extent(start, extent))
-                for value, iv in zip(node.iter_values, node.block.iter_vars):
-                    bound = analyzer.const_int_bound(value)
-                    if bound.max_value - bound.min_value + 1 < int(iv.dom.extent):
-                        split.add(str(iv.var))
-            stack.append((node.block.body, loops))
-            continue
-        for name in ("body", "then_case", "else_case"):
-            child = getattr(node, name, None)
-            if child is not None:
-                stack.append((child, loops))
-        stack.extend((child, loops) for child in getattr(node, "seq", None) or [])
-    return split
-
-
 @pytest.mark.parametrize(
     ("size", "channels", "split"),
     [
@@ -384,7 +347,7 @@ def test_cores_split_the_weights_or_the_image_whichever_is_larger(target, size, 
     the cores (each streams its share of the weights); one whose image is larger splits
     the rows, so each core reads what it wrote in the kernel before."""
     sch = default_schedule(make_conv3x3_task(size, channels), _four_cores(target))
-    assert _split_axes(sch.mod["main"], "conv2d_nhwc") == split, sch.mod
+    assert split_axes(sch.mod["main"], "conv2d_nhwc") == split, sch.mod
 
 
 def test_the_cores_get_equal_shares_when_the_channel_tiles_do_not_split_evenly(target):
@@ -395,7 +358,7 @@ def test_the_cores_get_equal_shares_when_the_channel_tiles_do_not_split_evenly(t
 
     sch = default_schedule(make_conv_task(7, 960, 160, kernel=1), _four_cores(target))
     func = sch.mod["main"]
-    assert "v_ff" in _split_axes(func, "conv2d_nhwc"), sch.mod
+    assert "v_ff" in split_axes(func, "conv2d_nhwc"), sch.mod
     jobs = [int(loop.extent) for loop in parallel_loops(func)]
     assert jobs, sch.mod
     for count in jobs:
@@ -422,10 +385,10 @@ def test_winograd_product_splits_the_tiles_as_its_transforms_do(target, size, ch
     y = winograd_conv2d_nhwc(x, u, (1, 1, 1, 1), tile_size=4)
     task = tvm.IRModule({"main": te.create_prim_func([x, u, y]).with_attr("global_symbol", "main")})
     sch = default_schedule(task, _four_cores(target))
-    product = _split_axes(sch.mod["main"], "bgemm")
+    product = split_axes(sch.mod["main"], "bgemm")
     assert product == split, sch.mod
     for transform in ("data_pack", "inverse"):
-        assert _split_axes(sch.mod["main"], transform) >= {"v_p"}, (transform, sch.mod)
+        assert split_axes(sch.mod["main"], transform) >= {"v_p"}, (transform, sch.mod)
 
 
 def test_gpu_targets_unchanged():

@@ -18,3 +18,40 @@ def parallel_loops(func) -> list:
                 stack.append(child)
         stack.extend(getattr(node, "seq", None) or [])
     return found
+
+
+def split_axes(func, block_name: str, cores: int = 4) -> set[str]:
+    """The iteration variables of block ``block_name`` (or its reduction's update) that
+    the first of ``cores`` cores covers only part of: what the cores split between them
+    (TVM gives each core a contiguous share of a parallel loop)."""
+    from tvm.ir import Range
+    from tvm.s_tir import SBlockRealize
+    from tvm.sym import Analyzer
+    from tvm.tirx import For, ForKind
+
+    stack, split = [(func.body, ())], set()
+    while stack:
+        node, loops = stack.pop()
+        if isinstance(node, For):
+            extent = int(node.extent)
+            if int(node.kind) == int(ForKind.PARALLEL):
+                extent = -(-extent // cores)
+            stack.append((node.body, (*loops, (node.loop_var, int(node.min), extent))))
+            continue
+        if isinstance(node, SBlockRealize):
+            if node.block.name_hint in (block_name, f"{block_name}_update"):
+                analyzer = Analyzer()
+                for var, start, extent in loops:
+                    analyzer.bind(var, Range.from_min_extent(start, extent))
+                for value, iv in zip(node.iter_values, node.block.iter_vars):
+                    bound = analyzer.const_int_bound(value)
+                    if bound.max_value - bound.min_value + 1 < int(iv.dom.extent):
+                        split.add(str(iv.var))
+            stack.append((node.block.body, loops))
+            continue
+        for name in ("body", "then_case", "else_case"):
+            child = getattr(node, name, None)
+            if child is not None:
+                stack.append((child, loops))
+        stack.extend((child, loops) for child in getattr(node, "seq", None) or [])
+    return split
