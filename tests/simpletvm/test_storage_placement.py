@@ -12,6 +12,7 @@ from simpletvm.compiler.storage_placement import (
     MIN_SHIFT_BYTES,
     centre_tensors_in_storage,
     centred_offset,
+    cpu_build_pipeline,
 )
 from simpletvm.targets import resolve_target
 
@@ -152,3 +153,29 @@ def test_centred_build_gives_the_outputs_of_tvms_own_placement(scheduled, target
         outputs.append(vm["main"](tvm.runtime.tensor(x, device)).numpy())
     np.testing.assert_array_equal(outputs[0], outputs[1])
     assert np.abs(outputs[0]).max() > 0
+
+
+def test_the_build_pipeline_is_tvms_default_with_the_centring_after_the_plan(scheduled, target):
+    """The pipeline repeats TVM's default pass list (it cannot be extended in place): the
+    passes each runs, recorded as they run, differ by the centring alone, so a TVM whose
+    default list changes fails here rather than building differently."""
+    import tvm
+    from tvm import relax
+
+    def passes_run(pipeline, wrappers: set[str]) -> list[str]:
+        names: list[str] = []
+
+        @tvm.instrument.pass_instrument
+        class Recorder:
+            def run_before_pass(self, _mod, info):
+                names.append(info.name)
+
+        with target.tvm_target(), tvm.transform.PassContext(instruments=[Recorder()]):
+            pipeline(scheduled)
+        return [name for name in names if name not in wrappers]
+
+    theirs = passes_run(relax.get_pipeline("default"), {"_pipeline", "sequential"})
+    ours = passes_run(cpu_build_pipeline(), {"SimpleTVMCPUBuild"})
+    plan = ours.index("StaticPlanBlockMemory")
+    assert ours[plan + 1] == "CentreTensorsInStorage"
+    assert ours[: plan + 1] + ours[plan + 2 :] == theirs
