@@ -48,3 +48,11 @@ def make_conv_task(size: int, in_channels: int, out_channels: int, *, kernel: in
     w = te.placeholder((kernel, kernel, in_channels, out_channels), name="w")
     y = topi.nn.conv2d_nhwc(x, w, 1, kernel // 2, 1)
     return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+
+
+def with_cores(target, cores: int):
+    """The CPU ``target`` (a ResolvedTarget) as a TVM target with ``cores`` cores: how
+    the cores split a kernel must not hinge on this machine's count."""
+    import tvm
+
+    return tvm.target.Target({**target.tvm_target().export(), "num-cores": cores})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from model_factories import make_conv3x3_task, make_conv_task
+from model_factories import make_conv3x3_task, make_conv_task, with_cores
 from tir_inspection import parallel_loops, split_axes
 
 from simpletvm.compiler.core_split import leading_axis, rows_first, space_generator
@@ -64,9 +64,9 @@ def test_leading_axis(name, spatial, reduce, lead):
 @pytest.mark.parametrize(("size", "channels", "lead"), [(7, 512, "ff_0"), (28, 32, "nn_0")])
 def test_every_sampled_candidate_splits_the_leading_axis(size, channels, lead):
     """The tuning's design spaces, their decisions drawn at random and postprocessed as
-    the search does (the candidates it would measure): the convolution's parallel loop starts with the output channels'
-    outer tile when its weights outweigh its image, with the rows' (after the batch)
-    otherwise. MetaSchedule's own spaces lead with the batch and rows either way."""
+    the search does (the candidates it would measure): the convolution's parallel loop
+    starts with the output channels' outer tile when its weights outweigh its image,
+    with the rows' (after the batch) otherwise. MetaSchedule's own spaces lead with the batch and rows either way."""
     from tvm.s_tir import meta_schedule as ms
 
     from simpletvm.compiler.winograd import register_schedule_rules
@@ -119,8 +119,7 @@ def test_every_candidate_the_search_measures_splits_rows(size, in_channels, out_
     from simpletvm.compiler.winograd import register_schedule_rules
 
     register_schedule_rules()
-    target = resolve_target("cpu").tvm_target()
-    target = _with_cores(target, 2)
+    target = with_cores(resolve_target("cpu"), 2)
     task = make_conv_task(size, in_channels, out_channels, kernel=1)
     splits = {}
     for generator in ("post-order-apply", space_generator(task, target)):
@@ -137,9 +136,3 @@ def test_every_candidate_the_search_measures_splits_rows(size, in_channels, out_
     assert any(split & {"v_xx", "v_ff"} for split in theirs), theirs
     assert ours and all(split <= {"v_yy"} for split in ours), ours
     assert len(ours) >= len(theirs) // 2
-
-
-def _with_cores(target, cores: int):
-    import tvm
-
-    return tvm.target.Target({**target.export(), "num-cores": cores})

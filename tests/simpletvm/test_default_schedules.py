@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from model_factories import make_conv3x3_task, make_conv_task
+from model_factories import make_conv3x3_task, make_conv_task, with_cores
 from tir_inspection import parallel_loops, split_axes
 
 from simpletvm.compiler.default_schedules import (
@@ -324,14 +324,6 @@ def test_conv_register_tile_is_innermost(target):
     assert rows == 7
 
 
-def _four_cores(target):
-    """The host's target as if it had four cores (the split must not hinge on this
-    machine's count)."""
-    import tvm
-
-    return tvm.target.Target({**target.tvm_target().export(), "num-cores": 4})
-
-
 @pytest.mark.parametrize(
     ("size", "channels", "split"),
     [
@@ -346,7 +338,7 @@ def test_cores_split_the_weights_or_the_image_whichever_is_larger(target, size, 
     """A convolution whose weights outweigh its image splits its output channels across
     the cores (each streams its share of the weights); one whose image is larger splits
     the rows, so each core reads what it wrote in the kernel before."""
-    sch = default_schedule(make_conv3x3_task(size, channels), _four_cores(target))
+    sch = default_schedule(make_conv3x3_task(size, channels), with_cores(target, 4))
     assert split_axes(sch.mod["main"], "conv2d_nhwc") == split, sch.mod
 
 
@@ -356,7 +348,7 @@ def test_the_cores_get_equal_shares_when_the_channel_tiles_do_not_split_evenly(t
     the parallel jobs, so no core works more than a tenth longer than the average."""
     from simpletvm.compiler.default_schedules import MAX_UNEVEN
 
-    sch = default_schedule(make_conv_task(7, 960, 160, kernel=1), _four_cores(target))
+    sch = default_schedule(make_conv_task(7, 960, 160, kernel=1), with_cores(target, 4))
     func = sch.mod["main"]
     assert "v_ff" in split_axes(func, "conv2d_nhwc"), sch.mod
     jobs = [int(loop.extent) for loop in parallel_loops(func)]
@@ -384,7 +376,7 @@ def test_winograd_product_splits_the_tiles_as_its_transforms_do(target, size, ch
     u = te.placeholder((6, 6, channels, channels), name="u")
     y = winograd_conv2d_nhwc(x, u, (1, 1, 1, 1), tile_size=4)
     task = tvm.IRModule({"main": te.create_prim_func([x, u, y]).with_attr("global_symbol", "main")})
-    sch = default_schedule(task, _four_cores(target))
+    sch = default_schedule(task, with_cores(target, 4))
     product = split_axes(sch.mod["main"], "bgemm")
     assert product == split, sch.mod
     for transform in ("data_pack", "inverse"):
