@@ -50,6 +50,17 @@ def make_conv_task(size: int, in_channels: int, out_channels: int, *, kernel: in
     return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
 
 
+def make_matvec_task(inputs: int, outputs: int):
+    """A classifier's dense layer at batch 1: ``(1, inputs) x (inputs, outputs)``."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, inputs), name="x")
+    w = te.placeholder((inputs, outputs), name="w")
+    y = topi.matmul(x, w)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+
+
 def with_cores(target, cores: int):
     """The CPU ``target`` (a ResolvedTarget) as a TVM target with ``cores`` cores: how
     the cores split a kernel must not hinge on this machine's count."""

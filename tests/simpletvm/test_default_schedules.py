@@ -3,9 +3,11 @@ computes what TVM's naive schedule computes."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-from model_factories import make_conv3x3_task, make_conv_task, with_cores
+from model_factories import make_conv3x3_task, make_conv_task, make_matvec_task, with_cores
 from tir_inspection import parallel_loops, split_axes
 
 from simpletvm.compiler.default_schedules import (
@@ -322,6 +324,32 @@ def test_conv_register_tile_is_innermost(target):
     n, h, w_, c = tiles[:4]  # the output's axes, in order
     assert c[-1] == lanes * vectors and w_[-1] == rows, tiles
     assert rows == 7
+
+
+def test_matrix_vector_product_feeds_several_accumulators(target):
+    """A classifier's dense layer at batch 1 has no rows to fill a register tile: its
+    output channels' tiles inside the outer reduction loop (the third tile level) are
+    several, so the reduction's multiply-adds feed independent accumulators instead of
+    each waiting on the one before; and it computes the product."""
+    import tvm
+
+    task = make_matvec_task(1280, 1000)
+    sch = default_schedule(task, target.tvm_target())
+    outputs = [
+        [int(f) for f in decision]
+        for inst, decision in sch.trace.decisions.items()
+        if inst.kind.name == "SamplePerfectTile" and len(decision) == 4
+    ][1]  # the batch axis first, then the outputs
+    assert math.prod(outputs) == 1000 and outputs[2] > 1, outputs
+    assert outputs[3] % 4 == 0, outputs  # whole vectors innermost
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 1280)).astype("float32")
+    w = rng.standard_normal((1280, 1000)).astype("float32")
+    built = tvm.compile(sch.mod, target=target.tvm_target())
+    out = tvm.runtime.tensor(np.zeros((1, 1000), "float32"))
+    built["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    np.testing.assert_allclose(out.numpy(), x @ w, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize(
