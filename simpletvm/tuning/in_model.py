@@ -15,8 +15,11 @@ more than :data:`IN_MODEL_MARGIN`, and only when the model built from the round'
 is faster as a whole than the incumbents' build, by more than :data:`MODEL_MARGIN` (its
 kernels' gains can be noise, lost between the loops, or paid by a neighbour that finds
 its data elsewhere): when the choices mix challengers and incumbents, that model is
-built and timed against the incumbents' build too. So each round keeps or improves the
-model, as far as the timing can tell. A build then applies the choices
+built and timed against the incumbents' build too. When the challengers short of the
+kernel margin save time in sum (many kernels a little faster), or the mix loses, the
+challengers' build as a whole is the model: every challenger is chosen when that build
+ran faster than the incumbents' by :data:`MODEL_MARGIN`. So each round keeps or improves
+the model, as far as the timing can tell. A build then applies the choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
 seen by the timing: it follows the model, taking its fastest record when the build the
 round keeps was timed with it, so the module built afterwards is the one timed.
@@ -221,6 +224,10 @@ def choose_in_model(
             )
             if _faster(mixed_model_ms, mixed_against_ms):
                 promised_threads = mixed_threads
+            elif _faster(challengers[WHOLE], kept_model_ms):
+                # the mix lost, the challengers' build as timed beside the incumbents' won
+                wins, kept_as_a_whole = dict.fromkeys(wins, True), False
+                mixed_model_ms = mixed_against_ms = None
             else:
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
                 promised_threads = against_threads
@@ -334,9 +341,12 @@ def round_choices(
     those choices, as the two builds' timings estimate it (the challengers' build less
     what each incumbent kept saves), runs faster than the incumbents' build by
     :data:`MODEL_MARGIN`; otherwise the round keeps every incumbent. Also returns whether
-    it did so. A kernel of ``unseen`` (not timed apart) follows the model: its challenger
-    is chosen when any timed one is (the build kept was timed with it), or, with none
-    timed, when the challengers' build was faster by :data:`MODEL_MARGIN`."""
+    it did so. When the challengers short of the kernel margin save time in sum (many
+    kernels a little faster), the challengers' build as a whole is that model: every
+    challenger is chosen when it ran faster than the incumbents' by :data:`MODEL_MARGIN`,
+    none otherwise. A kernel of ``unseen`` (not timed apart) follows the model: its
+    challenger is chosen when any timed one is (the build kept was timed with it), or,
+    with none timed, when the challengers' build was faster by :data:`MODEL_MARGIN`."""
     wins = {
         name: _faster(challenger, incumbent, IN_MODEL_MARGIN)
         for name, (challenger, incumbent) in timed.items()
@@ -344,6 +354,11 @@ def round_choices(
     chosen_model_ms = challengers_model_ms - sum(
         challenger - incumbent for name, (challenger, incumbent) in timed.items() if not wins[name]
     )
+    if timed and challengers_model_ms <= chosen_model_ms:
+        # the challengers short of the kernel margin gain in sum: their build as a whole
+        # is the model to beat the incumbents' with
+        every = _faster(challengers_model_ms, incumbents_model_ms)
+        return dict.fromkeys([*timed, *unseen], every), any(wins.values()) and not every
     if any(wins.values()) and not _faster(chosen_model_ms, incumbents_model_ms):
         return dict.fromkeys([*timed, *unseen], False), True
     if not timed:

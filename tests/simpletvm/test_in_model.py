@@ -74,6 +74,24 @@ def test_a_round_keeps_every_incumbent_when_its_choices_do_not_make_the_model_fa
     assert wins == {"dense": False} and not kept_as_a_whole
 
 
+def test_a_round_takes_the_challengers_build_when_the_kernels_short_of_the_margin_gain():
+    # the conv wins by the kernel margin; the dense and the pool gain 2% and 0.5%, short
+    # of it, but in sum they save time: the model that keeps their incumbents (3.011 ms)
+    # is slower than the challengers' build (3.00)
+    timed = {"conv": (0.90, 1.00), "dense": (0.49, 0.50), "pool": (0.199, 0.20)}
+    wins, kept_as_a_whole = round_choices(timed, ["reshape"], 3.00, 3.10)
+    assert wins == dict.fromkeys([*timed, "reshape"], True) and not kept_as_a_whole
+    # no kernel past the margin, the build as a whole 2% faster: it is chosen
+    wins, kept_as_a_whole = round_choices({"dense": (0.49, 0.50)}, [], 3.00, 3.07)
+    assert wins == {"dense": True} and not kept_as_a_whole
+    # ... but not when the whole build is within the model's margin
+    wins, kept_as_a_whole = round_choices({"dense": (0.49, 0.50)}, [], 3.00, 3.02)
+    assert wins == {"dense": False} and not kept_as_a_whole
+    # a kernel past the margin, the whole not faster: every incumbent kept, as a whole
+    wins, kept_as_a_whole = round_choices(timed, [], 3.00, 3.01)
+    assert wins == dict.fromkeys(timed, False) and kept_as_a_whole
+
+
 def test_a_kernel_the_timing_cannot_see_follows_the_model():
     timed = {"conv": (0.90, 1.00), "dense": (0.50, 0.49)}
     # a timed challenger chosen: the build kept has the unseen kernel's fastest record
