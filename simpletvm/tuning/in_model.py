@@ -16,10 +16,10 @@ is faster as a whole than the incumbents' build, by more than :data:`MODEL_MARGI
 kernels' gains can be noise, lost between the loops, or paid by a neighbour that finds
 its data elsewhere): when the choices mix challengers and incumbents, that model is
 built and timed against the incumbents' build too. When the challengers short of the
-kernel margin save time in sum (many kernels a little faster), or the mix loses, the
-challengers' build as a whole is the model: every challenger is chosen when that build
-ran faster than the incumbents' by :data:`MODEL_MARGIN`. So each round keeps or improves
-the model, as far as the timing can tell. A build then applies the choices
+kernel margin save time in sum (many kernels a little faster), the challengers' build as
+a whole is the model: every challenger is chosen when that build ran faster than the
+incumbents' by :data:`MODEL_MARGIN`. So each round keeps or improves the model, as far
+as the timing can tell. A build then applies the choices
 (:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
 seen by the timing: it follows the model, taking its fastest record when the build the
 round keeps was timed with it, so the module built afterwards is the one timed.
@@ -224,10 +224,6 @@ def choose_in_model(
             )
             if _faster(mixed_model_ms, mixed_against_ms):
                 promised_threads = mixed_threads
-            elif _faster(challengers[WHOLE], kept_model_ms):
-                # the mix lost, the challengers' build as timed beside the incumbents' won
-                wins, kept_as_a_whole = dict.fromkeys(wins, True), False
-                mixed_model_ms = mixed_against_ms = None
             else:
                 wins, kept_as_a_whole = dict.fromkeys(wins, False), True
                 promised_threads = against_threads
@@ -354,7 +350,7 @@ def round_choices(
     chosen_model_ms = challengers_model_ms - sum(
         challenger - incumbent for name, (challenger, incumbent) in timed.items() if not wins[name]
     )
-    if timed and challengers_model_ms <= chosen_model_ms:
+    if timed and challengers_model_ms < chosen_model_ms:
         # the challengers short of the kernel margin gain in sum: their build as a whole
         # is the model to beat the incumbents' with
         every = _faster(challengers_model_ms, incumbents_model_ms)
