@@ -59,10 +59,10 @@ def largest_step_up(run: dict) -> float:
     return max([0.0, *(later / earlier - 1 for earlier, later in zip(measured, measured[1:]))])
 
 
-def slower_by_sign_test(run: dict) -> bool | None:
-    """Whether some checkpoint ran slower than the one before in significantly many of the
-    paired rounds (one-sided sign test: 9 or 10 of 10); None for a run made before the
-    rounds were kept."""
+def no_step_slower_by_sign_test(run: dict) -> bool | None:
+    """Whether no checkpoint ran slower than the one before in significantly many of the
+    paired rounds (one-sided sign test: 9 or 10 of 10 are significant); None for a run
+    made before the rounds were kept."""
     counts = [c.get("rounds_slower_than_before") for c in run["checkpoints"][1:]]
     if not counts or any(count is None for count in counts):
         return None
@@ -70,8 +70,8 @@ def slower_by_sign_test(run: dict) -> bool | None:
         slower, rounds = (int(n) for n in count.split(" of "))
         p_value = sum(math.comb(rounds, k) for k in range(slower, rounds + 1)) / 2**rounds
         if p_value < SIGNIFICANT:
-            return True
-    return False
+            return False
+    return True
 
 
 def met(values: list[bool | None]) -> str:
@@ -87,12 +87,13 @@ def summary(runs: list[dict]) -> list[dict]:
         groups.setdefault(key, []).append(run)
     rows = []
     for (host, model, kind), group in groups.items():
-        minutes = sorted({m for run in group for m in ratios_at(run)})
+        ratios = [ratios_at(run) for run in group]
         spread = {}
-        for m in minutes:
-            values = [ratios_at(run)[m] for run in group if m in ratios_at(run)]
+        for m in sorted({m for at in ratios for m in at}):
+            values = [at[m] for at in ratios if m in at]
             spread[m] = (statistics.median(values), min(values), max(values), len(values))
         targets = COLD_AT_MOST if kind == "cold" else WARM_AT_MOST
+        steps_up = [largest_step_up(run) for run in group]
         rows.append(
             {
                 "host": host,
@@ -102,19 +103,15 @@ def summary(runs: list[dict]) -> list[dict]:
                 "seeds": sorted(run["run"] for run in group),
                 "spread": spread,
                 "untuned_met": met(
-                    [ratios_at(r).get(0.0, 0) <= UNTUNED_AT_MOST for r in group]
-                    if kind == "cold"
-                    else []
+                    [at.get(0.0, 0) <= UNTUNED_AT_MOST for at in ratios] if kind == "cold" else []
                 ),
                 "targets_met": {
-                    m: met([ratios_at(r)[m] <= limit if m in ratios_at(r) else None for r in group])
+                    m: met([at[m] <= limit if m in at else None for at in ratios])
                     for m, limit in targets.items()
                 },
                 "never_slower_met": met([r["never_slower_later"] for r in group]),
-                "sign_test_met": met(
-                    [None if (x := slower_by_sign_test(r)) is None else not x for r in group]
-                ),
-                "steps_up": sorted(largest_step_up(r) for r in group if largest_step_up(r) > 0),
+                "sign_test_met": met([no_step_slower_by_sign_test(run) for run in group]),
+                "steps_up": sorted(step for step in steps_up if step > 0),
                 "estimate_met": met([within_estimate(r) for r in group]),
             }
         )
