@@ -17,6 +17,7 @@ from simpletvm.compiler.default_schedules import (
     default_schedule,
     loop_kinds,
     register_tile,
+    vector_width,
 )
 from simpletvm.compiler.lowering import compile_fused, fuse
 from simpletvm.targets import resolve_target
@@ -324,6 +325,47 @@ def test_conv_register_tile_is_innermost(target):
     n, h, w_, c = tiles[:4]  # the output's axes, in order
     assert c[-1] == lanes * vectors and w_[-1] == rows, tiles
     assert rows == 7
+
+
+def test_vector_width_takes_whole_quarters_of_a_register():
+    assert vector_width(24, 16) == 12  # three quarters of an AVX-512 register, not half
+    assert vector_width(64, 16) == 16
+    assert vector_width(1000, 16) == 8  # not 10
+    assert vector_width(24, 8) == 8
+    assert vector_width(3, 16) == 3
+
+
+def _output_tiles(sch) -> list[list[int]]:
+    """The 4-level tile decisions of a convolution's output axes (n, h, w, c)."""
+    return [
+        [int(f) for f in decision]
+        for inst, decision in sch.trace.decisions.items()
+        if inst.kind.name == "SamplePerfectTile" and len(decision) == 4
+    ][:4]
+
+
+def test_few_channels_fill_the_register_tile_with_a_second_row():
+    """24 output channels on AVX-512 are one vector of 12: its register tile takes two
+    rows of 7 positions, 14 accumulators, where one row left half the registers idle; a
+    depthwise convolution, whose weights differ per channel, keeps one row."""
+    import tvm
+
+    znver4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    _, h, w_, c = _output_tiles(default_schedule(make_conv_task(56, 144, 24, kernel=1), znver4))
+    assert (h[-1], w_[-1], c[-1]) == (2, 7, 12), (h, w_, c)
+    _, h, w_, c = _output_tiles(default_schedule(make_conv_task(14, 64, 64, kernel=1), znver4))
+    assert (h[-1], w_[-1], c[-1]) == (1, 7, 32), (h, w_, c)  # two vectors by 7: full
+
+
+def test_conv_of_24_channels_computes_the_convolution(target):
+    rng = np.random.default_rng(0)
+    w1, w2 = _const(rng, (24, 1, 1, 48)), _const(rng, (24, 3, 3, 1))
+
+    def build(bb, x):
+        h = bb.emit(_conv(bb, x, w1, padding=0))
+        return _conv(bb, h, w2, groups=24)
+
+    _check(_module(build, [(1, 28, 28, 48)]), [(1, 28, 28, 48)], target, vector_ops=("conv2d",))
 
 
 def test_matrix_vector_product_feeds_several_accumulators(target):
