@@ -25,6 +25,11 @@ from simpletvm.targets import ResolvedTarget
 
 # MetaSchedule's unroll steps for CPUs are [0, 16, 64, 512]: a middle one
 UNROLL_STEP = 64
+# ... but 16 for a convolution of an image with fewer channels than a 128-bit vector
+# holds (an RGB stem): unrolling its taps 64 steps deep ran 1.29x slower (MobileNetV2's
+# stem alone: 68.8 against 53.5 us; 512 steps 80.7), where the other layers gained or
+# held (BENCHMARKS.md)
+FEW_CHANNELS_UNROLL_STEP = 16
 # a kernel whose largest loop nest runs fewer iterations runs on one thread: on 2 cores
 # under load, kernels of a few microseconds ran 2-10x slower parallel than serial
 # (MobileNetV2 0.35 at 96x96, kernel by kernel)
@@ -38,6 +43,9 @@ MAX_REGISTER_ROWS = 7
 # more than this times the average (MobileNetV2's 7x7 layers of 160 channels, 5 tiles of
 # 32, left one core 3 tiles and the other 2; 5 tiles by 7 rows: 18 jobs against 17)
 MAX_UNEVEN = 1.1
+
+
+UNROLL_KEY = "unroll step"  # a plan's entry for its block's unroll step, when not the usual
 
 
 @dataclass(frozen=True)
@@ -123,13 +131,14 @@ class DecisionRule:
       x (channel tile), within half the L1; the kernel window stays whole inside.
     - SamplePerfectTile, 2 levels on a spatial axis (SimpleTVM's Winograd transforms):
       channels [rest, lanes], tiles [rest, small] with the outer product parallel.
-    - SampleCategorical: the unroll step 64 of [0, 16, 64, 512] (else the first).
+    - SampleCategorical: the unroll step 64 of [0, 16, 64, 512] (else the first); 16
+      for a convolution over fewer than 4 input channels (:data:`FEW_CHANNELS_UNROLL_STEP`).
     - SampleComputeLocation: the root (-1), always valid: the producer runs as a loop
       nest of its own, parallelized by the postprocessor.
     """
 
     shape: CpuShape
-    plans: dict = field(default_factory=dict)  # per block: {(iter var name, n): factors}
+    plans: dict = field(default_factory=dict)  # per block: {(iter var, n): factors}, UNROLL_KEY
     sch: Any = None  # the schedule the trace is replayed on
 
     def __call__(self, inst, inputs, attrs, decision):
@@ -139,12 +148,18 @@ class DecisionRule:
                 return self._tile(inputs[0], int(attrs[0]), int(attrs[1]), decision)
             if kind == "SampleCategorical":
                 candidates = [int(c) for c in attrs[0]]
-                return _unroll_index(candidates)
+                return _unroll_index(candidates, self._unroll_step())
             if kind == "SampleComputeLocation":
                 return -1
         except Exception:  # noqa: BLE001 - a formula that cannot apply keeps the space's
             return decision
         return decision
+
+    def _unroll_step(self) -> int:
+        """The task's unroll step: the smallest any of its blocks' plans asks for."""
+        return min(
+            (plan.get(UNROLL_KEY, UNROLL_STEP) for plan in self.plans.values()), default=UNROLL_STEP
+        )
 
     # -- tiles ---------------------------------------------------------------------
     def _tile(self, loop_rv, n: int, max_innermost: int, decision):
@@ -241,6 +256,8 @@ class DecisionRule:
             factors[-1] = inner
             factors[0] = extent // inner
             plan[(var, n)] = factors
+        if len(reduce) >= 3 and reduce[-1][1] < 4:  # a window over fewer than 4 channels
+            plan[UNROLL_KEY] = FEW_CHANNELS_UNROLL_STEP
         return plan
 
 
@@ -334,10 +351,10 @@ def register_tile(channel_vectors: int, width: int, accumulators: int) -> tuple[
     return best
 
 
-def _unroll_index(candidates: list[int]) -> int:
-    """The decision of a SampleCategorical: MetaSchedule's unroll step 64 (of
+def _unroll_index(candidates: list[int], step: int = UNROLL_STEP) -> int:
+    """The decision of a SampleCategorical: the unroll ``step`` (of MetaSchedule's
     [0, 16, 64, 512]), else the first candidate."""
-    return candidates.index(UNROLL_STEP) if UNROLL_STEP in candidates else 0
+    return candidates.index(step) if step in candidates else 0
 
 
 def _fallback_tile(extent: int, n: int, max_innermost: int) -> list[int]:

@@ -357,6 +357,28 @@ def test_few_channels_fill_the_register_tile_with_a_second_row():
     assert (h[-1], w_[-1], c[-1]) == (1, 7, 32), (h, w_, c)  # two vectors by 7: full
 
 
+def test_a_stem_over_three_channels_unrolls_less():
+    """A convolution of an RGB image unrolls 16 steps, where the other layers unroll 64:
+    its taps unrolled deeper ran 1.29x slower."""
+    import tvm
+
+    from simpletvm.compiler.default_schedules import FEW_CHANNELS_UNROLL_STEP, UNROLL_STEP
+
+    znver4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+
+    def unroll_step(task):
+        [step] = [
+            int(inst.attrs[0][int(decision)])
+            for inst, decision in default_schedule(task, znver4).trace.decisions.items()
+            if inst.kind.name == "SampleCategorical"
+        ]
+        return step
+
+    assert unroll_step(make_conv_task(28, 3, 32, kernel=3)) == FEW_CHANNELS_UNROLL_STEP
+    assert unroll_step(make_conv_task(28, 16, 32, kernel=3)) == UNROLL_STEP
+    assert FEW_CHANNELS_UNROLL_STEP != UNROLL_STEP
+
+
 def test_conv_of_24_channels_computes_the_convolution(target):
     rng = np.random.default_rng(0)
     w1, w2 = _const(rng, (24, 1, 1, 48)), _const(rng, (24, 3, 3, 1))
