@@ -256,7 +256,8 @@ class DecisionRule:
             factors[-1] = inner
             factors[0] = extent // inner
             plan[(var, n)] = factors
-        if len(reduce) >= 3 and reduce[-1][1] < 4:  # a window over fewer than 4 channels
+        # a window over 2 or 3 input channels (a depthwise convolution sums over 1)
+        if len(reduce) >= 3 and 1 < reduce[-1][1] < 4:
             plan[UNROLL_KEY] = FEW_CHANNELS_UNROLL_STEP
         return plan
 

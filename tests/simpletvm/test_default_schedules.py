@@ -357,6 +357,18 @@ def test_few_channels_fill_the_register_tile_with_a_second_row():
     assert (h[-1], w_[-1], c[-1]) == (1, 7, 32), (h, w_, c)  # two vectors by 7: full
 
 
+def _depthwise_task(size: int, channels: int):
+    """A 3x3 depthwise NHWC convolution task as a model's is legalized: a group
+    convolution with one input channel a group, so it sums over an axis of extent 1."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, size, size, channels), name="x")
+    w = te.placeholder((3, 3, 1, channels), name="w")
+    y = topi.nn.group_conv2d_nhwc(x, w, 1, 1, 1, channels)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
+
+
 def test_a_stem_over_three_channels_unrolls_less():
     """A convolution of an RGB image unrolls 16 steps, where the other layers unroll 64:
     its taps unrolled deeper ran 1.29x slower."""
@@ -376,6 +388,12 @@ def test_a_stem_over_three_channels_unrolls_less():
 
     assert unroll_step(make_conv_task(28, 3, 32, kernel=3)) == FEW_CHANNELS_UNROLL_STEP
     assert unroll_step(make_conv_task(28, 16, 32, kernel=3)) == UNROLL_STEP
+    depthwise = default_schedule(_depthwise_task(28, 32), znver4)
+    assert [
+        int(inst.attrs[0][int(decision)])
+        for inst, decision in depthwise.trace.decisions.items()
+        if inst.kind.name == "SampleCategorical"
+    ] == [UNROLL_STEP]
     assert FEW_CHANNELS_UNROLL_STEP != UNROLL_STEP
 
 
