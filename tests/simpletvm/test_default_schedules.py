@@ -116,18 +116,22 @@ def test_direct_conv_3x3(target):
     _check(mod, [(1, 14, 14, 16)], target, vector_ops=("conv2d",))
 
 
-def test_conv_1x1_and_strided(target):
-    rng = np.random.default_rng(0)
-    w1, w2 = _const(rng, (64, 1, 1, 32)), _const(rng, (32, 3, 3, 64))
+def _check_1x1_then(target, shape, w1, w2, **second):
+    """A 1x1 convolution of an image of ``shape`` with ``w1``, then a 3x3 one with ``w2``
+    (``second``: its stride, groups), checked by :func:`_check`; its kernels' kinds."""
 
     def build(bb, x):
         h = bb.emit(_conv(bb, x, w1, padding=0))
-        return _conv(bb, h, w2, stride=2)
+        return _conv(bb, h, w2, **second)
 
-    kinds = _check(
-        mod := _module(build, [(1, 16, 16, 32)]), [(1, 16, 16, 32)], target, vector_ops=("conv2d",)
-    )
-    assert sum("conv2d" in name for name in kinds) == 2, (mod, kinds)
+    return _check(_module(build, [shape]), [shape], target, vector_ops=("conv2d",))
+
+
+def test_conv_1x1_and_strided(target):
+    rng = np.random.default_rng(0)
+    w1, w2 = _const(rng, (64, 1, 1, 32)), _const(rng, (32, 3, 3, 64))
+    kinds = _check_1x1_then(target, (1, 16, 16, 32), w1, w2, stride=2)
+    assert sum("conv2d" in name for name in kinds) == 2, kinds
 
 
 def test_depthwise_conv(target):
@@ -386,26 +390,16 @@ def test_a_stem_over_three_channels_unrolls_less():
         ]
         return step
 
+    assert FEW_CHANNELS_UNROLL_STEP != UNROLL_STEP
     assert unroll_step(make_conv_task(28, 3, 32, kernel=3)) == FEW_CHANNELS_UNROLL_STEP
     assert unroll_step(make_conv_task(28, 16, 32, kernel=3)) == UNROLL_STEP
-    depthwise = default_schedule(_depthwise_task(28, 32), znver4)
-    assert [
-        int(inst.attrs[0][int(decision)])
-        for inst, decision in depthwise.trace.decisions.items()
-        if inst.kind.name == "SampleCategorical"
-    ] == [UNROLL_STEP]
-    assert FEW_CHANNELS_UNROLL_STEP != UNROLL_STEP
+    assert unroll_step(_depthwise_task(28, 32)) == UNROLL_STEP
 
 
 def test_conv_of_24_channels_computes_the_convolution(target):
     rng = np.random.default_rng(0)
     w1, w2 = _const(rng, (24, 1, 1, 48)), _const(rng, (24, 3, 3, 1))
-
-    def build(bb, x):
-        h = bb.emit(_conv(bb, x, w1, padding=0))
-        return _conv(bb, h, w2, groups=24)
-
-    _check(_module(build, [(1, 28, 28, 48)]), [(1, 28, 28, 48)], target, vector_ops=("conv2d",))
+    _check_1x1_then(target, (1, 28, 28, 48), w1, w2, groups=24)
 
 
 def test_matrix_vector_product_feeds_several_accumulators(target):
