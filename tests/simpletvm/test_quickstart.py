@@ -99,6 +99,12 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
         assert printed_ratio == pytest.approx(
             min(side.values()) / min(tflite.values()), rel=0.02, abs=0.01
         )
+    # tuned against untuned as timed in the same rounds, each on its faster count
+    same_rounds = re.search(r"SimpleTVM / SimpleTVM untuned ([\d.]+)x in the same rounds", output)
+    assert same_rounds, output
+    assert float(same_rounds.group(1)) == pytest.approx(
+        min(ours.values()) / min(untuned_ours.values()), rel=0.02, abs=0.01
+    )
     assert re.search(r"tasks in \d+ s; estimate [\d.]+ ms", output)
     run_id = re.search(r"run id (\w{32})", output).group(1)
     context = json.loads((tmp_path / "runs" / run_id / "context.json").read_text())
