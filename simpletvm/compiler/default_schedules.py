@@ -35,6 +35,9 @@ FEW_CHANNELS_UNROLL_STEP = 16
 # (MobileNetV2 0.35 at 96x96, kernel by kernel)
 PARALLEL_MIN_WORK = 100_000
 FLOAT_BYTES = 4
+# the widest kernel window: a reduction axis of at most this extent (other than the input
+# channels) is a window's, kept whole inside the register tile's loop
+MAX_WINDOW = 7
 # rows of a register tile: the outputs of 224x224 models are 7 x 2^k wide; 7 rows by two
 # AVX-512 vectors took untuned ResNet-18 from 34.5 to 12.5 ms, where 8 rows or one vector
 # was slower (BENCHMARKS.md)
@@ -43,9 +46,6 @@ MAX_REGISTER_ROWS = 7
 # more than this times the average (MobileNetV2's 7x7 layers of 160 channels, 5 tiles of
 # 32, left one core 3 tiles and the other 2; 5 tiles by 7 rows: 18 jobs against 17)
 MAX_UNEVEN = 1.1
-
-
-UNROLL_KEY = "unroll step"  # a plan's entry for its block's unroll step, when not the usual
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,9 @@ class DecisionRule:
     """
 
     shape: CpuShape
-    plans: dict = field(default_factory=dict)  # per block: {(iter var, n): factors}, UNROLL_KEY
+    plans: dict = field(default_factory=dict)  # per block: {(iter var name, n): factors}
     sch: Any = None  # the schedule the trace is replayed on
+    unroll_step: int = UNROLL_STEP  # the task's: the smallest any of its blocks asks for
 
     def __call__(self, inst, inputs, attrs, decision):
         kind = inst.kind.name
@@ -148,18 +149,12 @@ class DecisionRule:
                 return self._tile(inputs[0], int(attrs[0]), int(attrs[1]), decision)
             if kind == "SampleCategorical":
                 candidates = [int(c) for c in attrs[0]]
-                return _unroll_index(candidates, self._unroll_step())
+                return _unroll_index(candidates, self.unroll_step)
             if kind == "SampleComputeLocation":
                 return -1
         except Exception:  # noqa: BLE001 - a formula that cannot apply keeps the space's
             return decision
         return decision
-
-    def _unroll_step(self) -> int:
-        """The task's unroll step: the smallest any of its blocks' plans asks for."""
-        return min(
-            (plan.get(UNROLL_KEY, UNROLL_STEP) for plan in self.plans.values()), default=UNROLL_STEP
-        )
 
     # -- tiles ---------------------------------------------------------------------
     def _tile(self, loop_rv, n: int, max_innermost: int, decision):
@@ -247,7 +242,7 @@ class DecisionRule:
         budget = max(1, (self.shape.l1_bytes // 2) // (FLOAT_BYTES * max(1, channel_tile)))
         inner_total = 1
         for var, extent in reversed(reduce):  # the innermost (input channel) first
-            if extent <= 7 and var != reduce[-1][0]:
+            if extent <= MAX_WINDOW and var != reduce[-1][0]:
                 inner = extent  # a kernel window stays whole
             else:
                 inner = _largest_divisor(extent, max(1, budget // max(1, inner_total)))
@@ -258,7 +253,7 @@ class DecisionRule:
             plan[(var, n)] = factors
         # a window over 2 or 3 input channels (a depthwise convolution sums over 1)
         if len(reduce) >= 3 and 1 < reduce[-1][1] < 4:
-            plan[UNROLL_KEY] = FEW_CHANNELS_UNROLL_STEP
+            self.unroll_step = min(self.unroll_step, FEW_CHANNELS_UNROLL_STEP)
         return plan
 
 
@@ -292,7 +287,7 @@ def _rows_share_weights(block, reduce: list[tuple[str, int]], height: str, chann
     channel, its window is all it sums) nor a batched product over ``height``."""
     from tvm.tirx.analysis import undefined_vars
 
-    if not any(extent > 7 for _, extent in reduce):
+    if not any(extent > MAX_WINDOW for _, extent in reduce):
         return False
     for read in block.reads:
         used = {str(v) for r in read.region for v in undefined_vars(r.min)}
