@@ -19,6 +19,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from simpletvm.targets import ResolvedTarget
@@ -461,7 +462,10 @@ def default_schedule(task_mod, target, *, context=None):
     takes the formula's decisions. Deterministic."""
     context = context or _context(task_mod, target)
     errors: list[str] = []
-    sch = _first_taking_the_formula(context, _by_preference, target, errors)
+    inner_first = _output_channels(context.mod) >= CpuShape.of(target).lanes
+    sch = _first_taking_the_formula(
+        context, partial(_by_preference, inner_first=inner_first), target, errors
+    )
     if sch is None:
         plain = _plain_context(context.mod, target)
         sch = _first_taking_the_formula(plain, list, target, errors)
@@ -512,18 +516,35 @@ def _run_serially(sch) -> None:
         sch.unannotate(root, "meta_schedule.parallel")
 
 
-def _by_preference(spaces: list) -> list:
+def _by_preference(spaces: list, *, inner_first: bool = True) -> list:
     """The design spaces in the order they are tried: those that compute the output's
     epilogue per tile (a cached output, or the consumer moved into the tile), while the
-    tile is in the caches, first; then the others; each group in the generator's order
-    (which puts the deeper tile level first)."""
+    tile is in the caches, first; then the others. MultiLevelTiling makes a space per
+    level it moves the epilogue to, the outer one (the parallel job's) first; with
+    ``inner_first``, the level below it leads: at the parallel level a job's whole output
+    waits for its epilogue, past the L1 (MobileNetV2's 16-to-96 1x1 at 112x112, 4 rows a
+    job: 113 us, 80 with the epilogue per tile below; the model's defaults 1.03 -> 0.96x
+    the tuned records in sum, BENCHMARKS.md)."""
 
     def caches(space) -> bool:
         return any(
             inst.kind.name in ("CacheWrite", "ReverseComputeAt") for inst in space.trace.insts
         )
 
-    return [s for s in spaces if caches(s)] + [s for s in spaces if not caches(s)]
+    caching = [s for s in spaces if caches(s)]
+    return (caching[::-1] if inner_first else caching) + [s for s in spaces if not caches(s)]
+
+
+def _output_channels(task_mod) -> int:
+    """The innermost extent of the task's output (its last argument): an epilogue per
+    tile of fewer channels than a vector fuses positions and channels into one
+    vectorized loop, whose index (a division and a remainder) LLVM turns into gathers
+    (8 channels by 6 positions: 6x slower than the epilogue per row)."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    infos = ArgInfo.from_prim_func(task_mod["main"])
+    shape = infos[-1].as_json()[2] if infos else []
+    return int(shape[-1]) if shape else 0
 
 
 def default_candidate(task_mod, target, *, context=None):

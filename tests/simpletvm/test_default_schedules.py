@@ -373,6 +373,56 @@ def _depthwise_task(size: int, channels: int):
     return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
 
 
+def _enclosing_loops(func) -> dict[str, list]:
+    """Per block name, the ``For`` loops around it, outermost first."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For
+
+    found: dict[str, list] = {}
+    stack = [(func.body, [])]
+    while stack:
+        node, loops = stack.pop()
+        if isinstance(node, For):
+            stack.append((node.body, [*loops, node]))
+            continue
+        if isinstance(node, SBlockRealize):
+            found[node.block.name_hint] = loops
+            stack.append((node.block.body, loops))
+            continue
+        for name in ("body", "then_case", "else_case"):
+            child = getattr(node, name, None)
+            if child is not None:
+                stack.append((child, loops))
+        stack.extend((child, loops) for child in getattr(node, "seq", None) or [])
+    return found
+
+
+def _innermost_shared_loop(func, first: str, second: str):
+    """The innermost loop around both blocks ``first`` and ``second``, or None."""
+    loops = _enclosing_loops(func)
+    shared = [a for a, b in zip(loops[first], loops[second], strict=False) if a.same_as(b)]
+    return shared[-1] if shared else None
+
+
+@pytest.mark.parametrize(
+    ("channels", "inner"), [(96, True), (8, False)], ids=["whole-vectors", "part-of-a-vector"]
+)
+def test_the_output_is_written_per_tile_below_the_parallel_job(channels, inner):
+    """The block that writes a convolution's output from its accumulators (here the
+    output cache's) runs per tile of the level below the parallel one, while the tile is
+    in the L1: at the parallel level a job's whole output (4 rows of 112 x 96 channels,
+    172 KB) waited for it. Not for fewer channels than a vector: per tile their positions
+    and channels fused into one vectorized loop of gathers."""
+    import tvm
+    from tvm.tirx import ForKind
+
+    znver4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    sch = default_schedule(make_conv_task(112, 16, channels, kernel=1), znver4)
+    loop = _innermost_shared_loop(sch.mod["main"], "conv2d_nhwc_global", "conv2d_nhwc_update")
+    assert loop is not None, sch.mod
+    assert (int(loop.kind) != int(ForKind.PARALLEL)) == inner, sch.mod
+
+
 def test_a_stem_over_three_channels_unrolls_less():
     """A convolution of an RGB image unrolls 16 steps, where the other layers unroll 64:
     its taps unrolled deeper ran 1.29x slower."""
