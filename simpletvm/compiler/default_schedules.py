@@ -130,9 +130,6 @@ class DecisionRule:
     - SamplePerfectTile, reduction axis (2 levels): the inner level is the largest
       divisor of the extent that keeps the inner reduction's weights, (inner reduction)
       x (channel tile), within half the L1; the kernel window stays whole inside.
-    - A depthwise convolution (:func:`_is_depthwise`): the row of positions one level
-      up, above the window's width; the window's height outside; channel tiles first in
-      the parallel jobs.
     - SamplePerfectTile, 2 levels on a spatial axis (SimpleTVM's Winograd transforms):
       channels [rest, lanes], tiles [rest, small] with the outer product parallel.
     - SampleCategorical: the unroll step 64 of [0, 16, 64, 512] (else the first); 16
@@ -188,7 +185,6 @@ class DecisionRule:
 
         # names, never tirx.Var: == on a Var builds an EQ
         spatial, reduce, channel = block_axes(block)
-        depthwise = _is_depthwise(reduce)
         plan: dict = {}
         tiles = {var: [1] * n for var, _ in spatial}
         left = {var: extent for var, extent in spatial}
@@ -211,9 +207,7 @@ class DecisionRule:
                 tiles[channel][-1] = vec * vectors
                 left[channel] //= vectors
                 if width:
-                    # a depthwise window slides along the row outside the window's
-                    # width (:func:`_is_depthwise`)
-                    tiles[width][-2 if depthwise else -1] = rows
+                    tiles[width][-1] = rows
                     left[width] //= rows
                 height = others[-2] if width and len(others) >= 2 else None
                 if height and _rows_share_weights(block, reduce, height, channel):
@@ -230,8 +224,6 @@ class DecisionRule:
             want, most = 4 * cores, 16 * cores
             jobs = 1
             order = _parallel_order(block.name_hint, spatial, reduce, channel, left, cores)
-            if depthwise and channel in left:
-                order = [channel, *(var for var in order if var != channel)]
             for var in order:
                 if jobs >= want and _uneven(jobs, cores) <= MAX_UNEVEN:
                     break
@@ -251,9 +243,7 @@ class DecisionRule:
         budget = max(1, (self.shape.l1_bytes // 2) // (FLOAT_BYTES * max(1, channel_tile)))
         inner_total = 1
         for var, extent in reversed(reduce):  # the innermost (input channel) first
-            if depthwise and var == reduce[0][0]:
-                inner = 1  # the window's height outside the tile
-            elif extent <= MAX_WINDOW and var != reduce[-1][0]:
+            if extent <= MAX_WINDOW and var != reduce[-1][0]:
                 inner = extent  # a kernel window stays whole
             else:
                 inner = _largest_divisor(extent, max(1, budget // max(1, inner_total)))
@@ -266,23 +256,6 @@ class DecisionRule:
         if len(reduce) >= 3 and 1 < reduce[-1][1] < 4:
             self.unroll_step = min(self.unroll_step, FEW_CHANNELS_UNROLL_STEP)
         return plan
-
-
-def _is_depthwise(reduce: list[tuple[str, int]]) -> bool:
-    """Whether a block sums over a kernel window only, each output channel over its own
-    input channel (a depthwise convolution, legalized as a group convolution over an
-    input-channel axis of 1). Its plan differs from a convolution's: the register tile's
-    row of positions moves to the level above the inner reduction, the window's height
-    to the outer reduction level, and the channel tiles take the parallel jobs first: per
-    row of the window, a row of positions each sums the window's width, and the loads of
-    one input column serve its neighbours (MobileNetV2's ten depthwise layers 222 -> 214
-    us a run, its 112x112x96 one 40.3 -> 36.1; a band of rows a core instead of channel
-    tiles: 249)."""
-    return (
-        len(reduce) >= 3
-        and reduce[-1][1] == 1
-        and all(extent <= MAX_WINDOW for _, extent in reduce)
-    )
 
 
 def _accumulate_apart(channel_tiles: list[int], register_tiles: int) -> None:

@@ -373,25 +373,6 @@ def _depthwise_task(size: int, channels: int):
     return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
 
 
-def test_a_depthwise_window_slides_along_a_row_of_positions():
-    """A depthwise convolution (14x14x384): the 7 positions of its register tile sit one
-    level above the window's width, the window's height outside both, so per row of the
-    window each input column loaded serves its neighbours; its 12 channel tiles of 32 are
-    the parallel jobs."""
-    import tvm
-
-    znver4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    sch = default_schedule(_depthwise_task(14, 384), znver4)
-    _, h, w_, c = _output_tiles(sch)
-    assert (w_[2], w_[3], c[3], c[0]) == (7, 1, 32, 12), (h, w_, c)
-    window = [
-        [int(f) for f in decision]
-        for inst, decision in sch.trace.decisions.items()
-        if inst.kind.name == "SamplePerfectTile" and len(decision) == 2
-    ]
-    assert window[:2] == [[3, 1], [1, 3]], window  # height outside, width inside
-
-
 def _enclosing_loops(func) -> dict[str, list]:
     """Per block name, the ``For`` loops around it, outermost first."""
     from tvm.s_tir import SBlockRealize
