@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 from model_factories import make_conv3x3_task, make_conv_task, make_matvec_task, with_cores
-from tir_inspection import parallel_loops, split_axes
+from tir_inspection import blocks_in_loops, parallel_loops, split_axes
 
 from simpletvm.compiler.default_schedules import (
     PARALLEL_MIN_WORK,
@@ -373,34 +373,11 @@ def _depthwise_task(size: int, channels: int):
     return tvm.IRModule({"main": te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")})
 
 
-def _enclosing_loops(func) -> dict[str, list]:
-    """Per block name, the ``For`` loops around it, outermost first."""
-    from tvm.s_tir import SBlockRealize
-    from tvm.tirx import For
-
-    found: dict[str, list] = {}
-    stack = [(func.body, [])]
-    while stack:
-        node, loops = stack.pop()
-        if isinstance(node, For):
-            stack.append((node.body, [*loops, node]))
-            continue
-        if isinstance(node, SBlockRealize):
-            found[node.block.name_hint] = loops
-            stack.append((node.block.body, loops))
-            continue
-        for name in ("body", "then_case", "else_case"):
-            child = getattr(node, name, None)
-            if child is not None:
-                stack.append((child, loops))
-        stack.extend((child, loops) for child in getattr(node, "seq", None) or [])
-    return found
-
-
 def _innermost_shared_loop(func, first: str, second: str):
     """The innermost loop around both blocks ``first`` and ``second``, or None."""
-    loops = _enclosing_loops(func)
-    shared = [a for a, b in zip(loops[first], loops[second], strict=False) if a.same_as(b)]
+    blocks = blocks_in_loops(func)
+    outer, inner = blocks[first][1], blocks[second][1]
+    shared = [a for a, b in zip(outer, inner, strict=False) if a.same_as(b)]
     return shared[-1] if shared else None
 
 
