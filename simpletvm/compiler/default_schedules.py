@@ -523,7 +523,7 @@ def _by_preference(spaces: list, *, inner_first: bool = True) -> list:
     level it moves the epilogue to, the outer one (the parallel job's) first; with
     ``inner_first``, the level below it leads: at the parallel level a job's whole output
     waits for its epilogue, past the L1 (MobileNetV2's 16-to-96 1x1 at 112x112, 4 rows a
-    job: 113 us, 80 with the epilogue per tile below; the model's defaults 1.03 -> 0.96x
+    job: 113.6 us, 83.0 with the epilogue per tile below; the model's defaults 1.06 -> 0.96x
     the tuned records in sum, BENCHMARKS.md)."""
 
     def caches(space) -> bool:
