@@ -462,19 +462,20 @@ def default_schedule(task_mod, target, *, context=None):
     takes the formula's decisions. Deterministic."""
     context = context or _context(task_mod, target)
     errors: list[str] = []
-    inner_first = _output_channels(context.mod) >= CpuShape.of(target).lanes
+    shape = CpuShape.of(target)
+    inner_first = _output_channels(context.mod) >= shape.lanes
     sch = _first_taking_the_formula(
-        context, partial(_by_preference, inner_first=inner_first), target, errors
+        context, partial(_by_preference, inner_first=inner_first), shape, errors
     )
     if sch is None:
         plain = _plain_context(context.mod, target)
-        sch = _first_taking_the_formula(plain, list, target, errors)
+        sch = _first_taking_the_formula(plain, list, shape, errors)
     if sch is None:
         raise RuntimeError("no design space takes the default decisions: " + "; ".join(errors))
     return sch
 
 
-def _first_taking_the_formula(context, order, target, errors: list[str]):
+def _first_taking_the_formula(context, order, shape: CpuShape, errors: list[str]):
     """The first of ``context``'s design spaces, in ``order``, whose trace replays with
     :class:`DecisionRule`'s decisions and passes the context's postprocessors, scheduled;
     None (the reasons added to ``errors``) if none does."""
@@ -486,7 +487,7 @@ def _first_taking_the_formula(context, order, target, errors: list[str]):
     except Exception as error:  # noqa: BLE001 - another context's spaces may take it
         errors.append(f"{type(error).__name__}: {_gist(error)}")
         return None
-    rule = DecisionRule(CpuShape.of(target))
+    rule = DecisionRule(shape)
     for space in spaces:
         trace = space.trace
         sch = s_tir.Schedule(context.mod, seed=1, debug_mask=0)

@@ -6,6 +6,8 @@ built from the round's choices is faster as a whole, and a build applies the cho
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -390,8 +392,6 @@ def test_the_worker_names_each_parallel_kernel_of_every_build(tiny_onnx, tmp_pat
 
 def _kernel_ms_of_five_runs(library, shape, outcome) -> None:
     """In a process whose pool records its launches: :func:`kernel_ms` of five runs."""
-    import os
-
     import tvm
     from tvm import relax
 
@@ -408,8 +408,6 @@ def _kernel_ms_of_five_runs(library, shape, outcome) -> None:
 def test_each_kernels_time_is_a_share_of_its_own_run(tiny_onnx, tmp_path):
     """Run by run, the kernels' times leave a positive rest of the recorded run, the VM's
     calls between the loops: no loop is counted twice or on every thread."""
-    import multiprocessing
-
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
     stvm.build(records=None).save(tmp_path / "module")
     library = next((tmp_path / "module").glob("*.so"))
