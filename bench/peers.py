@@ -19,8 +19,9 @@ timed after the rounds, so that they stay seconds long); the table gives medians
 ratio to the fastest peer (TensorFlow, TFLite, ONNX Runtime, OpenVINO; below 1: faster
 than every peer). It also gives each framework's achieved GFLOP/s (the model's FLOPs, 2 per
 multiply-add of its Conv2D, DepthwiseConv2D and Dense layers, over the median time)
-and that rate as a fraction of this machine's sgemm rate, measured in the same run:
-``numpy.matmul`` of float32 square matrices on the same thread count, best of several.
+and that rate as a fraction of this machine's sgemm rate and of its FMA peak, both
+measured in the same run: ``numpy.matmul`` of float32 square matrices on the same thread
+count, best of several, and cores doing nothing but vector FMAs (``bench/fma_peak.py``).
 The host (CPU model, LLVM's name for the CPU) heads the report. The tuned model's tuning
 time, trial budget and tuning curve (MetaSchedule's whole-model estimate against trials)
 are written beside the table.
@@ -56,6 +57,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from fma_peak import fma_peak, fma_peak_program
 
 from simpletvm.runtime.comparison import simpletvm_runner, tflite_runner, time_side_by_side
 
@@ -188,8 +190,13 @@ def sgemm_rate(threads: int, n: int = 2048, repeats: int = 10) -> dict:
 
     BLAS libraries read their thread count when numpy is first imported, which happened
     in this process at the top of the script, so the multiply runs in a fresh
-    interpreter whose environment carries the thread count."""
-    env = dict(os.environ)
+    interpreter whose environment carries the thread count. It leaves out OpenBLAS's
+    core-type and cache-size overrides, which some hosts set and which hold a current
+    OpenBLAS to half its rate (``OPENBLAS_CORETYPE=Haswell``: AVX2 kernels on an
+    AVX-512 core): the rate is the machine's, not a setting's."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    }
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
         env[name] = str(threads)
     done = subprocess.run(
@@ -375,6 +382,8 @@ def bench_model(
     medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
     fastest_peer = min((peer for peer in PEERS if peer in medians), key=medians.__getitem__)
     sgemm = sgemm_rate(args.threads, args.sgemm_size)  # right after the timing, same load
+    with tempfile.TemporaryDirectory(prefix="fma-peak-") as scratch:
+        peak = fma_peak(fma_peak_program(Path(scratch)), args.threads)
     gflops = {name: flops / (m * 1e-3) / 1e9 for name, m in medians.items()}
     if tuning is not None:
         tuning["measured_to_estimate"] = medians["tvm tuned"] / tuning["estimated_ms"]
@@ -392,7 +401,9 @@ def bench_model(
         "fastest_peer": fastest_peer,
         "gflops": gflops,
         "fraction_of_sgemm": {name: rate / sgemm["gflops"] for name, rate in gflops.items()},
+        "fraction_of_fma_peak": {name: rate / peak["gflops"] for name, rate in gflops.items()},
         "sgemm": sgemm,
+        "fma_peak": peak,
         "max_abs_difference_to_tensorflow": agreement,
         "tuning": tuning,
         "curve": curve,
@@ -415,13 +426,14 @@ def print_report(result: dict) -> None:
     )
     print(
         f"  {'framework':<13} {'median ms':>10} {'p90 ms':>9} {'x fastest peer':>15} "
-        f"{'GFLOP/s':>8} {'of sgemm':>9} {'max |diff| to TF':>17}"
+        f"{'GFLOP/s':>8} {'of sgemm':>9} {'of peak':>8} {'max |diff| to TF':>17}"
     )
     for name in medians:
         print(
             f"  {name:<13} {medians[name]:>10.3f} {result['p90_ms'][name]:>9.3f} "
             f"{ratios[name]:>15.2f} {result['gflops'][name]:>8.1f} "
             f"{result['fraction_of_sgemm'][name]:>9.1%} "
+            f"{result['fraction_of_fma_peak'][name]:>8.1%} "
             f"{result['max_abs_difference_to_tensorflow'][name]:>17.2e}"
         )
     for name, reason in result["missing_peers"].items():
@@ -430,6 +442,11 @@ def print_report(result: dict) -> None:
         f"  sgemm (numpy.matmul, float32 {sgemm['n']}x{sgemm['n']}, {sgemm['blas']}, "
         f"{sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s, best of "
         f"{sgemm['repeats']} (median {sgemm['median_gflops']:.1f})"
+    )
+    peak = result["fma_peak"]
+    print(
+        f"  FMA peak ({peak['lanes']} float32 lanes, {peak['threads']} threads): "
+        f"{peak['gflops']:.1f} GFLOP/s"
     )
     print(f"  untuned build (default schedules): {result['untuned_build_s']:.1f} s")
     if tuning is None:  # --untuned
