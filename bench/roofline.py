@@ -100,7 +100,8 @@ def module_under_test(name: str, args, scratch: Path):
 
 
 def kernels_by_kind(per_round: list[dict[str, float]], tasks: dict[str, dict]) -> dict:
-    """Per kind: ms a run (the median over rounds of the kind's sum), FLOPs, kernels."""
+    """Per kind: ms a run (the median over rounds of the kind's sum), FLOPs, kernels, and
+    each kernel's median ms a run."""
     kinds: dict[str, dict] = {}
     for name in per_round[0]:
         if name == "whole":
@@ -116,6 +117,9 @@ def kernels_by_kind(per_round: list[dict[str, float]], tasks: dict[str, dict]) -
         entry["ms"] = statistics.median(
             sum(one[name] for name in entry["names"]) for one in per_round
         )
+        entry["by_kernel_ms"] = {
+            name: statistics.median(one[name] for one in per_round) for name in entry["names"]
+        }
     return kinds
 
 
@@ -165,6 +169,7 @@ def one_model(name: str, args, scratch: Path, peak: dict) -> dict:
                 "ms": entry["ms"],
                 "gflop": entry["flop"] / 1e9,
                 "gflops": entry["flop"] / (entry["ms"] * 1e-3) / 1e9 if entry["flop"] else None,
+                "by_kernel_ms": entry["by_kernel_ms"],
             }
             for kind, entry in sorted(kinds.items(), key=lambda item: -item[1]["ms"])
         },

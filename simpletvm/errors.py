@@ -19,3 +19,12 @@ class IncompatibleModuleError(SimpleTVMError):
 
 class RunNotFoundError(SimpleTVMError):
     """A run id names nothing in the run store."""
+
+
+def error_gist(error: object) -> str:
+    """The line of an error message that says what went wrong, at most 300 characters:
+    TVM's messages span several screens of C++ frames, the last line naming an error
+    being the one a user can act on."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    gist = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "")
+    return gist[:300]

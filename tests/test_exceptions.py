@@ -108,3 +108,20 @@ def test_grid_error_keeps_its_problems_through_pickling():
     copy = pickle.loads(pickle.dumps(GridError(problems)))
     assert copy.problems == sorted(problems, key=lambda p: p.where)
     assert str(copy) == "grid.yaml:3: a\ngrid.yaml:9: b"
+
+
+def test_an_errors_gist_is_its_last_line_naming_an_error():
+    from simpletvm.errors import error_gist
+
+    tvm_like = RuntimeError(
+        "Traceback (most recent call last):\n  3: frame\n  2: frame\n"
+        "ScheduleError: An error occurred in the schedule primitive 'split'.\n"
+        "  The loop's extent is not divisible\n"
+    )
+    assert (
+        error_gist(tvm_like)
+        == "ScheduleError: An error occurred in the schedule primitive 'split'."
+    )
+    assert error_gist(ValueError("no error word here\nlast line")) == "last line"
+    assert error_gist(ValueError("")) == ""
+    assert len(error_gist(ValueError("Error " + "x" * 500))) == 300

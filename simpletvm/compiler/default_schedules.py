@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from simpletvm.errors import error_gist
 from simpletvm.targets import ResolvedTarget
 
 # MetaSchedule's unroll steps for CPUs are [0, 16, 64, 512]: a middle one
@@ -485,7 +486,7 @@ def _first_taking_the_formula(context, order, shape: CpuShape, errors: list[str]
     try:
         spaces = order(context.generate_design_space())
     except Exception as error:  # noqa: BLE001 - another context's spaces may take it
-        errors.append(f"{type(error).__name__}: {_gist(error)}")
+        errors.append(f"{type(error).__name__}: {error_gist(error)}")
         return None
     rule = DecisionRule(shape)
     for space in spaces:
@@ -503,7 +504,7 @@ def _first_taking_the_formula(context, order, shape: CpuShape, errors: list[str]
                 if not postproc.apply(sch):
                     raise RuntimeError(f"postprocessor {type(postproc).__name__} rejected it")
         except Exception as error:  # noqa: BLE001 - the next space may take the formula
-            errors.append(f"{type(error).__name__}: {_gist(error)}")
+            errors.append(f"{type(error).__name__}: {error_gist(error)}")
             continue
         return sch
     return None
@@ -589,7 +590,7 @@ def apply_default_schedules(fused_mod, target: ResolvedTarget, database=None):
         try:
             sch = default_schedule(task_mod, tvm_target)
         except Exception as error:  # noqa: BLE001 - the task keeps TVM's schedule
-            reason = _gist(error)
+            reason = error_gist(error)
             failed[gvar.name_hint] = reason
             if gvar.name_hint not in _warned:
                 _warned.add(gvar.name_hint)
@@ -634,12 +635,6 @@ def _covered(database, task_mod, tvm_target) -> bool:
         return database.query_tuning_record(task_mod, tvm_target, "main") is not None
     except Exception:  # noqa: BLE001 - a database that cannot answer covers nothing
         return False
-
-
-def _gist(error) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    gist = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "")
-    return gist[:300]
 
 
 def loop_kinds(func) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import warnings
 
+from simpletvm.errors import error_gist
 from simpletvm.relax_ir import calls_of, cancel_permutations, count_calls
 
 # Only the convolutions are named: pools, reductions, elementwise ops, concat, squeeze
@@ -60,7 +61,7 @@ def to_nhwc(mod):
         )(mod)
     except Exception as error:  # noqa: BLE001 - a layout rule that fails: keep the import's
         # (TVM 0.27's rule for relax.stack fails on a 5-D stack of converted tensors)
-        stats["failed"] = (str(error).strip().splitlines() or [repr(error)])[-1]
+        stats["failed"] = error_gist(error) or repr(error)
         warnings.warn(f"NHWC conversion failed, keeping NCHW: {stats['failed']}", stacklevel=2)
         return mod, stats
     # FoldConstant puts the constants the cancellation made into their uses (a weight

@@ -24,6 +24,7 @@ from simpletvm._process.scratch import sweep_orphans
 from simpletvm.compiler.conv_forms import ConvForms
 from simpletvm.compiler.core_split import space_generator
 from simpletvm.compiler.winograd import register_schedule_rules
+from simpletvm.errors import error_gist
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from simpletvm.tuning.cost_model import (
     load_store_cost_model,
@@ -291,7 +292,7 @@ class TuningJob:
             offered, fresh, self._sampled = self._offered(index)
             fresh = self._with_default(index, fresh)  # the task's first batch only
         except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
-            self.plan.task_failed(f"{type(error).__name__}: {_first_line(error)}")
+            self.plan.task_failed(f"{type(error).__name__}: {error_gist(error)}")
             return {"candidates": 0, "errors": 1}
         if offered and not fresh:  # all measured already: ask again
             return {"candidates": 0, "measured_before": offered}
@@ -388,7 +389,7 @@ class TuningJob:
             ][: self.options.remeasure]
             candidates = [record.as_measure_candidate() for record in records]
         except Exception as error:  # noqa: BLE001 - the task keeps its search's timings
-            self._last_error = f"{type(error).__name__}: {_first_line(error)}"
+            self._last_error = f"{type(error).__name__}: {error_gist(error)}"
             self.plan.finish_task()
             return {"candidates": 0, "errors": 1}
         tried.update(str(record.trace) for record in records)
@@ -510,7 +511,7 @@ class TuningJob:
         except Exception as error:  # noqa: BLE001 - the search still has its own
             if self.context is not None:
                 self.context.logger.warning(
-                    "%s has no default schedule: %s", context.task_name, _first_line(error)
+                    "%s has no default schedule: %s", context.task_name, error_gist(error)
                 )
             return None
 
@@ -622,7 +623,7 @@ class TuningJob:
     def _note_errors(self, messages) -> None:
         for message in messages:
             if message:
-                self._last_error = _first_line(message)
+                self._last_error = error_gist(message)
 
     def _close_finished_tasks(self) -> None:
         """Close the search of every task the plan has finished (or skipped)."""
@@ -696,13 +697,6 @@ def task_flops(task) -> float:
 # replaying its trace on the workload (tens of milliseconds for a convolution), at task
 # start, so more records delay every task's first select
 TRANSFER_RECORDS = 64
-
-
-def _first_line(error) -> str:
-    """The gist of an error message (TVM's span several screens), at most 300 characters."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    gist = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "")
-    return gist[:300]
 
 
 def _mean_seconds(run_secs) -> float | None:
