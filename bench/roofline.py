@@ -38,6 +38,7 @@ from peers import host_description
 from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
 from time_to_peers import BUILTIN, checked_outputs, import_model, peer_runners
 
+from simpletvm.errors import SimpleTVMError
 from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
 from simpletvm.runtime.fork_join import POOL_VARIABLE
 
@@ -237,7 +238,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="roofline-") as scratch:
         peak = fma_peak(fma_peak_program(Path(scratch)), args.threads)
         for model in models:
-            result = one_model(model, args, Path(scratch), peak)
+            try:
+                result = one_model(model, args, Path(scratch), peak)
+            except SimpleTVMError as error:  # a run or store that is not there: say so
+                raise SystemExit(f"roofline: {error}") from None
             print_report(result, peak)
             results.append(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
