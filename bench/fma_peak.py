@@ -81,7 +81,10 @@ int main(int argc, char** argv) {
 
 
 def fma_peak_program(scratch: Path) -> Path:
+    """The probe compiled in ``scratch``, or the one compiled there before."""
     source, program = scratch / "fma_peak.c", scratch / "fma_peak"
+    if program.exists():
+        return program
     source.write_text(FMA_PEAK)
     # -ffp-contract=fast: a * b + c becomes one FMA instruction
     subprocess.run(
