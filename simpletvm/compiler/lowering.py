@@ -48,6 +48,9 @@ def fuse(
     import tvm
     from tvm import relax
 
+    from simpletvm.compiler.transposed_conv import direct_transposed_convs
+
+    mod, _ = direct_transposed_convs(mod)
     mod = to_layout(mod, target, layout)
     if winograd and target.device_type == "cpu":
         from simpletvm.compiler.winograd import apply_winograd
