@@ -131,7 +131,7 @@ def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
     import tvm
     from tvm import relax
 
-    from simpletvm.compiler.lowering import compile_fused
+    from simpletvm.compiler.build import compile_fused
 
     vm = relax.VirtualMachine(compile_fused(built, stvm.target, database, bytecode=True), tvm.cpu())
     data = model_input(stvm)
@@ -214,7 +214,7 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400) -> 
     import tvm
     from tvm import relax
 
-    from simpletvm.compiler.lowering import apply_records, compile_fused
+    from simpletvm.compiler.build import apply_records, compile_fused
     from simpletvm.runtime.fork_join import use_for_loaded_kernels
 
     applied = apply_records(built, stvm.target, database)

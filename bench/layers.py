@@ -188,7 +188,7 @@ def tune_and_build(fused, target, options, records_dir: str) -> tuple:
     Returns (VirtualMachine, job summary, whether every tuned PrimFunc got a record)."""
     from tvm import relax
 
-    from simpletvm.compiler.lowering import compile_fused
+    from simpletvm.compiler.build import compile_fused
     from simpletvm.tuning.database import RecordDatabase
     from simpletvm.tuning.job import TuningJob
     from simpletvm.tuning.records import RecordStore

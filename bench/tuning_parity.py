@@ -37,7 +37,7 @@ def main() -> None:
     from tvm.s_tir import meta_schedule as ms
 
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.compiler.lowering import compile_fused
+    from simpletvm.compiler.build import compile_fused
     from simpletvm.runtime.evaluation import random_inputs
     from simpletvm.tuning.builder import PersistentBuilder
 

@@ -494,7 +494,7 @@ class SimpleTVM:
         self._require("build()", FlowState.IMPORTED, FlowState.BUILT)
         if isinstance(records, str) and records.lower() == "none":
             records = None  # as the command line spells it
-        from simpletvm.compiler.lowering import compile_fused
+        from simpletvm.compiler.build import compile_fused
         from simpletvm.tuning.database import best_latency_s, records_database
 
         with self.context.step("build", records=records) as step:
@@ -521,7 +521,11 @@ class SimpleTVM:
                 database = database.with_in_model_choices()
                 step.update(_records_match(fused, self.target, database))
             self._executable = compile_fused(
-                fused, self.target, database, default_schedules=default_schedules
+                fused,
+                self.target,
+                database,
+                default_schedules=default_schedules,
+                verdicts=self._verdicts(database),
             )
             self._library_file = None
             # code for another CPU runs only on a device of that kind, through RPC
@@ -784,6 +788,16 @@ class SimpleTVM:
         if self.rpc_tracker is not None:
             return RemoteTracker(*self.rpc_tracker, key=self.context.device_key)
         return nullcontext()
+
+    def _verdicts(self, database):
+        """Where a build's schedule checks are kept: beside the records it reads, else
+        in the store's records (an untuned build's defaults)."""
+        from simpletvm.tuning.records import tvm_target_key
+        from simpletvm.tuning.verdicts import StoredVerdicts
+
+        if database is not None:
+            return database.verdicts()
+        return StoredVerdicts(self._records_for_build(), tvm_target_key(self.target.tvm_target()))
 
     def _records_for_build(self):
         """The store's records, or a buffered job's: its records may never reach this

@@ -1,7 +1,8 @@
-"""Relax module -> fused, tunable module -> executable, with or without tuning records.
+"""Relax module -> fused, tunable module, and its tasks.
 
-The same lowering feeds task extraction and the final build, so the workloads that
-tuning records are keyed by are exactly the ones the build looks up.
+The same lowering feeds task extraction and the final build
+(:mod:`simpletvm.compiler.build`), so the workloads that tuning records are keyed by are
+exactly the ones the build looks up.
 """
 
 from __future__ import annotations
@@ -238,86 +239,6 @@ def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
                 seen.add(key)
                 tasks.append(task)
     return tasks
-
-
-def apply_records(fused_mod, target: ResolvedTarget, database, *, defaults: bool = True):
-    """The fused module with each tuned PrimFunc replaced by its best record in
-    ``database`` (None: no records), on CPUs every other PrimFunc by its default schedule
-    (``defaults``; :mod:`simpletvm.compiler.default_schedules`), and the weights those
-    schedules read in their own layout repacked once, here, rather than on every call."""
-    import contextlib
-
-    from tvm import relax
-
-    from simpletvm.compiler.default_schedules import apply_default_schedules
-
-    with target.tvm_target(), database if database is not None else contextlib.nullcontext():
-        mod = (
-            fused_mod
-            if database is None
-            else relax.transform.MetaScheduleApplyDatabase()(fused_mod)
-        )
-        if defaults:
-            mod, _ = apply_default_schedules(mod, target)
-        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
-        mod = relax.transform.FoldConstant()(mod)
-        # the repacked weights come out of folding as tuples of constants, which the
-        # VM would build and take apart again on every call (4 calls a kernel)
-        mod = relax.transform.CanonicalizeBindings()(mod)
-        return relax.transform.DeadCodeElimination()(mod)
-
-
-def compile_fused(
-    fused_mod,
-    target: ResolvedTarget,
-    database=None,
-    *,
-    bytecode: bool = False,
-    default_schedules: bool = True,
-):
-    """Build an executable, replacing each tuned PrimFunc with its best record.
-
-    GPU targets need every kernel scheduled, so untuned ones get DLight's defaults.
-    CPU executables run the entry function as compiled code rather than VM bytecode:
-    a model of many microsecond kernels (the quickstart's 55) spends a measurable share
-    of its time interpreting the calls between them (BENCHMARKS.md). ``bytecode=True``
-    keeps the bytecode, whose calls a VM instrument sees one by one (profiling kernels
-    in place). On CPUs a kernel that no record covers gets its default schedule
-    (parallel, vectorized; :mod:`simpletvm.compiler.default_schedules`), not TVM's naive
-    one; ``default_schedules=False`` keeps TVM's (for comparisons). On CPUs each
-    intermediate tensor sits at the middle of the memory it shares with others, so each
-    core keeps writing the cache lines it wrote before
-    (:mod:`simpletvm.compiler.storage_placement`).
-    """
-    from tvm import relax
-    from tvm.s_tir import dlight
-
-    from simpletvm.compiler.storage_placement import cpu_build_pipeline
-
-    tvm_target = target.tvm_target()
-    defaults = default_schedules and target.device_type == "cpu"
-    mod = (
-        fused_mod
-        if database is None and not defaults
-        else apply_records(fused_mod, target, database, defaults=defaults)
-    )
-    if target.device_type == "cuda":
-        with tvm_target:
-            mod = dlight.ApplyDefaultSchedule(
-                dlight.gpu.Matmul(),
-                dlight.gpu.GEMV(),
-                dlight.gpu.Reduction(),
-                dlight.gpu.GeneralReduction(),
-                dlight.gpu.Fallback(),
-            )(mod)
-        return relax.build(mod, tvm_target, exec_mode="bytecode")
-
-    return relax.build(
-        mod,
-        tvm_target,
-        exec_mode="bytecode" if bytecode else "compiled",
-        relax_pipeline=cpu_build_pipeline(),
-    )
 
 
 def workload_key(mod) -> str:

@@ -19,6 +19,7 @@ from simpletvm.compiler.lowering import workload_key
 from simpletvm.errors import RunNotFoundError
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, canonical_json, tvm_target_key
+from simpletvm.tuning.verdicts import StoredVerdicts
 
 SCOPES = ("all", "run", "best")
 # how a database answers a build: every fastest record (None), the choices of timing
@@ -199,6 +200,20 @@ class RecordDatabase(PyDatabase):
             in_model=in_model,
             planned=planned,
         )
+
+    def refuse_record(self, mod, reason: str) -> int:
+        """Refuse the record this database answers for ``mod`` (a task module): its
+        schedule computed a wrong answer. The next best record answers from now on."""
+        record = self.query_tuning_record(mod, self.target, "main")
+        if record is None:
+            return 0
+        key = workload_key(mod)
+        trace = renamed_trace(record_as_json(record)[0], self._renaming_to_stored(key, mod))
+        return self.records.refuse(key, self.target_key, trace, reason)
+
+    def verdicts(self) -> StoredVerdicts:
+        """The schedule checks kept beside these records, for this target."""
+        return StoredVerdicts(self.records, self.target_key)
 
     def has_record(self, mod) -> bool:
         """Whether workload ``mod`` has a record here (the run's, or the store's)."""

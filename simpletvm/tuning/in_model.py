@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from simpletvm.compiler.build import compile_fused
 from simpletvm.compiler.conv_forms import ConvForms, form_name, layer_key, tasks_by_key
-from simpletvm.compiler.lowering import compile_fused
 from simpletvm.compiler.winograd import ConvSignature
 from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget

@@ -9,7 +9,9 @@ inserts (or re-measures) a record, so it is never stale. ``in_model_choices``: p
 workload and target, the last round of timing inside the built model
 (:mod:`simpletvm.tuning.in_model`): the fastest record then (its trace), the schedule it
 was timed against (the one chosen before; NULL: the default schedule), both times, and
-the one chosen. ``in_model_forms``: per contested layer (:mod:`simpletvm.compiler.conv_forms`)
+the one chosen. ``refused``: records whose schedule computed a wrong answer, which no query answers;
+``schedule_checks``: each schedule's check against TVM's naive one, per target
+(:mod:`simpletvm.tuning.verdicts`). ``in_model_forms``: per contested layer (:mod:`simpletvm.compiler.conv_forms`)
 and target, the last round's form: the one the kernels' estimate favoured then and the
 one chosen (NULL: direct). A record measured again by its run (tuning's closing round) replaces its
 row's measurement. A run's records, all
@@ -87,6 +89,24 @@ CREATE TABLE IF NOT EXISTS in_model_forms (
     time REAL NOT NULL,
     PRIMARY KEY (layer, target_key)
 ) WITHOUT ROWID;
+-- records whose schedule computed a wrong answer (simpletvm.compiler.schedule_check):
+-- no query answers them, and no best is one of them
+CREATE TABLE IF NOT EXISTS refused (
+    record_id INTEGER PRIMARY KEY REFERENCES records(id),
+    reason TEXT NOT NULL,
+    time REAL NOT NULL
+);
+-- each schedule's check against the naive one, per target (simpletvm.tuning.verdicts)
+CREATE TABLE IF NOT EXISTS schedule_checks (
+    workload TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    schedule TEXT NOT NULL,
+    ok INTEGER NOT NULL,
+    error REAL,
+    detail TEXT NOT NULL,
+    time REAL NOT NULL,
+    PRIMARY KEY (workload, target_key, schedule)
+) WITHOUT ROWID;
 -- in_model held an older layout's findings (a record against its default only): they
 -- choose nothing now, and the next round times every task again
 DROP TABLE IF EXISTS in_model;
@@ -103,10 +123,14 @@ WHERE excluded.latency_s < best.latency_s
 _RECOMPUTE_BEST = """
 INSERT INTO best (workload_id, target_key, record_id, latency_s)
 SELECT workload_id, target_key, id, latency_s FROM records
-WHERE workload_id = ? AND target_key = ? ORDER BY latency_s LIMIT 1
+WHERE workload_id = ? AND target_key = ? AND id NOT IN (SELECT record_id FROM refused)
+ORDER BY latency_s LIMIT 1
 ON CONFLICT (workload_id, target_key) DO UPDATE
 SET record_id = excluded.record_id, latency_s = excluded.latency_s
 """
+
+
+_NOT_REFUSED = "r.id NOT IN (SELECT record_id FROM refused)"
 
 
 def target_key(target_json: Any) -> str:
@@ -176,6 +200,38 @@ class RecordStore:
             if remeasured:
                 return replace_measurements(connection, rows, {workload_key: workload_json})
             return insert(connection, rows, {workload_key: workload_json})
+
+    def refuse(self, workload_key: str, target: str, trace: list, reason: str) -> int:
+        """Refuse the records of a workload on a target key whose trace is ``trace``:
+        no query answers them again, and the workload's best is looked up anew.
+        Returns how many rows were refused."""
+        text = canonical_json(trace)
+        with self.transaction() as connection:
+            row = connection.execute("SELECT id FROM workloads WHERE key = ?", (workload_key,))
+            found = row.fetchone()
+            if found is None:
+                return 0
+            ids = [
+                row_id
+                for row_id, record in connection.execute(
+                    "SELECT id, json FROM records WHERE workload_id = ? AND target_key = ?",
+                    (found[0], target),
+                )
+                if canonical_json(json.loads(record)[0]) == text
+            ]
+            connection.executemany(
+                "INSERT OR IGNORE INTO refused (record_id, reason, time) VALUES (?, ?, ?)",
+                [(row_id, reason, time.time()) for row_id in ids],
+            )
+            connection.execute(
+                "DELETE FROM best WHERE workload_id = ? AND target_key = ?", (found[0], target)
+            )
+            connection.execute(_RECOMPUTE_BEST, (found[0], target))
+        return len(ids)
+
+    def read(self, sql: str, *args: Any) -> list[tuple]:
+        """The rows of a read-only query (tables: the module's docstring)."""
+        return self._connection().execute(sql, args).fetchall()
 
     def note_in_model(
         self,
@@ -294,13 +350,14 @@ class RecordStore:
             sql = (
                 "SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
                 "WHERE r.run_id = ? AND w.key = ? AND r.target_key = ? "
-                "ORDER BY r.latency_s LIMIT ?"
+                f"AND {_NOT_REFUSED} ORDER BY r.latency_s LIMIT ?"
             )
             args = (run_id, workload_key, target, limit)
         else:
             sql = (
                 "SELECT r.json FROM records r JOIN workloads w ON w.id = r.workload_id "
-                "WHERE w.key = ? AND r.target_key = ? ORDER BY r.latency_s LIMIT ?"
+                f"WHERE w.key = ? AND r.target_key = ? AND {_NOT_REFUSED} "
+                "ORDER BY r.latency_s LIMIT ?"
             )
             args = (workload_key, target, limit)
         return [json.loads(text) for (text,) in self._connection().execute(sql, args)]

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simpletvm.compiler.build import compile_fused
 from simpletvm.compiler.conv_forms import ConvForms
-from simpletvm.compiler.lowering import compile_fused, extract_tasks
+from simpletvm.compiler.lowering import extract_tasks
 from simpletvm.compiler.winograd import ConvSignature, forms_for
 from simpletvm.targets import resolve_target
 

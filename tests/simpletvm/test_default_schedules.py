@@ -10,6 +10,7 @@ import pytest
 from model_factories import make_conv3x3_task, make_conv_task, make_matvec_task, with_cores
 from tir_inspection import blocks_in_loops, parallel_loops, split_axes
 
+from simpletvm.compiler.build import compile_fused
 from simpletvm.compiler.default_schedules import (
     PARALLEL_MIN_WORK,
     CpuShape,
@@ -19,7 +20,7 @@ from simpletvm.compiler.default_schedules import (
     register_tile,
     vector_width,
 )
-from simpletvm.compiler.lowering import compile_fused, fuse
+from simpletvm.compiler.lowering import fuse
 from simpletvm.targets import resolve_target
 
 # a kernel whose loops run this many iterations or more must run parallel (smaller ones
@@ -528,7 +529,7 @@ def test_tiny_model_untuned_build_has_no_naive_kernel(tiny_onnx, tmp_path):
     import tvm
 
     from simpletvm.api import SimpleTVM
-    from simpletvm.compiler.lowering import apply_records
+    from simpletvm.compiler.build import apply_records
     from simpletvm.context import BenchmarkingContext
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(

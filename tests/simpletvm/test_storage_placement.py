@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simpletvm.compiler.lowering import apply_records, compile_fused, fuse
+from simpletvm.compiler.build import apply_records, compile_fused
+from simpletvm.compiler.lowering import fuse
 from simpletvm.compiler.storage_placement import (
     ALIGNMENT,
     MIN_SHIFT_BYTES,

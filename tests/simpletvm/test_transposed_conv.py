@@ -9,7 +9,8 @@ from tvm import relax, s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
 
-from simpletvm.compiler.lowering import compile_fused, fuse
+from simpletvm.compiler.build import compile_fused
+from simpletvm.compiler.lowering import fuse
 from simpletvm.compiler.transposed_conv import direct_transposed_convs
 from simpletvm.relax_ir import count_calls
 from simpletvm.targets import resolve_target

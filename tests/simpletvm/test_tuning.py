@@ -284,7 +284,7 @@ def test_a_tuned_build_repacks_weights_once_and_runs_its_entry_as_compiled_code(
     import tvm
     from tvm import relax
 
-    from simpletvm.compiler.lowering import apply_records, compile_fused
+    from simpletvm.compiler.build import apply_records, compile_fused
 
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(keras_model)
     stvm.autotune(trials=2, candidates_per_iteration=2, seed=0, **FAST_SEARCH)
@@ -317,7 +317,8 @@ def test_a_task_that_cannot_be_scheduled_is_skipped_and_the_rest_tuned(
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from simpletvm.compiler.lowering import compile_fused, extract_tasks
+    from simpletvm.compiler.build import compile_fused
+    from simpletvm.compiler.lowering import extract_tasks
 
     stvm = tuned["stvm"]
     victim = extract_tasks(stvm.fused_module, stvm.target)[0].task_name

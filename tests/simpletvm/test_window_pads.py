@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simpletvm.compiler.lowering import compile_fused, fuse
+from simpletvm.compiler.build import compile_fused
+from simpletvm.compiler.lowering import fuse
 from simpletvm.targets import resolve_target
 
 CHANNELS = 16

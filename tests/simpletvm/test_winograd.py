@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simpletvm.compiler.lowering import compile_fused, extract_tasks, fuse
+from simpletvm.compiler.build import compile_fused
+from simpletvm.compiler.lowering import extract_tasks, fuse
 from simpletvm.compiler.winograd import (
     apply_winograd,
     tile_size_for,
