@@ -26,6 +26,7 @@ from simpletvm.compiler.core_split import space_generator
 from simpletvm.compiler.winograd import register_schedule_rules
 from simpletvm.errors import error_gist
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
+from simpletvm.tuning.candidate_check import mean_seconds, refuse_wrong_fastest
 from simpletvm.tuning.cost_model import (
     load_store_cost_model,
     new_xgb_model,
@@ -355,12 +356,22 @@ class TuningJob:
         index = self.plan.task
         context, workload = self._tune_contexts[index], self._workloads[index]
         source = self._samplers[index] if self._sampled else context
+        if self.target.device_type == "cpu" and self.target.runs_here:
+            best = self._database.get_top_k(workload, 1)
+            self._run_results, wrong = refuse_wrong_fastest(
+                context.mod,
+                self._candidates,
+                self._run_results,
+                mean_seconds(best[0].run_secs) if best else None,
+                self._tvm_target,
+            )
+            self._note_errors(wrong)
         source.search_strategy.notify_runner_results(self._candidates, self._run_results)
         update_cost_model(self._cost_model, context, self._candidates, self._run_results)
         args_info = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         latencies = []
         for candidate, result in zip(self._candidates, self._run_results):
-            latency = _mean_seconds(result.run_secs)
+            latency = mean_seconds(result.run_secs)
             latencies.append(latency)
             if latency is not None:
                 record = ms.database.TuningRecord(
@@ -406,7 +417,7 @@ class TuningJob:
         done = self._remeasure_done.setdefault(index, set())
         latencies = []
         for record, result in zip(self._best_records, self._run_results):
-            latency = _mean_seconds(result.run_secs)
+            latency = mean_seconds(result.run_secs)
             latencies.append(latency)
             if latency is not None:
                 self._own_records.commit_remeasured(
@@ -428,7 +439,7 @@ class TuningJob:
         )
         self.plan.remeasured(
             latencies,
-            _mean_seconds(best[0].run_secs) if best else None,
+            mean_seconds(best[0].run_secs) if best else None,
             bool(best) and str(best[0].trace) in done,
         )
         return {"candidates": sum(1 for latency in latencies if latency is not None)}
@@ -618,7 +629,7 @@ class TuningJob:
                 [r.as_measure_candidate() for r in records],
                 [RunnerResult(list(r.run_secs), None) for r in records],
             )
-        self.plan.known_best(min(_mean_seconds(r.run_secs) or math.inf for r in records))
+        self.plan.known_best(min(mean_seconds(r.run_secs) or math.inf for r in records))
 
     def _note_errors(self, messages) -> None:
         for message in messages:
@@ -697,11 +708,6 @@ def task_flops(task) -> float:
 # replaying its trace on the workload (tens of milliseconds for a convolution), at task
 # start, so more records delay every task's first select
 TRANSFER_RECORDS = 64
-
-
-def _mean_seconds(run_secs) -> float | None:
-    values = [float(v) for v in (run_secs or [])]
-    return sum(values) / len(values) if values else None
 
 
 def _module_hash(mod) -> int:

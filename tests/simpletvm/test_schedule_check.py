@@ -151,3 +151,30 @@ def test_the_relative_error_is_against_the_largest_expected_value(expected, got,
 def test_a_verdict_describes_itself():
     assert "different answer" in Verdict(False, 0.5).describe()
     assert Verdict(False, None, "does not run: x").describe() == "does not run: x"
+
+
+def test_the_tuner_turns_a_wrong_fastest_candidate_into_a_failure(one_filter, target):
+    from tvm import s_tir
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from simpletvm.tuning.candidate_check import refuse_wrong_fastest
+
+    fused, _, _ = one_filter
+    (task,) = extract_tasks(fused, target)
+    task_mod = task.dispatched[0]
+    wrong = default_candidate(task_mod, task.target)
+    right = ms.MeasureCandidate(s_tir.Schedule(task_mod), wrong.args_info)
+    slow_right = ms.MeasureCandidate(s_tir.Schedule(task_mod), wrong.args_info)
+    results = [RunnerResult([1e-6], None), RunnerResult([2e-6], None), RunnerResult([3e-6], None)]
+    checked, refused = refuse_wrong_fastest(
+        task_mod, [wrong, right, slow_right], results, None, target.tvm_target()
+    )
+    assert checked[0].run_secs is None and "wrong answer" in checked[0].error_msg
+    assert len(refused) == 1
+    assert [float(s) for s in checked[1].run_secs] == [2e-6]  # right: the new best
+    assert [float(s) for s in checked[2].run_secs] == [3e-6]  # slower than it: unchecked
+    # nothing faster than the task's best so far: nothing checked, nothing refused
+    unchanged, refused = refuse_wrong_fastest(
+        task_mod, [wrong, right, slow_right], results, 5e-7, target.tvm_target()
+    )
+    assert refused == [] and unchanged[0].run_secs is not None
