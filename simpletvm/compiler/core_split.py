@@ -220,9 +220,11 @@ class RowsAcrossCores(PyPostproc):
 def space_generator(task_mod, tvm_target):
     """The design space generator for ``task_mod`` on ``tvm_target``: MetaSchedule's own
     for the target (``post-order-apply``) with :class:`SplitAcrossCores` after its
-    tiling rules and :class:`RowsAcrossCores` before its postprocessors on CPUs;
-    MetaSchedule's own elsewhere (GPUs bind threads instead)."""
+    tiling rules, and :class:`EveryIteration` and :class:`RowsAcrossCores` before its
+    postprocessors on CPUs; MetaSchedule's own elsewhere (GPUs bind threads instead)."""
     from tvm.s_tir import meta_schedule as ms
+
+    from simpletvm.compiler.iteration_cover import EveryIteration
 
     if tvm_target.kind.name != "llvm":
         return "post-order-apply"
@@ -232,6 +234,6 @@ def space_generator(task_mod, tvm_target):
     at = tiling[-1] + 1 if tiling else len(rules)
     return ms.space_generator.PostOrderApply(
         sch_rules=[*rules[:at], SplitAcrossCores(), *rules[at:]],
-        postprocs=[RowsAcrossCores(), *own.space_generator.postprocs],
+        postprocs=[EveryIteration(), RowsAcrossCores(), *own.space_generator.postprocs],
         mutator_probs=dict(own.space_generator.mutator_probs),
     )
