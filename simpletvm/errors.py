@@ -13,6 +13,10 @@ class ModelImportError(SimpleTVMError):
     """A model source could not be read or converted into Relax."""
 
 
+class UnsupportedOperatorError(SimpleTVMError):
+    """The model holds an operator, in a form TVM cannot lower to a kernel."""
+
+
 class IncompatibleModuleError(SimpleTVMError):
     """A saved module was built for another target or host than the current context."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from simpletvm.errors import UnsupportedOperatorError
+from simpletvm.relax_ir import static_shape
 from simpletvm.targets import ResolvedTarget
 
 
@@ -66,7 +68,7 @@ def fuse(
             relax.transform.AttachAttrLayoutFreeBuffers(),
         ]
     with target.tvm_target():
-        return tvm.transform.Sequential(
+        fused = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
@@ -79,6 +81,43 @@ def fuse(
                 *cpu_only,
             ]
         )(mod)
+    refuse_unlowered(fused)
+    return fused
+
+
+def refuse_unlowered(mod) -> None:
+    """Raise :class:`UnsupportedOperatorError` naming each operator that legalization
+    left as it was (TVM has no kernel for it in that form: a layout, a dtype), with its
+    attributes and argument shapes, rather than let the build fail on it with a page of
+    IR."""
+    import tvm
+    from tvm import relax
+
+    left = []
+
+    def visit(expr):
+        if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
+            return
+        if expr.op.get_attr("FLegalize") is None:
+            return  # the VM's own operators (call_tir, builtins) need no kernel
+        shapes = [static_shape(arg) for arg in expr.args]
+        layout = getattr(expr.attrs, "data_layout", None) if expr.attrs is not None else None
+        left.append(
+            f"{expr.op.name.removeprefix('relax.')} on inputs "
+            f"{', '.join(str(s) for s in shapes if s is not None)}"
+            + (f" (data layout {layout})" if layout else "")
+        )
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    if left:
+        raise UnsupportedOperatorError(
+            "TVM cannot lower these operators as the model has them: "
+            + "; ".join(dict.fromkeys(left))
+            + ". Export the model with these layers in another form (channels-first, "
+            "another dtype, an equivalent layer), or leave them out"
+        )
 
 
 def to_layout(mod, target: ResolvedTarget, layout: str | None = "NHWC"):

@@ -179,12 +179,12 @@ def test_an_unexpected_error_without_a_run_is_logged_under_the_store(store, monk
 def test_a_step_failing_on_the_model_exits_1_naming_the_step(
     store, tiny_onnx, tmp_path, monkeypatch
 ):
-    import simpletvm.compiler.lowering as lowering
+    import simpletvm.compiler.build as build
 
     def compile_fused(*_args, **_kwargs):  # TVM gives up on the model inside the build step
         raise RuntimeError("cannot lower conv2d\nwith a second line")
 
-    monkeypatch.setattr(lowering, "compile_fused", compile_fused)
+    monkeypatch.setattr(build, "compile_fused", compile_fused)
     result = invoke(
         "compile", tiny_onnx, "--records", "none", "-o", tmp_path / "out", "--store", store
     )

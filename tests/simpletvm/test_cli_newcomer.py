@@ -154,13 +154,13 @@ def test_only_commands_that_did_something_make_a_listed_run(store, tiny_onnx, tm
 
 
 def test_runs_shows_failed_runs_and_prune_removes_them(store, tiny_onnx, tmp_path, monkeypatch):
-    import simpletvm.compiler.lowering as lowering
+    import simpletvm.compiler.build as build
 
     def compile_fused(*_args, **_kwargs):
         raise RuntimeError("cannot lower conv2d")
 
     with monkeypatch.context() as patch:
-        patch.setattr(lowering, "compile_fused", compile_fused)
+        patch.setattr(build, "compile_fused", compile_fused)
         assert (
             invoke(
                 "compile", tiny_onnx, "--records", "none", "-o", tmp_path / "o", "--store", store

@@ -169,3 +169,27 @@ def test_a_grouped_transposed_convolution_is_left_to_tvm():
         out = bb.emit(grouped)
         bb.emit_func_output(out)
     assert direct_transposed_convs(bb.get())[1] == 0
+
+
+def test_an_operator_tvm_cannot_lower_is_named_at_fusion():
+    """A grouped channels-last transposed convolution: TVM legalizes none, and it is not
+    rewritten; fusion names it instead of the build failing with a page of IR."""
+    from simpletvm.errors import UnsupportedOperatorError
+
+    weight = np.random.default_rng(1).standard_normal((4, 1, 2, 2)).astype("float32")
+    x = relax.Var("x", relax.TensorType((1, 3, 3, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        out = bb.emit(
+            relax.op.nn.conv2d_transpose(
+                x,
+                relax.const(weight),
+                strides=(2, 2),
+                groups=2,
+                data_layout="NHWC",
+                kernel_layout="IOHW",
+            )
+        )
+        bb.emit_func_output(out)
+    with pytest.raises(UnsupportedOperatorError, match=r"nn\.conv2d_transpose .*NHWC"):
+        fuse(bb.get(), resolve_target("cpu"))
