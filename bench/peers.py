@@ -363,10 +363,11 @@ def bench_model(
     if tuned is not None:
         runners["tvm tuned"] = simpletvm_runner(tuned, example)
     reference = runners["tensorflow"]()
-    agreement = {}
+    agreement, relative = {}, {}
     for name, infer in runners.items():
         output = infer()
         agreement[name] = float(np.abs(output - reference).max())
+        relative[name] = agreement[name] / max(float(np.abs(reference).max()), 1e-30)
         if not np.allclose(output, reference, rtol=1e-3, atol=1e-5):
             raise SystemExit(
                 f"{model}: {name} disagrees with TensorFlow "
@@ -404,6 +405,7 @@ def bench_model(
         "sgemm": sgemm,
         "fma_peak": peak,
         "max_abs_difference_to_tensorflow": agreement,
+        "relative_error_to_tensorflow": relative,
         "tuning": tuning,
         "curve": curve,
     }
@@ -433,7 +435,7 @@ def print_report(result: dict) -> None:
             f"{ratios[name]:>15.2f} {result['gflops'][name]:>8.1f} "
             f"{result['fraction_of_sgemm'][name]:>9.1%} "
             f"{result['fraction_of_fma_peak'][name]:>8.1%} "
-            f"{result['max_abs_difference_to_tensorflow'][name]:>17.2e}"
+            f"{result['relative_error_to_tensorflow'][name]:>17.2e}"
         )
     for name, reason in result["missing_peers"].items():
         print(f"  {name:<13} not run: {reason}")
