@@ -435,7 +435,7 @@ def print_report(result: dict) -> None:
             f"{ratios[name]:>15.2f} {result['gflops'][name]:>8.1f} "
             f"{result['fraction_of_sgemm'][name]:>9.1%} "
             f"{result['fraction_of_fma_peak'][name]:>8.1%} "
-            f"{result['relative_error_to_tensorflow'][name]:>17.2e}"
+            f"{result.get('relative_error_to_tensorflow', {}).get(name, float('nan')):>17.2e}"
         )
     for name, reason in result["missing_peers"].items():
         print(f"  {name:<13} not run: {reason}")
