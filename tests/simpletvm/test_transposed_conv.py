@@ -193,3 +193,27 @@ def test_an_operator_tvm_cannot_lower_is_named_at_fusion():
         bb.emit_func_output(out)
     with pytest.raises(UnsupportedOperatorError, match=r"nn\.conv2d_transpose .*NHWC"):
         fuse(bb.get(), resolve_target("cpu"))
+
+
+@pytest.mark.slow
+def test_one_filter_transposed_convolutions_are_right_after_a_short_tune(tmp_path):
+    """The layers that came out wrong, untuned and tuned, from Keras as users build them:
+    a short tune's records built and compared with Keras."""
+    import keras
+    from keras import layers
+
+    from simpletvm import BenchmarkingContext, SimpleTVM
+
+    inputs = keras.Input((16, 16, 16))
+    two_d = layers.Conv2DTranspose(1, 2, strides=2, padding="same")(inputs)
+    three = layers.Conv2DTranspose(1, 3, strides=2, padding="same")(inputs)
+    model = keras.Model(inputs, [two_d, three])
+    x = np.random.default_rng(0).standard_normal((1, 16, 16, 16)).astype("float32")
+    expected = [np.asarray(y) for y in model(x)]
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path)).from_model(model)
+    stvm.autotune(trials=8, candidates_per_iteration=8, seed=0, population=64, genetic_iterations=1)
+    for records in (None, "run"):
+        got = stvm.build(records=records).run(x)
+        for want, have in zip(expected, got):
+            error = np.abs(have - want).max() / np.abs(want).max()
+            assert error < 1e-4, (records, error)
