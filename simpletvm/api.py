@@ -20,16 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simpletvm.context import BenchmarkingContext, StepStatus
-from simpletvm.errors import (
-    FlowError,
-    IncompatibleModuleError,
-    RunNotFoundError,
-    SimpleTVMError,
-    WrongAnswerError,
-)
+from simpletvm.errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
 from simpletvm.hostinfo import host_fingerprint
 from simpletvm.models import ImportedModel, TensorSpec, import_model
-from simpletvm.runtime.accuracy import check_tolerance
+from simpletvm.runtime.accuracy import check_tolerance, compare
 from simpletvm.runtime.loaded import as_numpy
 from simpletvm.runtime.reference import SourceOutputs
 from simpletvm.store import atomic_write_json
@@ -772,8 +766,6 @@ class SimpleTVM:
     def _answers(self, vm, inputs: list, arrays: list, seed: int, tolerance) -> dict[str, Any]:
         """The module's answers on ``inputs`` (``arrays`` here) against the source's
         (:meth:`check_answers`); a refused build's go to the context first."""
-        from simpletvm.runtime.accuracy import compare
-
         expected = self._source.on(seed, arrays)
         outputs = as_numpy(vm["main"](*inputs)) if expected.outputs is not None else []
         answers = compare(
@@ -782,11 +774,10 @@ class SimpleTVM:
             expected,
             tolerance,
         )
-        try:
-            answers.refuse_if_wrong()
-        except WrongAnswerError:
+        refusal = answers.refusal()
+        if refusal is not None:
             self.last_evaluation = self.context.evaluation = answers.stats()
-            raise
+            raise refusal
         return answers.stats()
 
     def _runs_on_this_cpu(self) -> bool:

@@ -62,12 +62,13 @@ class Answers:
             "tolerance": largest.tolerance if largest else None,
         }
 
-    def refuse_if_wrong(self) -> None:
-        """Raise WrongAnswerError when an output is further off than its tolerance."""
+    def refusal(self) -> WrongAnswerError | None:
+        """The error refusing the build when an output is further off than its tolerance,
+        naming it, its error, the tolerance and what to do; None otherwise."""
         worst = self.worst
         if worst is None or worst.error <= worst.tolerance:
-            return
-        raise WrongAnswerError(
+            return None
+        return WrongAnswerError(
             f"the built module computes a different answer from the model: its output "
             f"{worst.name!r} is {worst.error:.2e} away from {self.reference}'s on the same "
             f"input (largest difference over the reference's largest magnitude), over "
