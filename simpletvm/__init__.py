@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         ModelImportError,
         RunNotFoundError,
         SimpleTVMError,
+        WrongAnswerError,
     )
     from simpletvm.store import RunStore
 
@@ -30,6 +31,7 @@ _HOMES = {
     "RunStore": "simpletvm.store",
     "SimpleTVM": "simpletvm.api",
     "SimpleTVMError": "simpletvm.errors",
+    "WrongAnswerError": "simpletvm.errors",
     "new_run_id": "simpletvm.context",
 }
 __all__ = [  # the names of _HOMES, spelled out for linters and type checkers
@@ -42,6 +44,7 @@ __all__ = [  # the names of _HOMES, spelled out for linters and type checkers
     "RunStore",
     "SimpleTVM",
     "SimpleTVMError",
+    "WrongAnswerError",
     "new_run_id",
 ]
 __version__ = "0.1.0"

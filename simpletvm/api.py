@@ -23,7 +23,9 @@ from simpletvm.context import BenchmarkingContext, StepStatus
 from simpletvm.errors import FlowError, IncompatibleModuleError, RunNotFoundError, SimpleTVMError
 from simpletvm.hostinfo import host_fingerprint
 from simpletvm.models import ImportedModel, TensorSpec, import_model
+from simpletvm.runtime.accuracy import check_tolerance, compare
 from simpletvm.runtime.loaded import as_numpy
+from simpletvm.runtime.reference import SourceOutputs
 from simpletvm.store import atomic_write_json
 from simpletvm.targets import ResolvedTarget, resolve_target, use_runtime_threads
 from simpletvm.tuning.options import TuningOptions
@@ -103,6 +105,7 @@ class SimpleTVM:
         self.tuning_summary: dict[str, Any] | None = None
         self.in_model = None  # choose_in_model()'s InModelTiming
         self.last_evaluation: dict[str, Any] | None = None
+        self._source = None  # the model's SourceOutputs: its framework's answers
 
     def __repr__(self) -> str:
         return f"SimpleTVM(run_id={self.context.run_id!r}, target={self.target.kind!r})"
@@ -183,6 +186,7 @@ class SimpleTVM:
                 **options,
             )
             self.model = model
+            self._source = SourceOutputs(model)
             self._forms = ConvForms(model.mod, self.target, **(lowering or {}))
             self._executable = self._vm = None
             self._built_from = None
@@ -581,6 +585,7 @@ class SimpleTVM:
                 "saved",
                 {"loaded_from": run_id},
             )
+            self._source = SourceOutputs(self.model)
             self.context.model = {**metadata["model"], "loaded_from": run_id}
             self._forms = None
             self._built_from = metadata.get("records")  # what the saved build applied
@@ -607,14 +612,26 @@ class SimpleTVM:
             return as_numpy(result)
 
     def evaluate(
-        self, repeat: int = 50, warmup: int = 5, number: int = 1, seed: int = 0
+        self,
+        repeat: int = 50,
+        warmup: int = 5,
+        number: int = 1,
+        seed: int = 0,
+        tolerance: float | None = None,
     ) -> SimpleTVM:
-        """Time whole-model inference on random inputs; statistics go to the context.
+        """Check the module's answers, then time whole-model inference on random inputs;
+        statistics go to the context.
 
-        ``repeat`` samples of ``number`` runs each, after ``warmup`` runs and at least
-        0.2 s of them (an idle machine runs its first 20-50 ms of calls slowly). On this
-        CPU the thread count is chosen again first, as at build and load: a shared host's
-        speed moves within minutes, and with it the faster count.
+        First the module's outputs on the inputs are compared with the source
+        framework's on the same inputs (:meth:`check_answers`): the statistics carry the
+        worst relative error over the outputs (``max_rel_error``), who computed the
+        reference (``reference``) and the ``tolerance``; an error over it raises
+        WrongAnswerError, the answers' statistics recorded.
+
+        Then ``repeat`` samples of ``number`` runs each, after ``warmup`` runs and at
+        least 0.2 s of them (an idle machine runs its first 20-50 ms of calls slowly). On
+        this CPU the thread count is chosen again first, as at build and load: a shared
+        host's speed moves within minutes, and with it the faster count.
 
         With an RPC tracker, the timing happens on a server of the device key, and the
         statistics say which (``device``: tracker, key, server address).
@@ -622,17 +639,25 @@ class SimpleTVM:
         self._require("evaluate()", FlowState.BUILT, FlowState.LOADED)
         if repeat < 1 or number < 1 or warmup < 0:
             raise ValueError("evaluate() needs repeat >= 1, number >= 1 and warmup >= 0")
+        check_tolerance(tolerance)
         import tvm
 
         from simpletvm.runtime.evaluation import random_inputs, summarize, time_vm
 
         with self.context.step("evaluate", repeat=repeat, number=number, warmup=warmup) as step:
             self.context.record_parameters(
-                "evaluate", repeat=repeat, warmup=warmup, number=number, seed=seed
+                "evaluate",
+                repeat=repeat,
+                warmup=warmup,
+                number=number,
+                seed=seed,
+                tolerance=tolerance,
             )
             vm, device, where = self._execution()
             step["device"] = where
-            inputs = [tvm.runtime.tensor(a, device) for a in random_inputs(self.model.inputs, seed)]
+            arrays = random_inputs(self.model.inputs, seed)
+            inputs = [tvm.runtime.tensor(a, device) for a in arrays]
+            answers = self._answers(vm, inputs, arrays, seed, tolerance)
             self._choose_threads(step, inputs)  # the host may have moved since build or load
             samples = time_vm(vm, device, inputs, warmup, repeat, number)
             stats = summarize(samples)
@@ -643,6 +668,7 @@ class SimpleTVM:
                 tuned=self._built_from is not None,
                 records=self._built_from,
                 device=where,
+                **answers,
             )
             if self.rpc_tracker is None and self.target.device_type == "cpu":
                 from simpletvm.runtime.threads import runtime_threads
@@ -651,6 +677,30 @@ class SimpleTVM:
             self.last_evaluation = stats
             self.context.evaluation = stats
         return self
+
+    def check_answers(self, seed: int = 0, tolerance: float | None = None) -> dict[str, Any]:
+        """Compare the module's outputs with the source framework's on evaluate()'s random
+        inputs of ``seed``: Keras for Keras models and the built-in ones, TensorFlow for
+        SavedModels, TF Hub modules and GraphDefs, TFLite's interpreter for ``.tflite``
+        files, ONNX Runtime for ONNX models (when installed).
+
+        Returns ``max_rel_error`` (over each output, its largest difference over the
+        reference's largest magnitude; the worst output's), ``reference`` (the framework,
+        or ``none: <why>``: then no error) and ``tolerance``. Raises WrongAnswerError
+        naming the output when one is further off than ``tolerance`` (relative; by
+        default its dtype's, :data:`~simpletvm.runtime.accuracy.TOLERANCE`, or one
+        quantization step). The source runs once per model and seed.
+        """
+        self._require("check_answers()", FlowState.BUILT, FlowState.LOADED)
+        check_tolerance(tolerance)
+        import tvm
+
+        from simpletvm.runtime.evaluation import random_inputs
+
+        vm, device, _ = self._execution()
+        arrays = random_inputs(self.model.inputs, seed)
+        inputs = [tvm.runtime.tensor(a, device) for a in arrays]
+        return self._answers(vm, inputs, arrays, seed, tolerance)
 
     def close(self) -> None:
         """Delete the session's temporary files: the exported module of a build that was
@@ -716,6 +766,23 @@ class SimpleTVM:
             step["runtime_threads"] = choose_threads(
                 self._vm, self.model.inputs, self.target, inputs
             )
+
+    def _answers(self, vm, inputs: list, arrays: list, seed: int, tolerance) -> dict[str, Any]:
+        """The module's answers on ``inputs`` (``arrays`` here) against the source's
+        (:meth:`check_answers`); a refused build's go to the context first."""
+        expected = self._source.on(seed, arrays)
+        outputs = as_numpy(vm["main"](*inputs)) if expected.outputs is not None else []
+        answers = compare(
+            [spec.name for spec in self.model.outputs],
+            outputs if isinstance(outputs, list) else [outputs],
+            expected,
+            tolerance,
+        )
+        refusal = answers.refusal()
+        if refusal is not None:
+            self.last_evaluation = self.context.evaluation = answers.stats()
+            raise refusal
+        return answers.stats()
 
     def _runs_on_this_cpu(self) -> bool:
         """A module is built or loaded here, for this machine's CPU."""

@@ -4,7 +4,8 @@ benchmark), in the manner of TVM's former ``tvmc``.
 Exit codes (:class:`simpletvm.exit_codes.ExitCode`, shared with ``superb``): 0 done; 1 a
 step failed on the model (one line naming the step, the traceback in the run's log); 2
 bad input (a SimpleTVM error or a usage error, naming the fix); 3 an unexpected error (a
-bug: one line and the file holding its traceback); 130 stopped by Ctrl-C, the run saved
+bug: one line and the file holding its traceback); 4 a build refused, its answers too far
+from the model's own framework's (WrongAnswerError); 130 stopped by Ctrl-C, the run saved
 as far as it got.
 
 Only Typer and the exit codes are imported here; SimpleTVM, TVM and numpy load when a
@@ -82,6 +83,8 @@ def _guarded(function):
         except typer.Exit as done:
             if done.exit_code == ExitCode.BAD_INPUT:
                 _discard_refused_run()
+            elif done.exit_code == ExitCode.WRONG_ANSWER:
+                _save_failed_run()  # the build ran: its run shows what it answered
             raise
         except (typer.Abort, typer.BadParameter):
             _discard_refused_run()
@@ -90,8 +93,12 @@ def _guarded(function):
             _save_interrupted_run()
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         except SimpleTVMError as error:
-            _discard_refused_run()
-            raise _refuse(_console(stderr=True), error) from error
+            refusal = _refuse(_console(stderr=True), error)
+            if refusal.exit_code == ExitCode.BAD_INPUT:
+                _discard_refused_run()
+            else:
+                _save_failed_run()
+            raise refusal from error
         except Exception as error:  # noqa: BLE001 - the CLI edge: a message, not a traceback
             where = _log_traceback(error, function.__name__, kwargs.get("store"))
             gist = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
@@ -281,11 +288,19 @@ def quickstart(
     context_path = ctx.save()
     summary = stvm.tuning_summary
     table = Table(title=f"{model} on {ctx.target_spec.get('mcpu')} ({ctx.host['cpu_model']})")
-    for column in ("build", "median ms", "mean ms", "p90 ms"):
+    checked = tuned["max_rel_error"] is not None
+    error_column = f"rel. error vs {tuned['reference']}" if checked else "rel. error"
+    for column in ("build", "median ms", "mean ms", "p90 ms", error_column):
         table.add_column(column, justify="right")
     for name, evaluation in (("untuned", untuned), ("tuned", tuned)):
-        table.add_row(name, *(_ms(evaluation[key]) for key in ("median_ms", "mean_ms", "p90_ms")))
+        error = evaluation["max_rel_error"]
+        table.add_row(
+            name,
+            *(_ms(evaluation[key]) for key in ("median_ms", "mean_ms", "p90_ms")),
+            "-" if error is None else f"{error:.1e}",
+        )
     console.print(table)
+    _print_unchecked(console, tuned)
     tuning_s = ctx.step_durations().get("autotune", 0.0)
     verdict = tuning_verdict(float(_ms(untuned["median_ms"])), float(_ms(tuned["median_ms"])))
     console.print(
@@ -612,6 +627,12 @@ INPUT_SHAPE_HELP = (
     "has them: NAME:1,224,224,3 or, for one input, 1,224,224,3 (repeatable)"
 )
 TRACKER_HELP = "HOST:PORT of a TVM RPC tracker whose servers of --device-key are the target"
+TOLERANCE_OPTION = typer.Option(
+    None,
+    help="the largest relative error of a build's outputs against the model's own framework "
+    "(default: 1e-3 for float32, 1e-2 for float16, one step for quantized outputs); "
+    "a build over it is refused (exit 4)",
+)
 DEVICE_KEY_HELP = "the key the target device's RPC servers register under (with --tracker)"
 
 
@@ -726,9 +747,29 @@ def _session(
 
 
 def _refuse(console, error: Exception) -> typer.Exit:
-    """Print a SimpleTVM error (it names the fix) and give the bad-input exit code."""
+    """Print a SimpleTVM error (it names the fix) and give its exit code: a build with
+    wrong answers its own, any other the bad-input one."""
+    from simpletvm.errors import WrongAnswerError
+
     _print_error(console, str(error))
+    if isinstance(error, WrongAnswerError):
+        return typer.Exit(ExitCode.WRONG_ANSWER)
     return typer.Exit(ExitCode.BAD_INPUT)
+
+
+def _answer_text(answers: dict) -> str:
+    """A build's error against its source framework, as printed beside its latency."""
+    if answers.get("max_rel_error") is None:
+        return "answers not checked"
+    return f"rel. error {answers['max_rel_error']:.1e} vs {answers['reference']}"
+
+
+def _print_unchecked(console, answers: dict) -> None:
+    """Why a build's answers were not compared with its source framework's, if they were
+    not."""
+    if answers.get("max_rel_error") is None:
+        why = answers["reference"].removeprefix("none: ")
+        console.print(f"(answers not checked: {why})", highlight=False, soft_wrap=True)
 
 
 def _tuning_progress(console, model: str, minutes: float | None):
@@ -814,21 +855,31 @@ def compile_model(
     target: str = typer.Option("cpu", help="cpu or cuda"),
     store: Path | None = typer.Option(None, help=STORE_HELP),
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
+    tolerance: float | None = TOLERANCE_OPTION,
 ) -> None:
-    """Build a model with tuning records and save it (model.so + metadata.json)."""
+    """Build a model with tuning records, check its answers against the model's own
+    framework on one random input, and save it (model.so + metadata.json)."""
     from simpletvm.errors import SimpleTVMError
 
     console, ctx, stvm = _session(store, target, kind="compile", threads=threads)
     untuned = records.lower() == "none"
     try:
         stvm.from_model(model, **_model_options(model, input_shape, image_size))
-        stvm.build(records=None if untuned else records).save(output)
+        stvm.build(records=None if untuned else records)
+        answers = (
+            stvm.check_answers(tolerance=tolerance)
+            if stvm.target.runs_here
+            else {"max_rel_error": None, "reference": "none: the module is for another CPU"}
+        )
+        stvm.save(output)
     except (SimpleTVMError, ValueError) as error:
         raise _refuse(console, error) from error
     ctx.status = "ok"
     ctx.save()
+    checked = f", {_answer_text(answers)}"
     if untuned:
-        console.print(f"compiled {model} untuned (no records) -> {output}")
+        console.print(f"compiled {model} untuned (no records){checked} -> {output}")
+        _print_unchecked(console, answers)
         return
     build = next(s for s in ctx.steps if s["step"] == "build")
     kept = [
@@ -842,8 +893,9 @@ def compile_model(
     beaten = f" ({', '.join(kept)}: faster inside the model)" if kept else ""
     console.print(
         f"compiled {model} with {records} records: {build['tasks_with_records']} "
-        f"of {build['tasks']} tasks tuned{beaten} -> {output}"
+        f"of {build['tasks']} tasks tuned{beaten}{checked} -> {output}"
     )
+    _print_unchecked(console, answers)
     _warn_unmatched_records(build, records)
 
 
@@ -992,10 +1044,12 @@ def benchmark(
     device_key: str | None = typer.Option(None, help=DEVICE_KEY_HELP),
     store: Path | None = typer.Option(None, help=STORE_HELP),
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
+    tolerance: float | None = TOLERANCE_OPTION,
 ) -> None:
     """Was tuning worth it here? The model untuned, tuned, and in ONNX Runtime or TFLite
-    when installed (for .onnx and .tflite files), timed side by side on one input. With
-    --tracker, the two builds are timed on a server of --device-key (no peers there)."""
+    when installed (for .onnx and .tflite files), timed side by side on one input, each
+    build's answers first checked against the model's own framework. With --tracker, the
+    two builds are timed on a server of --device-key (no peers there)."""
     import numpy as np
 
     from simpletvm import SimpleTVM
@@ -1016,15 +1070,21 @@ def benchmark(
         model, options, records = _tuned_run(run_store, model)
     tuned_name = f"tuned ({records})"
     try:
-        builds = {}
+        builds, answers = {}, {}
         for name, applied in (("untuned", None), (tuned_name, records)):
             stvm = SimpleTVM(ctx, rpc_tracker=remote)  # both builds' steps in one run
             builds[name] = stvm.from_model(model, **options).build(records=applied)
+        if remote is not None:
+            medians, answers = _benchmark_remotely(
+                console, model, builds, tuned_name, rounds * calls, tolerance
+            )
+        else:
+            answers = {
+                name: stvm.check_answers(tolerance=tolerance) for name, stvm in builds.items()
+            }
     except (SimpleTVMError, ValueError) as error:
         raise _refuse(console, error) from error
-    if remote is not None:
-        medians = _benchmark_remotely(console, model, builds, tuned_name, rounds * calls)
-    else:
+    if remote is None:
         specs = builds["untuned"].model.inputs
         example = random_inputs(specs)
         runners = {name: simpletvm_runner(stvm, example[0]) for name, stvm in builds.items()}
@@ -1037,21 +1097,30 @@ def benchmark(
             f"{model}: median per call from Python, {rounds} x {calls} calls in turns",
             medians,
             tuned_name,
+            answers,
         )
-    _keep_benchmark(ctx, run_store, tuned_run, medians, tuned_name)
+    _keep_benchmark(ctx, run_store, tuned_run, medians, tuned_name, answers)
 
 
 def _keep_benchmark(
-    ctx, run_store, tuned_run: str | None, medians: dict[str, float], tuned_name: str
+    ctx,
+    run_store,
+    tuned_run: str | None,
+    medians: dict[str, float],
+    tuned_name: str,
+    answers: dict[str, dict],
 ) -> None:
-    """The medians go with the run they are about: a tuning run given as MODEL keeps
-    them (the benchmark makes no run of its own), else the benchmark's run does."""
+    """The medians (and each build's error against the source framework) go with the run
+    they are about: a tuning run given as MODEL keeps them (the benchmark makes no run
+    of its own), else the benchmark's run does."""
     from simpletvm import BenchmarkingContext
 
     result = {
         "medians_ms": medians,
         "tuned": tuned_name,
         "tuned_median_ms": medians[tuned_name],
+        "max_rel_error": {name: found["max_rel_error"] for name, found in answers.items()},
+        "reference": answers[tuned_name]["reference"],
         "run_id": ctx.run_id,
     }
     if tuned_run is not None:
@@ -1065,28 +1134,38 @@ def _keep_benchmark(
     ctx.save()
 
 
-def _print_medians(console, heading: str, medians: dict[str, float], tuned_name: str) -> None:
-    """Each build's median, relative to the tuned one, and the verdict on tuning; the
-    ratios and the verdict come from the numbers printed, so they agree with them."""
+def _print_medians(
+    console, heading: str, medians: dict[str, float], tuned_name: str, answers: dict[str, dict]
+) -> None:
+    """Each build's median, relative to the tuned one, and its error against the source
+    framework; then the verdict on tuning. The ratios and the verdict come from the
+    numbers printed, so they agree with them."""
     printed = {name: _ms(median) for name, median in medians.items()}
     tuned = float(printed[tuned_name])
     console.print(heading, highlight=False)
     for name, median in printed.items():
-        console.print(f"  {name:<24} {median:>10} ms  {float(median) / tuned:>6.2f}x tuned")
+        checked = f"  {_answer_text(answers[name])}" if name in answers else ""
+        console.print(
+            f"  {name:<24} {median:>10} ms  {float(median) / tuned:>6.2f}x tuned{checked}"
+        )
+    _print_unchecked(console, answers[tuned_name])
     console.print(tuning_verdict(float(printed["untuned"]), tuned))
 
 
 def _benchmark_remotely(
-    console, model: str, builds: dict, tuned_name: str, repeat: int
-) -> dict[str, float]:
-    """Time each build on a server of the device key, one after the other, in TVM's time
-    evaluator there (a call from here would time the network too)."""
-    medians, where = {}, ""
+    console, model: str, builds: dict, tuned_name: str, repeat: int, tolerance: float | None
+) -> tuple[dict[str, float], dict[str, dict]]:
+    """Check and time each build on a server of the device key, one after the other, in
+    TVM's time evaluator there (a call from here would time the network too)."""
+    medians, answers, where = {}, {}, ""
     for name, stvm in builds.items():
-        evaluation = stvm.evaluate(repeat=repeat, warmup=3).last_evaluation
+        evaluation = stvm.evaluate(repeat=repeat, warmup=3, tolerance=tolerance).last_evaluation
         medians[name], where = evaluation["median_ms"], _where(evaluation["device"])
-    _print_medians(console, f"{model}: median of {repeat} runs on {where}", medians, tuned_name)
-    return medians
+        answers[name] = evaluation
+    _print_medians(
+        console, f"{model}: median of {repeat} runs on {where}", medians, tuned_name, answers
+    )
+    return medians, answers
 
 
 def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
@@ -1107,13 +1186,9 @@ def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
         return runners
     try:
         if suffix == ".onnx":
-            import onnxruntime as ort
+            from simpletvm.runtime.reference import onnxruntime_session
 
-            session_options = ort.SessionOptions()
-            session_options.intra_op_num_threads = threads
-            session = ort.InferenceSession(
-                model, session_options, providers=["CPUExecutionProvider"]
-            )
+            session = onnxruntime_session(model, threads)
             name = session.get_inputs()[0].name
             runners["onnxruntime"] = lambda: session.run(None, {name: example[0]})[0]
         elif suffix == ".tflite":

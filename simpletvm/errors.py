@@ -25,6 +25,11 @@ class RunNotFoundError(SimpleTVMError):
     """A run id names nothing in the run store."""
 
 
+class WrongAnswerError(SimpleTVMError):
+    """A build's outputs are further from the source framework's, on the same input, than
+    the tolerance allows: it computes a different answer from the model."""
+
+
 def error_gist(error: object) -> str:
     """The line of an error message that says what went wrong, at most 300 characters:
     TVM's messages span several screens of C++ frames, the last line naming an error

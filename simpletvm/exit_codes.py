@@ -19,6 +19,9 @@ class ExitCode(enum.IntEnum):
     FAILED = 1  # the work ran and failed: a superb run failed, a simpletvm step on the model
     BAD_INPUT = 2  # nothing ran; the message names the fix
     UNEXPECTED = 3  # a bug: one line on the terminal, the traceback in the file it names
+    # a build refused: its answers are further from the model's own framework's than the
+    # tolerance allows (the message names the output, the error and the tolerance)
+    WRONG_ANSWER = 4
     INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT: repeat it to resume
 
 

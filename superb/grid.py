@@ -208,6 +208,14 @@ PARAMETERS: dict[str, Parameter] = {
         _p("evaluate_warmup", "evaluate", "warmup", "int", "untimed inferences first"),
         _p("evaluate_number", "evaluate", "number", "int", "inferences per timed sample"),
         _p("evaluate_seed", "evaluate", "seed", "int", "seed of the random inputs"),
+        _p(
+            "evaluate_tolerance",
+            "evaluate",
+            "tolerance",
+            "float",
+            "largest relative error against the source framework (default by dtype)",
+            True,
+        ),
     ]
 }
 

@@ -59,6 +59,7 @@ RESULT_COLUMNS = (
     + [f"{stage}_count" for stage in STAGES]
     + [f"eval_{name}_ms" if name != "count" else "eval_count" for name in EVALUATION]
     + [
+        "max_rel_error",
         "tuned",
         "records",
         "target",
@@ -375,6 +376,8 @@ def context_columns(context: dict[str, Any]) -> dict[str, Any]:
             if tuning.get("search_estimated_latency_s")
             else None
         ),
+        # the build's outputs against the source framework's (SimpleTVM.check_answers)
+        "max_rel_error": evaluation.get("max_rel_error"),
         "tuned": evaluation.get("tuned"),
         "records": evaluation.get("records"),
         "target": _target_text(spec) or _cell(context.get("target")),

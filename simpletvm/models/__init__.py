@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,10 @@ def import_model(
         return zoo.import_builtin(str(source), cache_dir, batch_size=batch_size, **options)
     if fmt == "onnx":
         if type(source).__name__ == "ModelProto":
-            return onnx_importer.relax_from_onnx(
+            imported = onnx_importer.relax_from_onnx(
                 source, "<onnx.ModelProto>", "onnx", input_shapes, batch_size
             )
+            return replace(imported, origin=source)
         return onnx_importer.import_onnx_file(Path(source), input_shapes, batch_size)
     if fmt == "tflite":
         return tflite_importer.import_tflite_file(Path(source), input_shapes, batch_size)

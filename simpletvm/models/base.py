@@ -26,7 +26,10 @@ class TensorSpec:
 class ImportedModel:
     """A model in Relax with its weights bound as constants, and how to call it.
 
-    ``inputs`` are in the order the module's ``main`` takes them.
+    ``inputs`` are in the order the module's ``main`` takes them. ``origin`` is the model
+    as its framework holds it in memory (a Keras model, an ``onnx.ModelProto``), which
+    ``source`` cannot give back: what :mod:`simpletvm.runtime.reference` runs to check a
+    build's answers (a file it reads again).
     """
 
     mod: Any  # tvm.IRModule
@@ -35,6 +38,7 @@ class ImportedModel:
     source: str
     format: str
     details: dict[str, Any] = field(default_factory=dict)
+    origin: Any = field(default=None, repr=False, compare=False)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,7 @@ ONNX with tf2onnx (opset 17) and imported through TVM's ONNX frontend.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,8 @@ def import_keras_model(
     fmt: str = "keras",
     details: dict | None = None,
 ) -> ImportedModel:
-    """An in-memory Keras model: through TFLite (NHWC), else through ONNX."""
+    """An in-memory Keras model: through TFLite (NHWC), else through ONNX. The model is
+    kept as the import's ``origin``, to run again to check a build's answers."""
     tf = _quiet_tensorflow()
     import tf2onnx
 
@@ -223,7 +225,7 @@ def import_keras_model(
     ]
     try:
         flatbuffer = keras_to_tflite(model)
-        return relax_from_tflite(
+        imported = relax_from_tflite(
             flatbuffer,
             source,
             fmt,
@@ -232,6 +234,7 @@ def import_keras_model(
             {**(details or {}), "route": "tflite"},
             input_names=names,
         )
+        return replace(imported, origin=model)
     except Exception as error:  # noqa: BLE001 - any TFLite failure: the ONNX route next
         tflite_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
     try:
@@ -240,7 +243,7 @@ def import_keras_model(
         )
     except Exception as error:
         raise ModelImportError(f"cannot convert Keras model {source} to ONNX: {error}") from error
-    return relax_from_onnx(
+    imported = relax_from_onnx(
         onnx_model,
         source,
         fmt,
@@ -248,6 +251,7 @@ def import_keras_model(
         batch_size,
         {**(details or {}), "route": "onnx", "tflite_error": tflite_error},
     )
+    return replace(imported, origin=model)
 
 
 def import_keras_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:

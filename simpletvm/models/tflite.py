@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from simpletvm._process.native_output import redirected
 from simpletvm.errors import ModelImportError
 from simpletvm.models.base import (
@@ -177,6 +179,41 @@ def transpose_convs_nchw(mod):
         ]
     )(mod)
     return relax.transform.FoldConstant()(cancel_permutations(converted))
+
+
+def output_steps(flatbuffer: bytes) -> list[float | None]:
+    """Each output's quantization step, in the units of its values: 1 for an integer
+    output (its values are the quantized ones), the scale of a DEQUANTIZE's input for a
+    float output it makes, None for an output computed in floating point. Two correct
+    runtimes of a quantized model may round one value a step apart."""
+    import tflite
+
+    model = tflite.Model.GetRootAsModel(flatbuffer, 0)
+    subgraph = model.Subgraphs(0)
+    producers = {}
+    for index in range(subgraph.OperatorsLength()):
+        operator = subgraph.Operators(index)
+        producers.update({int(tensor): operator for tensor in operator.OutputsAsNumpy()})
+    steps: list[float | None] = []
+    for tensor in subgraph.OutputsAsNumpy():
+        dtype = _TFLITE_DTYPES.get(subgraph.Tensors(int(tensor)).Type(), "float32")
+        operator = producers.get(int(tensor))
+        if not dtype.startswith("float"):
+            steps.append(1.0)
+        elif (
+            operator is not None and _builtin(model, operator) == tflite.BuiltinOperator.DEQUANTIZE
+        ):
+            quantization = subgraph.Tensors(int(operator.Inputs(0))).Quantization()
+            known = quantization is not None and quantization.ScaleLength() > 0
+            steps.append(float(np.max(quantization.ScaleAsNumpy())) if known else None)
+        else:
+            steps.append(None)
+    return steps
+
+
+def _builtin(model, operator) -> int:
+    code = model.OperatorCodes(operator.OpcodeIndex())
+    return max(code.DeprecatedBuiltinCode(), code.BuiltinCode())
 
 
 def import_tflite_file(path: Path, input_shapes: Any = None, batch_size: int = 1) -> ImportedModel:

@@ -8,25 +8,20 @@ NumPy, so each pays the same Python and copy costs a user's inference loop pays.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 
 from simpletvm.runtime.evaluation import MIN_WARMUP_S, warm_up
+from simpletvm.runtime.reference import tflite_interpreter
 
 Runner = Callable[[], np.ndarray]
 
 
 def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runner:
     """TFLite's interpreter with its default XNNPACK delegate on ``threads`` threads."""
-    import tensorflow as tf
-
-    with warnings.catch_warnings():  # its deprecation notice names a package we don't use
-        warnings.simplefilter("ignore", UserWarning)
-        interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads)
-    interpreter.allocate_tensors()
+    interpreter = tflite_interpreter(flatbuffer, threads)
     source = interpreter.get_input_details()[0]["index"]
     result = interpreter.get_output_details()[0]["index"]
 

@@ -66,3 +66,25 @@ def check_verdict():
         assert found.groups() == (factor, direction), (found.group(0), untuned_ms, tuned_ms)
 
     return check
+
+
+@pytest.fixture
+def source_off_by(monkeypatch):
+    """``source_off_by(f)``: from then on the source framework answers ``1 + f`` times what
+    it computes, so a correct build looks off by ``f / (1 + f)`` (relative error)."""
+    from dataclasses import replace
+
+    from simpletvm.runtime import reference
+
+    found = reference.reference_for
+
+    def scale(fraction: float) -> None:
+        def scaled(model):
+            source = found(model)
+            return replace(
+                source, run=lambda arrays: [y * (1 + fraction) for y in source.run(arrays)]
+            )
+
+        monkeypatch.setattr(reference, "reference_for", scaled)
+
+    return scale

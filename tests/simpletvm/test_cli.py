@@ -15,9 +15,11 @@ import onnxruntime as ort
 import pytest
 from typer.testing import CliRunner
 
+from simpletvm import BenchmarkingContext
 from simpletvm.cli import app, tuning_verdict
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
 from simpletvm.remote.rpc import LocalRPC
+from simpletvm.store import RunStore
 
 KEY = "cli-device"
 
@@ -49,6 +51,37 @@ def test_compile_then_run_matches_onnxruntime(tmp_path, store, tiny_onnx, x):
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
     printed = invoke("run", module, "-i", f"x={x}", "--store", store)
     assert printed.exit_code == 0 and "output 0: shape (1, 10)" in flat(printed)
+
+
+def test_a_build_with_wrong_answers_exits_4_and_is_not_saved(
+    tmp_path, store, tiny_onnx, source_off_by
+):
+    source_off_by(0.05)  # the module now 0.05 / 1.05 away from ONNX Runtime's answers
+    module = tmp_path / "module"
+    result = invoke("compile", tiny_onnx, "--records", "none", "-o", module, "--store", store)
+    assert result.exit_code == ExitCode.WRONG_ANSWER == 4, result.output
+    text = flat(result)
+    assert "error: the built module computes a different answer from the model" in text
+    assert "output 'y' is 4.76e-02 away from onnxruntime's" in text and "--tolerance" in text
+    assert not (module / "model.so").exists()
+    runs = RunStore(store)  # the build's run stays, failed: it shows what it answered
+    assert [BenchmarkingContext.load(run, runs).status for run in runs.run_ids()] == ["failed"]
+    # a difference the user accepts: the error printed with the build
+    result = invoke(
+        "compile",
+        tiny_onnx,
+        "--records",
+        "none",
+        "-o",
+        module,
+        "--store",
+        store,
+        "--tolerance",
+        "0.1",
+    )
+    assert result.exit_code == 0, result.output
+    assert "untuned (no records), rel. error 4.8e-02 vs onnxruntime ->" in flat(result)
+    assert (module / "model.so").exists()
 
 
 @pytest.mark.parametrize(
@@ -131,6 +164,11 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     text = flat(result)
     for name in ("untuned", f"tuned ({run_id})", "onnxruntime"):
         assert re.search(re.escape(name) + r" [\d.]+ ms [\d.]+x tuned", text), text
+    for name in ("untuned", f"tuned ({run_id})"):  # each build's error beside its latency
+        found = re.search(
+            re.escape(name) + r" [\d.]+ ms [\d.]+x tuned rel. error (\S+) vs onnxruntime", text
+        )
+        assert found and float(found.group(1)) < 1e-5, text
     check_verdict(text, *printed_medians(text, "untuned", f"tuned ({run_id})"))
 
 
@@ -287,6 +325,8 @@ def test_benchmark_verdict_agrees_with_its_numbers_and_hints_print_whole(
         "(onnxruntime is not installed, so no peer timing: pip install onnxruntime, or "
         "pip install 'simpletvm[bench]')"
     ) in text
+    # the same missing package leaves the answers unchecked, and says so
+    assert "(answers not checked: onnxruntime is not installed (pip install" in text
     untuned, tuned = printed_medians(text, "untuned", "tuned (global)")
     check_verdict(text, untuned, tuned)
     assert re.search(rf"untuned [\d.]+ ms {untuned / tuned:.2f}x tuned", text), text
@@ -336,10 +376,12 @@ def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x, 
     assert result.exit_code == 0, result.output
     text = flat(result)
     assert re.search(rf"median of 10 runs on RPC server [\d.]+:{server} \(key {KEY}\)", text)
-    for name in ("untuned", "tuned (global)"):
-        assert re.search(re.escape(name) + r" [\d.]+ ms [\d.]+x tuned", text), text
+    for name in ("untuned", "tuned (global)"):  # the answers checked here, of the device's run
+        assert re.search(
+            re.escape(name) + r" [\d.]+ ms [\d.]+x tuned rel. error \S+ vs onnxruntime", text
+        ), text
     check_verdict(text, *printed_medians(text, "untuned", "tuned (global)"))
-    assert "onnxruntime" not in text  # peers run here, not on the device
+    assert not re.search(r"onnxruntime [\d.]+ ms", text)  # peers run here, not on the device
 
 
 def test_a_tracker_without_a_server_of_the_key_exits_2_naming_the_fix(rpc, store, tiny_onnx):

@@ -56,6 +56,23 @@ def test_tensorflow_files_match_keras(store, tf_files, keras_model, image, name)
     assert stvm.model.outputs[0].shape[-1] == 5
 
 
+@pytest.mark.parametrize(
+    "name,framework",
+    [
+        ("model.keras", "keras"),
+        ("saved_model", "tensorflow"),
+        ("frozen.pb", "tensorflow"),
+        ("model.tflite", "tflite"),
+    ],
+)
+@pytest.mark.slow
+def test_each_source_is_checked_against_its_own_framework(store, tf_files, name, framework):
+    options = {"output_name": tf_files["output_node"]} if name == "frozen.pb" else {}
+    answers = untuned(store, tf_files["root"] / name, **options).check_answers()
+    assert answers["reference"] == framework
+    assert 0 <= answers["max_rel_error"] < 1e-5
+
+
 @pytest.mark.slow
 def test_frozen_graphdef_with_output_name(store, tf_files, keras_model, image):
     stvm = untuned(

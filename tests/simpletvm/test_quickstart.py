@@ -67,6 +67,11 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
         float(re.search(rf"\b{build} \W ([\d.]+) \W [\d.]+ \W [\d.]+ \W", output).group(1))
         for build in ("untuned", "tuned")
     )
+    # each build's answers against the Keras model it came from, beside its latencies
+    assert "rel. error vs keras" in output
+    for build in ("untuned", "tuned"):
+        error = re.search(rf"\b{build} \W [\d.]+ \W [\d.]+ \W [\d.]+ \W (\S+) \W", output)
+        assert error and float(error.group(1)) < 1e-5, output
     # at 32x32 with 6 s of tuning each task measures a first round only, whose best may
     # still lose to TVM's default schedule (0.71x once, under the suite's load); the
     # quickstart's own 5 minutes at 96x96 measured 19x (BENCHMARKS.md): either way, what

@@ -203,6 +203,36 @@ def test_fully_integer_model(store, tmp_path, keras_cnn):
     assert np.abs(actual.astype(int) - expected.astype(int)).max() <= 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("integer_io", [False, True])
+def test_quantized_outputs_are_held_to_one_step(store, tmp_path, keras_cnn, integer_io):
+    """evaluate()'s answers against TFLite's own int8 run: a quantized output may be one
+    quantization step off, relative to the reference's largest magnitude."""
+    import tensorflow as tf
+    import tflite
+
+    from simpletvm.runtime.evaluation import random_inputs
+
+    flatbuffer = convert(
+        keras_cnn, tf.lite.Optimize.DEFAULT, representative=True, integer_io=integer_io
+    )
+    path = tmp_path / "quantized.tflite"
+    path.write_bytes(flatbuffer)
+    stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(path)
+    answers = stvm.build(records=None).check_answers()
+    expected = run_tflite(flatbuffer, random_inputs(stvm.model.inputs)[0])
+    if integer_io:  # int8 out: the step is one unit of the output
+        step = 1.0
+    else:  # float out, through DEQUANTIZE: the step is the scale of what it reads
+        subgraph = tflite.Model.GetRootAsModel(flatbuffer, 0).Subgraphs(0)
+        last = subgraph.Operators(subgraph.OperatorsLength() - 1)
+        step = float(subgraph.Tensors(int(last.Inputs(0))).Quantization().Scale(0))
+    assert answers["reference"] == "tflite"
+    assert answers["tolerance"] == pytest.approx(step / np.abs(expected.astype(float)).max())
+    assert answers["tolerance"] > 1e-3  # looser than a float32 output's
+    assert answers["max_rel_error"] <= answers["tolerance"]
+
+
 # -- buffers after the flatbuffer ---------------------------------------------------------
 
 

@@ -37,7 +37,12 @@ def fake_row(index, params, median, status="ok", repetition=1, tuning=None, atte
             {"stage": "profile", "duration_s": 1.0},
         ],
         "tuning": {"trials": 8, "num_tasks": 2, "errors": 0},
-        "evaluation": {"count": 3, "median_ms": median, "mean_ms": median * 1.1},
+        "evaluation": {
+            "count": 3,
+            "median_ms": median,
+            "mean_ms": median * 1.1,
+            "max_rel_error": median * 1e-7,
+        },
     }
     return make_row(
         run,
@@ -83,6 +88,7 @@ def test_rows_carry_stage_means_and_evaluation(tmp_path):
     assert row["select_mean_s"] == pytest.approx(0.3) and row["select_count"] == 2
     assert row["profile_mean_s"] == 1.0 and row["build_mean_s"] is None
     assert row["tuning_s"] == 5.0 and row["eval_median_ms"] == 2.0
+    assert row["max_rel_error"] == pytest.approx(2e-7)  # the build's against its source
     assert row["overhead_s"] == pytest.approx(0.1)
     frame = runs_frame([row])
     assert list(frame.columns) == LEAD_COLUMNS + ["param:trials", "param:target"] + RESULT_COLUMNS
