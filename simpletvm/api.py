@@ -688,7 +688,7 @@ class SimpleTVM:
         reference's largest magnitude; the worst output's), ``reference`` (the framework,
         or ``none: <why>``: then no error) and ``tolerance``. Raises WrongAnswerError
         naming the output when one is further off than ``tolerance`` (relative; by
-        default its dtype's, :data:`~simpletvm.runtime.accuracy.TOLERANCE`, or one
+        default its dtype's, :data:`~simpletvm.closeness.TOLERANCE`, or one
         quantization step). The source runs once per model and seed.
         """
         self._require("check_answers()", FlowState.BUILT, FlowState.LOADED)

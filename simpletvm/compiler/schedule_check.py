@@ -21,13 +21,9 @@ from typing import Protocol
 
 import numpy as np
 
+from simpletvm.closeness import default_tolerance, relative_error
 from simpletvm.errors import error_gist
 
-# worst |scheduled - naive| / max |naive| a right kernel stays under, per output dtype:
-# summing in another order moves float32 results by far less; a wrong schedule by O(1)
-TOLERANCE = {"float64": 1e-9, "float32": 1e-3, "float16": 2e-2, "bfloat16": 5e-2}
-# integer outputs (requantized) may round one step apart
-INTEGER_STEPS = 1
 SEED = 0
 CHECKED_OPT_LEVEL = 0
 
@@ -119,9 +115,9 @@ def _compare(library, name: str, naive) -> Verdict:
         return Verdict(False, None, f"does not run: {error_gist(error)}")
     worst, ok = 0.0, True
     for expected, got in zip(*results):
-        error = relative_error(expected, got)
+        error, scale = relative_error(got, expected)
         worst = max(worst, error)
-        ok = ok and error <= tolerance(expected.dtype)
+        ok = ok and error <= default_tolerance(str(expected.dtype), scale)
     return Verdict(ok, worst)
 
 
@@ -144,32 +140,6 @@ def random_arguments(func) -> list[np.ndarray]:
         else:
             arrays.append(np.zeros(shape, dtype))
     return arrays
-
-
-def relative_error(expected: np.ndarray, got: np.ndarray) -> float:
-    """max |got - expected| / max |expected| (NaN where ``expected`` has NaN is right;
-    infinities must match). Integer arrays: the largest difference in steps."""
-    if expected.dtype.kind in "iub":
-        return float(np.abs(expected.astype(np.int64) - got.astype(np.int64)).max(initial=0))
-    expected, got = expected.astype(np.float64), got.astype(np.float64)
-    same_special = (np.isnan(expected) & np.isnan(got)) | (np.isinf(expected) & (expected == got))
-    finite = np.isfinite(expected) & np.isfinite(got)
-    if not np.all(same_special | finite):
-        return float("inf")
-    if not finite.any():
-        return 0.0
-    scale = np.abs(expected[finite]).max()
-    difference = np.abs(got[finite] - expected[finite]).max()
-    if difference == 0:
-        return 0.0
-    return float(difference / scale) if scale > 0 else float("inf")
-
-
-def tolerance(dtype) -> float:
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iub":
-        return INTEGER_STEPS
-    return TOLERANCE.get(dtype.name, 1e-3)
 
 
 def check_scheduled(original, scheduled, which, target, book: VerdictBook | None) -> dict:

@@ -3,7 +3,7 @@ whether that is far enough to refuse the build.
 
 The error of an output is relative: its largest difference over the reference's largest
 magnitude, so one number reads alike for a softmax and a detector's pixel boxes. The
-tolerance depends on the output's dtype (:data:`TOLERANCE`); a quantized output may be
+tolerance depends on the output's dtype (:data:`simpletvm.closeness.TOLERANCE`); a quantized output may be
 one quantization step off, as two correct runtimes round a value differently.
 """
 
@@ -14,18 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from simpletvm.closeness import default_tolerance, relative_error
 from simpletvm.errors import WrongAnswerError
 from simpletvm.runtime.reference import Expected
-
-# Relative tolerances by output dtype. Correct float32 builds came within 1e-6 of their
-# source: MobileNetV2 (the quickstart's and at 224x224) and ResNet-18 within 3e-7 to 7e-7
-# of Keras, untuned and tuned; five Winograd convolutions with a linear output within
-# 2e-6; int8 models equal to TFLite's. The float32 bound leaves orders of magnitude for
-# other summation orders and epilogues, and still refuses a wrong kernel, whose errors
-# are of the order of the output itself. float16 keeps 11 bits (a relative step of 1e-3),
-# bfloat16 8.
-TOLERANCE = {"float64": 1e-3, "float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
-TINY = np.finfo(np.float32).tiny  # the scale of an all-zero reference
 
 
 @dataclass(frozen=True)
@@ -104,30 +95,6 @@ def compare(
         allowed = tolerance if tolerance is not None else default_tolerance(dtype, scale, step)
         errors.append(OutputError(name, error, allowed, dtype))
     return Answers(reference, tuple(errors))
-
-
-def relative_error(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
-    """``max|ours - theirs| / max(max|theirs|, tiny)`` and that scale. Values equal on
-    both sides (infinities, NaN against NaN) differ by nothing; a NaN or infinity on one
-    side only is an infinite error."""
-    ours, theirs = ours.astype(np.float64), theirs.astype(np.float64)
-    same = (ours == theirs) | (np.isnan(ours) & np.isnan(theirs))
-    with np.errstate(invalid="ignore"):
-        difference = np.where(same, 0.0, np.abs(ours - theirs))
-    difference = np.nan_to_num(difference, nan=np.inf)
-    finite = np.abs(theirs[np.isfinite(theirs)])
-    scale = max(float(finite.max()) if finite.size else 0.0, float(TINY))
-    return (float(difference.max()) / scale if difference.size else 0.0), scale
-
-
-def default_tolerance(dtype: str, scale: float, step: float | None = None) -> float:
-    """An output's tolerance: its float dtype's (:data:`TOLERANCE`), or one quantization
-    ``step`` (an integer output's is 1) relative to the reference's largest magnitude
-    ``scale``, whichever is larger."""
-    if not dtype.startswith(("float", "bfloat")):
-        step = max(step or 0.0, 1.0)
-    floor = TOLERANCE.get(dtype, 0.0 if step else TOLERANCE["float32"])
-    return max(floor, step / scale) if step else floor
 
 
 def check_tolerance(tolerance: float | None) -> None:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from simpletvm import BenchmarkingContext, SimpleTVM, WrongAnswerError
+from simpletvm.closeness import TOLERANCE
 from simpletvm.runtime import reference
-from simpletvm.runtime.accuracy import TOLERANCE
 from simpletvm.runtime.evaluation import random_inputs
 
 
