@@ -179,7 +179,7 @@ def in_model_seconds(stvm) -> float:
 def checked_outputs(name: str, runners: dict, reference: np.ndarray) -> dict[str, float]:
     """Each runner's largest difference to the reference; stops when one exceeds a
     thousandth of the reference's largest value (a detector's boxes are pixels, a
-    softmax's 1e-3)."""
+    softmax's 1e-3), the relative error SimpleTVM's own check allows."""
     scale = float(np.abs(reference).max())
     agreement = {}
     for label, infer in runners.items():
@@ -387,6 +387,10 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
         "round_trip_ns": round_trips,
         "slow_rounds": sum(trip > SLOW_ABOVE_NS for trip in round_trips),
         "max_abs_difference_to_reference": agreement,
+        "relative_error_to_reference": {
+            label: difference / max(float(np.abs(reference).max()), 1e-30)
+            for label, difference in agreement.items()
+        },
         "stage_seconds": stvm.context.stage_durations(),
     }
 
@@ -460,6 +464,11 @@ def print_run(result: dict) -> None:
             + (f"  (the {c['same_module_as']} module)" if c.get("same_module_as") else "")
             + ("  (round kept every incumbent)" if c.get("in_model_kept_as_a_whole") else "")
         )
+    if "relative_error_to_reference" in result:
+        errors = ", ".join(
+            f"{label} {error:.1e}" for label, error in result["relative_error_to_reference"].items()
+        )
+        print(f"  relative error to the reference: {errors}")
     print(f"  never slower at a later checkpoint: {result['never_slower_later']}")
     steps = [
         f"{c['minutes']:g} min {c['rounds_slower_than_before']}"
