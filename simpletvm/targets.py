@@ -151,7 +151,10 @@ def parse_target_string(text: str) -> dict[str, Any]:
                 f"cannot read {option!r} in target {text!r}: options look like -key=value, "
                 "e.g. 'llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon'"
             )
-        spec[key] = value.split(",") if key in ("mattr", "libs", "keys") else value
+        if key in ("mattr", "libs", "keys"):
+            spec[key] = value.split(",")
+        else:  # TVM types its integer options (num-cores, opt-level, vector_width)
+            spec[key] = int(value) if value.lstrip("-").isdigit() else value
     return spec
 
 

@@ -45,6 +45,14 @@ def test_a_target_string_for_another_cpu_is_a_cross_target():
         resolve_target("llvm -mtriple")
 
 
+def test_a_target_strings_integer_options_are_integers_tvm_accepts():
+    import tvm
+
+    target = resolve_target("llvm -mcpu=znver3 -num-cores=2")
+    assert target.spec == {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+    assert int(tvm.target.Target(target.spec).attrs["num-cores"]) == 2
+
+
 @pytest.mark.skipif(
     not shutil.which("aarch64-linux-gnu-g++"),
     reason="no aarch64 cross compiler (apt-get install g++-aarch64-linux-gnu)",
