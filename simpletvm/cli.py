@@ -2,7 +2,8 @@
 benchmark), in the manner of TVM's former ``tvmc``.
 
 Exit codes (:class:`simpletvm.exit_codes.ExitCode`, shared with ``superb``): 0 done; 1 a
-step failed on the model (one line naming the step, the traceback in the run's log); 2
+step failed on the model (TVM's frontend failing on a valid one included: one line naming
+the step, the traceback in the run's log); 2
 bad input (a SimpleTVM error or a usage error, naming the fix); 3 an unexpected error (a
 bug: one line and the file holding its traceback); 4 a build refused, its answers too far
 from the model's own framework's (WrongAnswerError); 130 stopped by Ctrl-C, the run saved
@@ -68,13 +69,14 @@ def _command(*args, **kwargs):
 
 def _guarded(function):
     """Run a command so that no raw traceback reaches the user: a SimpleTVM error (it
-    names the fix) exits 2; any other error prints one line and where its traceback was
-    logged (the run's log, or a file under the store): exit 1 when a step of the run
-    failed on the model (the run records the step as failed), else 3 (a bug)."""
+    names the fix) exits 2; any other error, and a :class:`FrontendError` (TVM's frontend
+    failed on a valid model: no fix of the input's), prints one line and where its
+    traceback was logged (the run's log, or a file under the store): exit 1 when a step
+    of the run failed on the model (the run records the step as failed), else 3 (a bug)."""
 
     @functools.wraps(function)
     def command(*args, **kwargs):
-        from simpletvm.errors import SimpleTVMError
+        from simpletvm.errors import FrontendError, SimpleTVMError
 
         _active_contexts.clear()
         try:
@@ -92,6 +94,8 @@ def _guarded(function):
         except KeyboardInterrupt:
             _save_interrupted_run()
             raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except FrontendError as error:
+            raise _failure(error, function.__name__, kwargs.get("store")) from None
         except SimpleTVMError as error:
             refusal = _refuse(_console(stderr=True), error)
             if refusal.exit_code == ExitCode.BAD_INPUT:
@@ -100,24 +104,36 @@ def _guarded(function):
                 _save_failed_run()
             raise refusal from error
         except Exception as error:  # noqa: BLE001 - the CLI edge: a message, not a traceback
-            where = _log_traceback(error, function.__name__, kwargs.get("store"))
-            gist = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
-            step = _failed_step()
-            _save_failed_run()
-            if step is None:
-                _print_error(
-                    _console(stderr=True),
-                    f"unexpected {gist} (the full traceback is "
-                    f"in {where}; please report it with that file)",
-                )
-                raise typer.Exit(ExitCode.UNEXPECTED) from None
-            _print_error(
-                _console(stderr=True),
-                f"the {step} step failed on the model: {gist} (the full traceback is in {where})",
-            )
-            raise typer.Exit(ExitCode.FAILED) from None
+            raise _failure(error, function.__name__, kwargs.get("store")) from None
 
     return command
+
+
+def _failure(error: Exception, command: str, store: Path | None) -> typer.Exit:
+    """Report an error that is no fault of the input: log its traceback, keep the run as
+    failed, print one line; exit 1 when a step failed on the model, else 3 (a bug)."""
+    from simpletvm.errors import SimpleTVMError
+
+    where = _log_traceback(error, command, store)
+    gist = (
+        str(error)  # written for the user, whole
+        if isinstance(error, SimpleTVMError)
+        else f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+    )
+    step = _failed_step()
+    _save_failed_run()
+    if step is None:
+        _print_error(
+            _console(stderr=True),
+            f"unexpected {gist} (the full traceback is "
+            f"in {where}; please report it with that file)",
+        )
+        return typer.Exit(ExitCode.UNEXPECTED)
+    _print_error(
+        _console(stderr=True),
+        f"the {step} step failed on the model: {gist} (the full traceback is in {where})",
+    )
+    return typer.Exit(ExitCode.FAILED)
 
 
 @contextlib.contextmanager
@@ -748,9 +764,13 @@ def _session(
 
 def _refuse(console, error: Exception) -> typer.Exit:
     """Print a SimpleTVM error (it names the fix) and give its exit code: a build with
-    wrong answers its own, any other the bad-input one."""
-    from simpletvm.errors import WrongAnswerError
+    wrong answers its own, any other the bad-input one. A :class:`FrontendError` (no
+    fault of the input) is raised again instead, for :func:`_guarded` to report as the
+    failure of the step it stopped."""
+    from simpletvm.errors import FrontendError, WrongAnswerError
 
+    if isinstance(error, FrontendError):
+        raise error
     _print_error(console, str(error))
     if isinstance(error, WrongAnswerError):
         return typer.Exit(ExitCode.WRONG_ANSWER)

@@ -17,6 +17,18 @@ class UnsupportedOperatorError(SimpleTVMError):
     """The model holds an operator, in a form TVM cannot lower to a kernel."""
 
 
+class FrontendError(ModelImportError):
+    """TVM's frontend failed on an operator it converts (``operator``), in a model it
+    should read: the import step failed on a valid model, not bad input."""
+
+    def __init__(self, message: str, operator: str) -> None:
+        super().__init__(message)
+        self.operator = operator
+
+    def __reduce__(self):
+        return type(self), (str(self), self.operator)
+
+
 class IncompatibleModuleError(SimpleTVMError):
     """A saved module was built for another target or host than the current context."""
 

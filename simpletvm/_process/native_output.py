@@ -4,10 +4,14 @@ Their native log lines bypass Python (one ``save()`` of the quickstart prints ov
 hundred lines of ``executable.cc: Warning: Scope Saving``), so they are caught at the file
 descriptors: while a SimpleTVM step runs, descriptor 2 is appended to the run's log,
 while Python's own ``sys.stderr`` (warnings, tracebacks) still reaches the terminal.
+A Python library that logs what it tried and gave up on, tracebacks and all, as a
+converter's routine (tf2onnx's optimizers), is routed with the native output
+(:func:`logs_as_native_output`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -51,6 +55,29 @@ def redirected(
             for fd, copy in saved.items():
                 os.dup2(copy, fd)
                 os.close(copy)
+
+
+@contextmanager
+def logs_as_native_output(*names: str) -> Iterator[None]:
+    """Write the records of the Python loggers ``names`` to file descriptor 2 as it is
+    on entry, not to ``sys.stderr``: inside a step (or a ``simpletvm`` command) that is
+    the run's log, with ``--verbose`` the terminal. For libraries whose failures that
+    matter are raised, not only logged."""
+    stream = os.fdopen(os.dup(2), "w", buffering=1)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(name) for name in names]
+    propagating = [logger.propagate for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, propagate in zip(loggers, propagating):
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        stream.close()
 
 
 def _descriptor(stream) -> int | None:

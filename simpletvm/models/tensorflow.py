@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from simpletvm.errors import ModelImportError
+from simpletvm._process.native_output import logs_as_native_output
+from simpletvm.errors import FrontendError, ModelImportError
 from simpletvm.models.base import (
     ONNX_OPSET,
     ImportedModel,
@@ -30,6 +31,18 @@ def _quiet_tensorflow():
 
     tf.get_logger().setLevel("ERROR")
     return tf
+
+
+def _tf2onnx_logs():
+    """tf2onnx's log, kept with the native output: its optimizers log a warning with a
+    traceback for every rewrite they try and give up on (``max() arg is an empty
+    sequence`` from its transpose optimizer, on a scalar added after a convolution) and
+    convert on; what fails the conversion is raised."""
+    return logs_as_native_output("tf2onnx")
+
+
+def _first_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}".splitlines()[0][:600]
 
 
 def _tensor_name(name: str) -> str:
@@ -72,13 +85,14 @@ def _graph_def_to_relax(
     )
     shapes = {name: fixed[name.removesuffix(":0")] for name in input_names}
     try:
-        onnx_model, _ = tf2onnx.convert.from_graph_def(
-            graph_def,
-            input_names=input_names,
-            output_names=output_names,
-            opset=ONNX_OPSET,
-            shape_override={name: list(shape) for name, shape in shapes.items()},
-        )
+        with _tf2onnx_logs():
+            onnx_model, _ = tf2onnx.convert.from_graph_def(
+                graph_def,
+                input_names=input_names,
+                output_names=output_names,
+                opset=ONNX_OPSET,
+                shape_override={name: list(shape) for name, shape in shapes.items()},
+            )
     except Exception as error:  # tf2onnx raises many types
         raise ModelImportError(f"cannot convert {source} to ONNX: {error}") from error
     return relax_from_onnx(onnx_model, source, fmt, shapes, batch_size, details)
@@ -152,9 +166,10 @@ def import_saved_model(
             f"{available}: pass one as signature=..."
         )
     try:
-        graph_def, inputs, outputs = tf_loader.from_saved_model(
-            str(path), None, None, signatures=[signature]
-        )
+        with _tf2onnx_logs():
+            graph_def, inputs, outputs = tf_loader.from_saved_model(
+                str(path), None, None, signatures=[signature]
+            )
     except Exception as error:
         raise ModelImportError(
             f"cannot load the SavedModel at {path} (signature {signature!r}): {error}"
@@ -202,8 +217,10 @@ def import_keras_model(
     fmt: str = "keras",
     details: dict | None = None,
 ) -> ImportedModel:
-    """An in-memory Keras model: through TFLite (NHWC), else through ONNX. The model is
-    kept as the import's ``origin``, to run again to check a build's answers."""
+    """An in-memory Keras model: through TFLite (NHWC), else through ONNX; when both
+    fail, the error gives both reasons (a :class:`FrontendError` when TVM's TFLite
+    frontend failed on an operator of the model). The model is kept as the import's
+    ``origin``, to run again to check a build's answers."""
     tf = _quiet_tensorflow()
     import tf2onnx
 
@@ -236,21 +253,28 @@ def import_keras_model(
         )
         return replace(imported, origin=model)
     except Exception as error:  # noqa: BLE001 - any TFLite failure: the ONNX route next
-        tflite_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+        tflite_failure = error
     try:
-        onnx_model, _ = tf2onnx.convert.from_keras(
-            model, input_signature=signature, opset=ONNX_OPSET
+        with _tf2onnx_logs():
+            onnx_model, _ = tf2onnx.convert.from_keras(
+                model, input_signature=signature, opset=ONNX_OPSET
+            )
+        imported = relax_from_onnx(
+            onnx_model,
+            source,
+            fmt,
+            None,
+            batch_size,
+            {**(details or {}), "route": "onnx", "tflite_error": _first_line(tflite_failure)},
         )
-    except Exception as error:
-        raise ModelImportError(f"cannot convert Keras model {source} to ONNX: {error}") from error
-    imported = relax_from_onnx(
-        onnx_model,
-        source,
-        fmt,
-        None,
-        batch_size,
-        {**(details or {}), "route": "onnx", "tflite_error": tflite_error},
-    )
+    except Exception as error:  # tf2onnx raises many types
+        message = (
+            f"cannot import Keras model {source} through TFLite ({_first_line(tflite_failure)}) "
+            f"nor through ONNX ({_first_line(error)})"
+        )
+        if isinstance(tflite_failure, FrontendError):
+            raise FrontendError(message, tflite_failure.operator) from error
+        raise ModelImportError(message) from error
     return replace(imported, origin=model)
 
 

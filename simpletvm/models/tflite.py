@@ -8,14 +8,16 @@ built-in models come this way too (:func:`keras_to_tflite`).
 from __future__ import annotations
 
 import functools
+import gc
 import os
+import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from simpletvm._process.native_output import redirected
-from simpletvm.errors import ModelImportError
+from simpletvm.errors import FrontendError, ModelImportError, error_gist
 from simpletvm.models.base import (
     ImportedModel,
     InputDims,
@@ -84,7 +86,7 @@ def relax_from_tflite(
     import tflite
     from tvm.relax.frontend.tflite import from_tflite
 
-    from simpletvm.models.tflite_converter import Converter
+    from simpletvm.models.tflite_converter import Converter, OperatorConversionError
 
     try:
         model = tflite.Model.GetRootAsModel(flatbuffer, 0)
@@ -120,7 +122,18 @@ def relax_from_tflite(
             dtype_dict={name: dtype for name, _, dtype in found},
             op_converter=converter,
         )
+    except OperatorConversionError as failure:
+        _release_frontend(failure)
+        raise FrontendError(
+            f"TVM's TFLite frontend failed on operator {failure.operator} (output tensor "
+            f"{failure.tensor!r}) of {source}: {error_gist(failure.cause)}. TVM converts "
+            "every operator the model has, so the failure is its frontend's, not the "
+            "model's; exporting the model to ONNX (tf2onnx) and importing the .onnx may "
+            "avoid it",
+            failure.operator,
+        ) from failure
     except Exception as error:  # TVM raises many types; all mean "cannot import"
+        _release_frontend(error)
         raise ModelImportError(
             f"TVM's TFLite frontend cannot import {source} (TFLite): "
             f"{type(error).__name__}: {error}. {_ADVICE}"
@@ -136,6 +149,16 @@ def relax_from_tflite(
         for name, shape, dtype in _tensors(subgraph, subgraph.OutputsAsNumpy())
     ]
     return ImportedModel(mod, inputs, outputs, source, fmt, {"layout": "NHWC", **(details or {})})
+
+
+def _release_frontend(error: BaseException | None) -> None:
+    """Drop the locals of the frames ``error`` and its causes left, TVM's frontend among
+    them: its block builder, left with a block open, warns when it is destroyed, and would
+    do so on the terminal once the step that caught its output had ended."""
+    while error is not None:
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    gc.collect()  # the converter and its builder refer to each other
 
 
 def refuse_unsupported_operators(converter, model, source: str) -> None:
@@ -164,14 +187,17 @@ def transpose_convs_nchw(mod):
     TVM's TFLite frontend emits ``conv2d_transpose`` in NHWC (``convert_transpose_conv``)
     but ``relax.transform.LegalizeOps`` lowers it only from NCHW/IOHW
     (``legalize_ops.nn._nn_conv2d_transpose``), so without this a model with
-    TRANSPOSE_CONV imports and then fails to build."""
+    TRANSPOSE_CONV imports and then fails to build. (CONV_3D_TRANSPOSE is converted in
+    NCDHW already, its transposes and weights' permutation folded here too.)"""
     import tvm
     from tvm import relax
 
     from simpletvm.relax_ir import cancel_permutations, count_calls
 
     if not count_calls(mod, "relax.nn.conv2d_transpose"):
-        return mod
+        if not count_calls(mod, "relax.nn.conv3d_transpose"):
+            return mod
+        return cancel_permutations(mod)
     converted = tvm.transform.Sequential(
         [
             relax.transform.ConvertLayout({"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}),
