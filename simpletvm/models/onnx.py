@@ -77,6 +77,7 @@ def relax_from_onnx(
         )
     shapes = static_shapes([_input_dims(vi) for vi in graph_inputs], given, batch_size, source)
     inputs = [TensorSpec(vi.name, shapes[vi.name], _dtype(vi)) for vi in graph_inputs]
+    model = erfc_as_erf(model)
     refuse_unsupported_operators(model, source)
     model, rewrites = rewrite_for_import(model)
     try:
@@ -110,6 +111,32 @@ def relax_from_onnx(
         fmt,
         {**(details or {}), **({"onnx_rewrites": rewritten} if rewritten else {})},
     )
+
+
+def erfc_as_erf(model):
+    """``model``, or a copy whose ``Erfc`` nodes are ``1 - Erf`` (in float32): tf2onnx
+    leaves TensorFlow's Erfc (Keras's exact GELU) in the graph as it is, an operator
+    ONNX does not have."""
+    import onnx
+    from onnx import helper
+
+    if not any(node.op_type == "Erfc" for node in model.graph.node):
+        return model
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    nodes = []
+    one = "simpletvm_erfc_one"
+    for node in rewritten.graph.node:
+        if node.op_type != "Erfc":
+            nodes.append(node)
+            continue
+        erf = f"{node.output[0]}_erf"
+        nodes.append(helper.make_node("Erf", [node.input[0]], [erf], name=f"{node.name}_erf"))
+        nodes.append(helper.make_node("Sub", [one, erf], list(node.output), name=node.name))
+    rewritten.graph.initializer.append(helper.make_tensor(one, onnx.TensorProto.FLOAT, [], [1.0]))
+    del rewritten.graph.node[:]
+    rewritten.graph.node.extend(nodes)
+    return rewritten
 
 
 def unsupported_operators(model) -> dict[str, tuple[int, str]]:

@@ -250,6 +250,7 @@ def import_keras_model(
             batch_size,
             {**(details or {}), "route": "tflite"},
             input_names=names,
+            output_keys=[f"output_{index}" for index in range(len(model.outputs))],
         )
         return replace(imported, origin=model)
     except Exception as error:  # noqa: BLE001 - any TFLite failure: the ONNX route next

@@ -76,12 +76,17 @@ def relax_from_tflite(
     batch_size: int = 1,
     details: dict | None = None,
     input_names: list[str] | None = None,
+    output_keys: list[str] | None = None,
 ) -> ImportedModel:
     """Convert a TFLite flatbuffer; weights become Relax constants.
 
-    ``input_names`` renames the model's inputs, in order (TFLite calls a Keras input
-    ``serving_default_<name>:0``; users call it by its Keras name); ``input_shapes``
-    then uses those names.
+    ``input_names`` renames the model's inputs (TFLite calls a Keras input
+    ``serving_default_<name>:0``; users call it by its Keras name), and orders them: by
+    the flatbuffer's signature, whose input keys are the names the converter was given,
+    else in the flatbuffer's order. ``output_keys`` orders the outputs as the
+    signature's outputs of those keys (a Keras model's ``output_0``, ``output_1``...).
+    The converter lists both in no order of the model's. ``input_shapes`` uses the
+    names the inputs end up with.
     """
     import tflite
     from tvm.relax.frontend.tflite import from_tflite
@@ -94,12 +99,16 @@ def relax_from_tflite(
     except Exception as error:
         raise ModelImportError(f"{source} is not a readable TFLite flatbuffer: {error}") from error
     given = normalize_shapes(input_shapes)
+    signature_inputs, signature_outputs = _signature(model)
+    input_order = _positions(subgraph.InputsAsNumpy(), signature_inputs, input_names)
+    output_order = _positions(subgraph.OutputsAsNumpy(), signature_outputs, output_keys)
     found = _tensors(subgraph, subgraph.InputsAsNumpy())
-    names = (
-        input_names
-        if input_names and len(input_names) == len(found)
-        else [name for name, _, _ in found]
-    )
+    names = [name for name, _, _ in found]
+    if input_order:
+        for name, position in zip(input_names, input_order):
+            names[position] = name
+    elif input_names and len(input_names) == len(found):
+        names = list(input_names)
     if given and set(given) - {""} - set(names):
         raise ModelImportError(
             f"input_shapes names {sorted(set(given) - {''} - set(names))}, which {source} "
@@ -140,7 +149,7 @@ def relax_from_tflite(
         ) from error
     if isinstance(mod, tuple):  # some frontend versions also return params
         mod = mod[0]
-    mod = transpose_convs_nchw(mod)
+    mod = _reordered(transpose_convs_nchw(mod), input_order, output_order)
     inputs = [
         TensorSpec(name, shapes[tensor], dtype) for name, (tensor, _, dtype) in zip(names, found)
     ]
@@ -148,7 +157,55 @@ def relax_from_tflite(
         TensorSpec(name, tuple(d or batch_size for d in shape), dtype)
         for name, shape, dtype in _tensors(subgraph, subgraph.OutputsAsNumpy())
     ]
+    inputs = [inputs[i] for i in input_order] if input_order else inputs
+    outputs = [outputs[i] for i in output_order] if output_order else outputs
     return ImportedModel(mod, inputs, outputs, source, fmt, {"layout": "NHWC", **(details or {})})
+
+
+def _signature(model) -> tuple[dict[str, int], dict[str, int]]:
+    """The first signature's inputs and outputs: key -> tensor index ({} without one)."""
+    if not model.SignatureDefsLength():
+        return {}, {}
+    signature = model.SignatureDefs(0)
+
+    def keyed(count, item):
+        return {item(i).Name().decode(): item(i).TensorIndex() for i in range(count)}
+
+    return (
+        keyed(signature.InputsLength(), signature.Inputs),
+        keyed(signature.OutputsLength(), signature.Outputs),
+    )
+
+
+def _positions(tensors, keyed: dict[str, int], keys: list[str] | None) -> list[int] | None:
+    """Where the tensors the signature names ``keys`` stand in ``tensors``, in the order
+    of ``keys``; None unless ``keys`` name every tensor, in another order."""
+    tensors = [int(t) for t in tensors]
+    if not keys or sorted(keyed.get(key, -1) for key in keys) != sorted(tensors):
+        return None
+    order = [tensors.index(keyed[key]) for key in keys]
+    return order if order != sorted(order) else None
+
+
+def _reordered(mod, input_order: list[int] | None, output_order: list[int] | None):
+    """``mod`` whose ``main`` takes its parameters in ``input_order`` and returns its
+    tuple's fields in ``output_order`` (positions in the present ones)."""
+    if not input_order and not output_order:
+        return mod
+    from tvm import relax
+
+    main = mod["main"]
+    params = [main.params[i] for i in input_order] if input_order else main.params
+    body, ret_ty = main.body, main.ret_ty
+    if output_order:
+        result = body.body
+        body = relax.SeqExpr(
+            body.blocks, relax.Tuple([relax.TupleGetItem(result, i) for i in output_order])
+        )
+        ret_ty = relax.TupleType([result.ty.fields[i] for i in output_order])
+    reordered = mod.clone()
+    reordered["main"] = relax.Function(params, body, ret_ty, main.is_pure, main.attrs)
+    return relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(reordered))
 
 
 def _release_frontend(error: BaseException | None) -> None:

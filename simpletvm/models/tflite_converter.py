@@ -11,7 +11,10 @@ It reads TFLite models as converters and vendors ship them, where TVM's own
   ``allow_custom_ops`` switch and a ``CUSTOM`` entry in its conversion table;
 - transposed convolutions whose output shape is computed at run time, as Keras exports
   them, at the output shape they are given (:mod:`.tflite_transpose_conv`);
-- EXPAND_DIMS, which TVM's conversion fails on whatever its input.
+- GELU with ``approximate`` set, the tanh form, which TVM's conversion computes exactly;
+- EXPAND_DIMS, which TVM's conversion fails on whatever its input, and
+  SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND (dilated convolutions), which it converts to
+  calls no runtime has (:mod:`.tflite_space_batch`).
 
 An operator whose conversion fails raises :class:`OperatorConversionError`, naming it.
 
@@ -26,11 +29,13 @@ import numpy as np
 import tflite
 import tvm
 from tflite.Conv3DOptions import Conv3DOptions
+from tflite.GeluOptions import GeluOptions
 from tflite.TransposeConvOptions import TransposeConvOptions
 from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter, to_int_list
 
 from simpletvm.models import tflite_mediapipe as mediapipe
+from simpletvm.models import tflite_space_batch as space_batch
 from simpletvm.models import tflite_transpose_conv as transpose_conv
 from simpletvm.models.tflite_sparse import densify
 from simpletvm.relax_ir import static_shape
@@ -167,6 +172,45 @@ class Converter(OperatorConverter):
         data, axis = self.get_input_tensors(op)
         axis = int(np.asarray(self.get_tensor_value(axis)).flat[0])
         return relax.op.expand_dims(self.get_tensor_expr(data), axis)
+
+    def convert_gelu(self, op):
+        """GELU, in its tanh form when the operator says ``approximate``."""
+        options = GeluOptions()
+        if op.BuiltinOptions() is not None:
+            options.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        if self.is_quantized(op) or op.BuiltinOptions() is None or not options.Approximate():
+            return super().convert_gelu(op)
+        (data,) = self.get_input_tensors(op)
+        x = self.get_tensor_expr(data)
+        dtype = self.get_tensor_type_str(data.tensor.Type())
+
+        def const(value):
+            return relax.const(value, dtype)
+
+        cubic = relax.op.multiply(const(0.044715), relax.op.multiply(x, relax.op.multiply(x, x)))
+        inner = relax.op.multiply(const(float(np.sqrt(2.0 / np.pi))), relax.op.add(x, cubic))
+        half = relax.op.multiply(const(0.5), x)
+        return relax.op.multiply(half, relax.op.add(const(1.0), relax.op.tanh(inner)))
+
+    def convert_space_to_batch_nd(self, op):
+        data, block, paddings = self.get_input_tensors(op)
+        expr, shape = self._static_input(data)
+        return space_batch.space_to_batch(
+            expr,
+            shape,
+            to_int_list(self.get_tensor_value(block)),
+            self.get_tensor_value(paddings).tolist(),
+        )
+
+    def convert_batch_to_space_nd(self, op):
+        data, block, crops = self.get_input_tensors(op)
+        expr, shape = self._static_input(data)
+        return space_batch.batch_to_space(
+            expr,
+            shape,
+            to_int_list(self.get_tensor_value(block)),
+            self.get_tensor_value(crops).tolist(),
+        )
 
     # -- custom operators --------------------------------------------------------------
 
