@@ -67,3 +67,38 @@ def with_cores(target, cores: int):
     import tvm
 
     return tvm.target.Target({**target.tvm_target().export(), "num-cores": cores})
+
+
+def make_expand_dims_tflite(path):
+    """A TFLite flatbuffer written field by field (no converter): ``y = expand_dims(x,
+    1)``, ``x`` float32 (1, 4), ``y`` (1, 1, 4). TVM 0.27's conversion of EXPAND_DIMS
+    fails on any model (it passes Relax's ``expand_dims`` an argument it does not take)."""
+    import numpy as np
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = schema.ModelT()
+    model.version = 3
+    code = schema.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.EXPAND_DIMS
+    model.operatorCodes = [code]
+    axis = schema.BufferT()
+    axis.data = list(np.array([1], "int32").tobytes())
+    model.buffers = [schema.BufferT(), axis]
+    subgraph = schema.SubGraphT()
+    subgraph.tensors = []
+    for name, shape, dtype, buffer in (
+        ("x", [1, 4], schema.TensorType.FLOAT32, 0),
+        ("axis", [1], schema.TensorType.INT32, 1),
+        ("y", [1, 1, 4], schema.TensorType.FLOAT32, 0),
+    ):
+        tensor = schema.TensorT()
+        tensor.name, tensor.shape, tensor.type, tensor.buffer = name, shape, dtype, buffer
+        subgraph.tensors.append(tensor)
+    operator = schema.OperatorT()
+    operator.opcodeIndex, operator.inputs, operator.outputs = 0, [0, 1], [2]
+    subgraph.operators = [operator]
+    subgraph.inputs, subgraph.outputs = [0], [2]
+    model.subgraphs = [subgraph]
+    path.write_bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    return path

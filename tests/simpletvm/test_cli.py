@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import onnxruntime as ort
 import pytest
+from model_factories import make_expand_dims_tflite
 from typer.testing import CliRunner
 
 from simpletvm import BenchmarkingContext
@@ -236,6 +237,31 @@ def test_a_step_failing_on_the_model_exits_1_naming_the_step(
     )
     assert found, text
     assert "Traceback" in open(found.group(1)).read()
+
+
+def test_tvms_frontend_failing_on_a_valid_model_exits_1_naming_the_operator(
+    store, tmp_path, monkeypatch
+):
+    from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
+
+    from simpletvm.models.tflite_converter import Converter
+
+    # TVM's own conversion of EXPAND_DIMS, which fails on every model
+    monkeypatch.setattr(Converter, "convert_expand_dims", OperatorConverter.convert_expand_dims)
+    path = make_expand_dims_tflite(tmp_path / "expand.tflite")
+    result = invoke("compile", path, "--records", "none", "-o", tmp_path / "out", "--store", store)
+    assert result.exit_code == ExitCode.FAILED == 1, result.output
+    text = flat(result)
+    found = re.search(
+        r"error: the from_model step failed on the model: TVM's TFLite frontend failed on "
+        r"operator EXPAND_DIMS \(output tensor 'y'\) of \S+expand\.tflite: TypeError: .*"
+        r"not the model's.*\(the full traceback is in (\S+run\.log)\)",
+        text,
+    )
+    assert found, text
+    assert "Traceback" not in result.output and "builtin operators only" not in text
+    log = open(found.group(1)).read()
+    assert "in convert_expand_dims" in log and "BlockBuilder destroyed" in log
 
 
 def test_ctrl_c_exits_130(store, monkeypatch):
