@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,3 +187,13 @@ def unsupported_operators_error(
     return ModelImportError(
         f"TVM cannot import {source} ({described_format}): unsupported operators {listed}. {advice}"
     )
+
+
+def release_frontend(error: BaseException | None) -> None:
+    """Drop the locals of the frames ``error`` and its causes left, TVM's frontend among
+    them: its block builder, left with a block open, warns when it is destroyed, and would
+    do so on the terminal once the step that caught its output had ended."""
+    while error is not None:
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    gc.collect()  # the converter and its builder refer to each other

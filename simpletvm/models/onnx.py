@@ -11,9 +11,11 @@ from simpletvm.models.base import (
     InputDims,
     TensorSpec,
     normalize_shapes,
+    release_frontend,
     static_shapes,
     unsupported_operators_error,
 )
+from simpletvm.models.onnx_fold import fold_shape_arithmetic
 from simpletvm.models.onnx_rewrite import rewrite_for_import
 from simpletvm.relax_ir import static_shape
 
@@ -60,8 +62,9 @@ def relax_from_onnx(
 ) -> ImportedModel:
     """Convert an in-memory ``onnx.ModelProto``; weights become Relax constants.
 
-    The model is first rewritten (a copy; :func:`~.onnx_rewrite.rewrite_for_import`) so
-    Clip and Pad import as Relax ops a layout conversion can see through.
+    The model is first rewritten (a copy): its size arithmetic computed at the input
+    shapes (:func:`~.onnx_fold.fold_shape_arithmetic`), and Clip and Pad made Relax ops a
+    layout conversion can see through (:func:`~.onnx_rewrite.rewrite_for_import`).
     """
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
@@ -77,9 +80,10 @@ def relax_from_onnx(
         )
     shapes = static_shapes([_input_dims(vi) for vi in graph_inputs], given, batch_size, source)
     inputs = [TensorSpec(vi.name, shapes[vi.name], _dtype(vi)) for vi in graph_inputs]
-    model = erfc_as_erf(model)
+    model, folded = fold_shape_arithmetic(erfc_as_erf(model), shapes)
     refuse_unsupported_operators(model, source)
     model, rewrites = rewrite_for_import(model)
+    rewrites["folded"] = folded
     try:
         model = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001 - inference is only a convenience for output shapes
@@ -92,6 +96,7 @@ def relax_from_onnx(
             keep_params_in_input=False,
         )
     except Exception as error:  # TVM raises many types; all mean "cannot import"
+        release_frontend(error)
         raise ModelImportError(
             f"TVM's ONNX frontend cannot import {source} (opset {_opset(model)}): "
             f"{type(error).__name__}: {error}. Try another opset when exporting (13 to "

@@ -8,9 +8,7 @@ built-in models come this way too (:func:`keras_to_tflite`).
 from __future__ import annotations
 
 import functools
-import gc
 import os
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from simpletvm.models.base import (
     InputDims,
     TensorSpec,
     normalize_shapes,
+    release_frontend,
     static_shapes,
     unsupported_operators_error,
 )
@@ -132,7 +131,7 @@ def relax_from_tflite(
             op_converter=converter,
         )
     except OperatorConversionError as failure:
-        _release_frontend(failure)
+        release_frontend(failure)
         raise FrontendError(
             f"TVM's TFLite frontend failed on operator {failure.operator} (output tensor "
             f"{failure.tensor!r}) of {source}: {error_gist(failure.cause)}. TVM converts "
@@ -142,7 +141,7 @@ def relax_from_tflite(
             failure.operator,
         ) from failure
     except Exception as error:  # TVM raises many types; all mean "cannot import"
-        _release_frontend(error)
+        release_frontend(error)
         raise ModelImportError(
             f"TVM's TFLite frontend cannot import {source} (TFLite): "
             f"{type(error).__name__}: {error}. {_ADVICE}"
@@ -206,16 +205,6 @@ def _reordered(mod, input_order: list[int] | None, output_order: list[int] | Non
     reordered = mod.clone()
     reordered["main"] = relax.Function(params, body, ret_ty, main.is_pure, main.attrs)
     return relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(reordered))
-
-
-def _release_frontend(error: BaseException | None) -> None:
-    """Drop the locals of the frames ``error`` and its causes left, TVM's frontend among
-    them: its block builder, left with a block open, warns when it is destroyed, and would
-    do so on the terminal once the step that caught its output had ended."""
-    while error is not None:
-        traceback.clear_frames(error.__traceback__)
-        error = error.__cause__ or error.__context__
-    gc.collect()  # the converter and its builder refer to each other
 
 
 def refuse_unsupported_operators(converter, model, source: str) -> None:

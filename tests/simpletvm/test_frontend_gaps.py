@@ -1,8 +1,8 @@
 """Where TVM's frontends or the converters before them fall short, and what the importers
-do about it: operators converted in their place, a frontend's failure on a valid model
-named (not called bad input), both reasons when a Keras model fails both routes, the
-converters' own log kept off the terminal, and a Keras model's inputs and outputs in
-its own order."""
+do about it: operators converted in their place, an ONNX graph's size arithmetic
+computed at import, a frontend's failure on a valid model named (not called bad input),
+both reasons when a Keras model fails both routes, the converters' own log kept off the
+terminal, and a Keras model's inputs and outputs in its own order."""
 
 from __future__ import annotations
 
@@ -90,6 +90,40 @@ def test_erfc_left_by_tf2onnx_is_imported(store):
     got = untuned(store, model).run(x)
     np.testing.assert_allclose(got, np.vectorize(math.erfc)(x), rtol=1e-5, atol=1e-6)
     assert model.SerializeToString() == before and isinstance(model, onnx.ModelProto)
+
+
+def test_size_arithmetic_of_an_unknown_batch_is_computed_at_import(store):
+    """As tf2onnx writes a model whose batch was left unknown: pads from a Split of a
+    constant (TVM: "Dynamic pads are not supported yet"), a Reshape to the input's batch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def constant(name, values):
+        return helper.make_node(
+            "Constant", [], [name], value=numpy_helper.from_array(np.array(values, np.int64))
+        )
+
+    nodes = [
+        constant("both", [0, 1, 0, 2]),
+        constant("halves", [2, 2]),
+        helper.make_node("Split", ["both", "halves"], ["first", "second"], axis=0),
+        helper.make_node("Concat", ["second", "first"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["padded"]),
+        helper.make_node("Shape", ["x"], ["batch"], start=0, end=1),
+        constant("rest", [-1]),
+        helper.make_node("Concat", ["batch", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["padded", "target"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "unknown_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    stvm = untuned(store, model)
+    x = np.arange(1, 4, dtype="float32").reshape(1, 3)
+    np.testing.assert_array_equal(stvm.run(x), np.pad(x, [(0, 0), (2, 1)]))
+    assert stvm.model.details["onnx_rewrites"]["folded"] == 4  # Split, Concat, Shape, Concat
 
 
 @pytest.mark.slow
