@@ -30,7 +30,14 @@ def _has_avx512() -> bool:
 # kind -> the LLVM CPU to build for (None: this host's)
 KINDS = {"avx512": None, "avx2": "znver3"} if _has_avx512() else {"host": None}
 CASES = [*GROUPS, "cnn"]
-EXPORTED = ["conv2d", "depthwise", "transposed2d", "transposed1d", "transposed3d", "pooling"]
+# the transposed convolutions, a representative rest, and the CNN through tf2onnx, whose
+# NCHW graph meets the compiler's layout conversion (its TFLite file imports as the
+# Keras route does)
+EXPORTED = [
+    (name, route)
+    for name in ("conv2d", "transposed2d", "transposed1d", "transposed3d", "pooling")
+    for route in ("tflite", "onnx")
+] + [("cnn", "onnx")]
 
 
 @dataclass
@@ -152,8 +159,7 @@ def test_keras_model_matches_keras(store, zoo, name, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("route", ["tflite", "onnx"])
-@pytest.mark.parametrize("name", [*EXPORTED, "cnn"])
+@pytest.mark.parametrize(("name", "route"), EXPORTED, ids=[f"{n}-{r}" for n, r in EXPORTED])
 def test_exported_file_matches_keras(store, zoo, exported, name, route):
     case = zoo(name)
     path = exported(route, name)
