@@ -230,8 +230,8 @@ def small_cnn():
 
 
 def randomize(model, rng: np.random.Generator) -> None:
-    """Random biases and normalization statistics (Keras starts them at 0 and 1, which
-    would leave their arithmetic untested); kernels keep their seeded initializers."""
+    """Random biases and normalization statistics (Keras starts them at zeros and ones,
+    which would leave their arithmetic untested); kernels keep their seeded initializers."""
     for variable in model.weights:
         name = variable.path.rsplit("/", 1)[-1]
         shape = tuple(variable.shape)
@@ -256,7 +256,7 @@ def build(name: str):
         outputs = group.layers(*inputs)
         model, labels = keras.Model(inputs, list(outputs.values())), list(outputs)
     randomize(model, rng)
-    # a spread wide enough for every activation's pieces (hard_sigmoid saturates at +-3)
+    # a spread wide enough for every piece of every activation (hard_sigmoid's saturation)
     arrays = [
         (2.0 * rng.standard_normal((1, *tensor.shape[1:]))).astype("float32")
         for tensor in model.inputs
