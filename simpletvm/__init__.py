@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from simpletvm.context import BenchmarkingContext, new_run_id
     from simpletvm.errors import (
         FlowError,
+        FrontendError,
         IncompatibleModuleError,
         ModelImportError,
         RunNotFoundError,
@@ -25,6 +26,7 @@ _HOMES = {
     "BenchmarkingContext": "simpletvm.context",
     "FlowError": "simpletvm.errors",
     "FlowState": "simpletvm.api",
+    "FrontendError": "simpletvm.errors",
     "IncompatibleModuleError": "simpletvm.errors",
     "ModelImportError": "simpletvm.errors",
     "RunNotFoundError": "simpletvm.errors",
@@ -38,6 +40,7 @@ __all__ = [  # the names of _HOMES, spelled out for linters and type checkers
     "BenchmarkingContext",
     "FlowError",
     "FlowState",
+    "FrontendError",
     "IncompatibleModuleError",
     "ModelImportError",
     "RunNotFoundError",

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from model_factories import make_expand_dims_tflite
 
-from simpletvm import BenchmarkingContext, ModelImportError, SimpleTVM
+from simpletvm import BenchmarkingContext, FrontendError, ModelImportError, SimpleTVM
 from simpletvm._process.native_output import VERBOSE_VARIABLE
-from simpletvm.errors import FrontendError
 
 
 def untuned(store, source) -> SimpleTVM:
