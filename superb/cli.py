@@ -378,10 +378,11 @@ def report(
     if "speedup" in the_report.aggregate.columns:
         console.print(
             "speed-up: the untuned twin's median over the tuned one's (below 1: tuning made "
-            "it slower); flag: slower beyond the timing's noise (a 95% interval, runs and "
-            "their calls resampled), or within it"
+            "it slower); flag: slower beyond the timing's noise (its 95% interval, runs and "
+            "their calls resampled, below 1), or within it"
             + (
-                "; one run a side cannot show the host's drift between runs: repetitions: 3"
+                "; one run a side cannot show the host's drift between runs "
+                "(repetitions: 3 in the grid does)"
                 if (the_report.aggregate["runs"] < 2).any()
                 else ""
             ),
