@@ -1059,7 +1059,7 @@ def _check_dtypes(arrays: dict, paths: dict, specs: list[dict]) -> None:
     for name, array in arrays.items():
         spec = by_name.get(name) or (specs[0] if specs and not name else None)
         if spec is None:
-            continue  # an unknown name: refused with the model's names
+            continue  # a module without input specs: nothing to hold it to
         wanted = spec.get("dtype", "float32")
         if str(array.dtype) != wanted:
             raise SimpleTVMError(

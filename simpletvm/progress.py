@@ -197,14 +197,14 @@ def spent_parts(
     (before the first stage), the search, the closing round, the round inside the model
     (``inside_s``), and the rest (closing the search, saving the cost model)."""
     own = [stage for stage in stages if stage["start"] >= started]
-    parts: dict[str, float] = {}
-    if own:
-        first = own[0]["start"]
-        closing = [stage for stage in own if stage.get("remeasure")]
-        search_end = closing[0]["start"] if closing else own[-1]["end"]
-        parts = {"preparing": first - started, "search": search_end - first}
-        if closing:
-            parts["closing_round"] = own[-1]["end"] - search_end
+    if not own:  # nothing left to measure: it all went to finding that out
+        return {"preparing": ended - started - (inside_s or 0.0), "in_model": inside_s or 0.0}
+    first = own[0]["start"]
+    closing = [stage for stage in own if stage.get("remeasure")]
+    search_end = closing[0]["start"] if closing else own[-1]["end"]
+    parts = {"preparing": first - started, "search": search_end - first}
+    if closing:
+        parts["closing_round"] = own[-1]["end"] - search_end
     if inside_s:
         parts["in_model"] = inside_s
     parts["finishing"] = max(0.0, ended - started - sum(parts.values()))
@@ -216,7 +216,7 @@ SPENT_WORDS = {
     "search": "searching",
     "closing_round": "timing the best records again",
     "in_model": "timing inside the model",
-    "finishing": "saving",
+    "finishing": "closing the search",
 }
 
 

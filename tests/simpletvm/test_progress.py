@@ -250,6 +250,9 @@ def test_where_the_time_went():
     }
     assert spent_text(parts, 60.0) == (
         "spent 1:00 of the 1:00 budget: 0:04 finding the tasks, 0:36 searching, "
-        "0:04 timing the best records again, 0:15 timing inside the model, 0:01 saving"
+        "0:04 timing the best records again, 0:15 timing inside the model, 0:01 closing "
+        "the search"
     )
     assert spent_text({"preparing": 0.2, "search": 9.0}, None) == "spent 0:09: 0:09 searching"
+    # every task spent before (a run resumed): no stage, the time went to finding that out
+    assert spent_parts(200.0, 203.0, stages, inside_s=None) == {"preparing": 3.0, "in_model": 0}
