@@ -144,7 +144,9 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     lines = done.stdout.splitlines()
     # piped: plain progress lines as it goes (not one line at the end), each whole
     progress = [line for line in lines if line.startswith(f"tuning {tiny_onnx.name}: ")]
-    assert len(progress) >= 3, done.stdout
+    assert len(progress) >= 4, done.stdout
+    *progress, spent = progress  # the last line: where the time went
+    assert re.fullmatch(r"tuning \S+: spent \d+:\d\d of the 0:03 budget: .+", spent), lines
     for line in progress[:-1]:
         assert re.fullmatch(
             r"tuning \S+: \d+ trials, (\d+ of \d+ tasks measured(, those sum "
