@@ -39,11 +39,13 @@ METADATA_FILE = "metadata.json"
 # autotune() times tuned kernels inside the model after a search (or within a minutes
 # budget) this long: the round's two builds and their timing take tens of seconds
 IN_MODEL_AFTER_S = 60.0
-# what a minutes budget keeps for that round, at most half the budget: on a 2-core host
-# it took 11-23 s on MobileNetV2 and ResNet-18 with its two builds at once, 27-31 s on
-# ResNet-18 when its choices mixed both builds and it built and timed that mix too
-# (BENCHMARKS.md)
-IN_MODEL_EXPECTED_S = 30.0
+# what a minutes budget keeps for that round, at most half the budget: a base and a share
+# per kernel of the model, for the round builds the model twice (and a mix of both at
+# times), checking each kernel's new schedules against TVM's naive ones the first time
+# (compiler/build.py). On a 2-core host the round took 14 s on a 5-kernel CNN in a fresh
+# store and 34 s on MobileNetV2 (0.35, 64x64: 33 kernels, its defaults checked before)
+IN_MODEL_BASE_S = 10.0
+IN_MODEL_PER_KERNEL_S = 1.0
 
 
 class FlowState(StrEnum):
@@ -226,9 +228,12 @@ class SimpleTVM:
         ``in_model``: after the search, time each tuned kernel against the schedule
         chosen before it inside the model (:meth:`choose_in_model`); by default when the
         model runs on this machine's CPU and the search took (or ``minutes`` gives it) a
-        minute or more. A ``minutes`` budget keeps the round's time (about 30 s, at most
-        half the budget): the search ends that much earlier.
+        minute or more. A ``minutes`` budget covers autotune()'s whole wait from its call:
+        finding the tasks, the search, its closing round and the round inside the model,
+        whose time it keeps (:meth:`in_model_reserve_s`): the search ends that much
+        earlier. Where the time went is in ``tuning_summary["spent_s"]``.
         """
+        budget_started = time.time()
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
         options = TuningOptions.from_mapping(
             dict(
@@ -255,13 +260,14 @@ class SimpleTVM:
                 if isinstance(progress, TuningProgress)
                 else TuningProgress(self._display_name(), minutes)
             )
-        started = time.monotonic()
         with display if display is not None else nullcontext():
             with self.context.step("autotune") as step, self._profiling_tracker() as tracker:
                 self.context.record_parameters("autotune", **options.to_dict())
                 address = tracker.address if tracker is not None else None
                 device_key = self.context.device_key or (tracker.key if tracker else "local")
-                job = self.tuning_job(options, address, device_key, after_s=after_s)
+                job = self.tuning_job(
+                    options, address, device_key, after_s=after_s, budget_started=budget_started
+                )
                 if display is None:
                     job.run(on_stage)
                 else:
@@ -273,9 +279,22 @@ class SimpleTVM:
                 step["trials"] = job.trials
                 if after_s:
                     step["kept_for_in_model_s"] = after_s
-            if self.in_model_due(in_model, minutes, time.monotonic() - started):
+            inside_s = None
+            if self.in_model_due(in_model, minutes, time.time() - budget_started):
                 self.time_in_model_after_search(strict=in_model is True, display=display)
+                inside_s = self.context.steps[-1]["duration_s"]
+            self._record_spent(budget_started, minutes, inside_s, display)
         return self
+
+    def _record_spent(self, started: float, minutes: float | None, inside_s, display) -> None:
+        """Where autotune()'s wait went, in its summary and the context (and the
+        display's last line): the budget covers it all."""
+        from simpletvm.progress import spent_parts, spent_text
+
+        parts = spent_parts(started, time.time(), self.context.stages, inside_s)
+        self.tuning_summary["spent_s"] = self.context.tuning["spent_s"] = parts
+        if display is not None:
+            display.finish(spent_text(parts, None if minutes is None else minutes * 60))
 
     def in_model_reserve_s(
         self, minutes: float | None, in_model: bool | None = None, *, devices_here: bool = False
@@ -285,8 +304,14 @@ class SimpleTVM:
         :meth:`in_model_due`."""
         if minutes is None or not self._targets_this_cpu(devices_here):
             return 0.0  # no budget to keep it in, or a round this machine cannot time
-        planned = self.in_model_due(in_model, minutes, 0.0, devices_here=devices_here)
-        return min(IN_MODEL_EXPECTED_S, minutes * 30) if planned else 0.0
+        if not self.in_model_due(in_model, minutes, 0.0, devices_here=devices_here):
+            return 0.0
+        import tvm
+
+        kernels = sum(
+            isinstance(func, tvm.tirx.PrimFunc) for _, func in self._forms.default.functions_items()
+        )
+        return min(IN_MODEL_BASE_S + IN_MODEL_PER_KERNEL_S * kernels, minutes * 30)
 
     def in_model_due(
         self,
@@ -333,7 +358,13 @@ class SimpleTVM:
                 display.then("not timed inside the model")
             return
         if display is not None:
-            display.then(f"timed inside the model: estimate {self.in_model.chosen_model_ms:.3f} ms")
+            from simpletvm.progress import ms_text
+
+            kernels = ms_text(self.tuning_summary["estimated_latency_s"])
+            display.then(
+                f"timed inside the model: {ms_text(self.in_model.chosen_model_ms / 1e3)} ms, "
+                f"the model as a whole (its kernels timed alone: {kernels} ms)"
+            )
 
     def choose_in_model(self, records: str = "run", *, devices_here: bool = False) -> SimpleTVM:
         """Time each task's fastest record against the schedule chosen before it (at
@@ -405,6 +436,7 @@ class SimpleTVM:
         device_key: str | DeviceGrant = "local",
         buffer_records: bool = False,
         after_s: float = 0.0,
+        budget_started: float | None = None,
     ):
         """The TuningJob autotune() runs, profiling on ``device_key`` servers of
         ``tracker`` (None: on this machine, in a local runner); a scheduler drives the
@@ -413,7 +445,8 @@ class SimpleTVM:
         the job's records wait in ``job.records`` (a
         :class:`~.tuning.records.RecordBuffer`) for the caller to drain and hand to the
         store's single writer. ``after_s``: seconds of a ``minutes`` budget kept for what
-        follows the job."""
+        follows the job; ``budget_started``: when the budget began (default: at the
+        job's first stage)."""
         self._require("tuning_job()", FlowState.IMPORTED, FlowState.BUILT)
         from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.remote.runner import DeviceRunner, rpc_runner
@@ -444,6 +477,7 @@ class SimpleTVM:
             run_id=self.context.run_id,
             cost_model_file=self.store.cost_model_path(tvm_target_key(self.target.tvm_target())),
             after_s=after_s,
+            budget_started=budget_started,
         )
         self.context.model["num_tasks"] = len(job.tasks)
         return job
@@ -926,12 +960,17 @@ class SimpleTVM:
             )
         arrays = []
         for spec, value in zip(specs, values):
-            array = np.ascontiguousarray(value, dtype=spec.dtype)
+            array = np.asarray(value)
             if tuple(array.shape) != tuple(spec.shape):
                 raise ValueError(
                     f"input {spec.name!r} must have shape {spec.shape}, got {array.shape}"
                 )
-            arrays.append(array)
+            if array.dtype != np.dtype(spec.dtype):  # refused as TFLite and ONNX Runtime do
+                raise ValueError(
+                    f"input {spec.name!r} must be {spec.dtype}, got {array.dtype}: "
+                    f"convert it first (array.astype({spec.dtype!r}))"
+                )
+            arrays.append(np.ascontiguousarray(array))
         return arrays
 
 

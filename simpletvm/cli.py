@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import math
 import os
@@ -37,7 +38,6 @@ from simpletvm.cli_options import (
     flags_without_type,
 )
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c, relay_ctrl_c
-from simpletvm.extras import install_hint
 
 flags_without_type()
 app = typer.Typer(
@@ -59,10 +59,14 @@ _active_contexts: list = []  # the BenchmarkingContext of the command running, i
 
 
 def _command(*args, **kwargs):
-    """``app.command``, with errors turned into one line and their exit code."""
+    """``app.command``, with errors turned into one line and their exit code; the help
+    is the docstring, each paragraph one line for the terminal to wrap at its width
+    (Typer keeps a docstring's line breaks: sentences broken mid-way)."""
 
     def register(function):
-        return app.command(*args, **kwargs)(_guarded(function))
+        paragraphs = inspect.cleandoc(function.__doc__ or "").split("\n\n")
+        text = "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+        return app.command(*args, help=text, **kwargs)(_guarded(function))
 
     return register
 
@@ -84,7 +88,7 @@ def _guarded(function):
                 return function(*args, **kwargs)
         except typer.Exit as done:
             if done.exit_code == ExitCode.BAD_INPUT:
-                _discard_refused_run()
+                _discard_refused_run(done.__cause__)
             elif done.exit_code == ExitCode.WRONG_ANSWER:
                 _save_failed_run()  # the build ran: its run shows what it answered
             raise
@@ -99,7 +103,7 @@ def _guarded(function):
         except SimpleTVMError as error:
             refusal = _refuse(_console(stderr=True), error)
             if refusal.exit_code == ExitCode.BAD_INPUT:
-                _discard_refused_run()
+                _discard_refused_run(error)
             else:
                 _save_failed_run()
             raise refusal from error
@@ -153,7 +157,11 @@ def _native_output_to_the_log():
     os.close(handle)
     try:
         with redirected(caught, keep_python=True):
-            yield
+            try:
+                yield
+            except BaseException as error:
+                _let_go(error)
+                raise
     finally:
         text = Path(caught).read_bytes()
         Path(caught).unlink(missing_ok=True)
@@ -163,12 +171,51 @@ def _native_output_to_the_log():
                 log.write(text)
 
 
-def _discard_refused_run() -> None:
+def _let_go(error: BaseException) -> None:
+    """Free what the frames of a failed call held, while native output is still caught:
+    a converter that gave up leaves objects whose destructors print (TVM's
+    ``BlockBuilder destroyed with remaining blocks!``), at exit otherwise, on the
+    terminal. The traceback keeps its lines for the log."""
+    import gc
+
+    seen = error
+    while seen is not None:
+        traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
+    gc.collect()
+
+
+def _discard_refused_run(error: BaseException | None = None) -> None:
     """A command refused its input (exit 2): its run keeps nothing worth listing, unless
-    it measured tuning candidates already (their records are in the store, under it)."""
+    it measured tuning candidates already (their records are in the store, under it), or
+    its import read the model and failed on it: that run stays, failed, its log holding
+    what the converters printed and the traceback."""
     for ctx in _active_contexts:
-        if not ctx.stages and "module" not in ctx.artifacts:
+        if _import_failed(ctx):
+            ctx.status = "failed"
+            if error is not None:
+                ctx.logger.error("the import failed", exc_info=error)
+            ctx.save()
+            _console(stderr=True).print(
+                f"(what the import did, its traceback included: {ctx.store.log_path(ctx.run_id)})",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif not ctx.stages and "module" not in ctx.artifacts:
             ctx.discard()
+
+
+def _import_failed(ctx) -> bool:
+    """The run's import step failed on a model it found (not on a path naming none)."""
+    if not any(s["step"] == "from_model" and s["status"] == "error" for s in ctx.steps):
+        return False
+    from simpletvm.models import detect_format
+
+    try:
+        detect_format(ctx.parameters.get("from_model", {}).get("source", ""))
+    except Exception:  # noqa: BLE001 - no model there: nothing was imported
+        return False
+    return True
 
 
 def _save_failed_run() -> None:
@@ -260,10 +307,12 @@ def quickstart(
     seed: int = typer.Option(0, help="seed for weights and search"),
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
-    """Import a built-in model, measure it untuned, autotune it for a few minutes, build,
-    save and measure it again, on this machine's CPU; then time it side by side with
-    TFLite (XNNPACK) on the same input when TensorFlow is installed. Prints where the
-    run's results are."""
+    """Tune a built-in model and time it against untuned and TFLite.
+
+    Imports a built-in model, measures it untuned, autotunes it, builds, saves and
+    measures it again, on this machine's CPU; then times it side by side with TFLite
+    (XNNPACK) on the same input when TensorFlow is installed. Prints where the run's
+    results are."""
     from rich.logging import RichHandler
     from rich.table import Table
 
@@ -317,11 +366,10 @@ def quickstart(
         )
     console.print(table)
     _print_unchecked(console, tuned)
-    tuning_s = ctx.step_durations().get("autotune", 0.0)
     verdict = tuning_verdict(float(_ms(untuned["median_ms"])), float(_ms(tuned["median_ms"])))
     console.print(
         f"{verdict} (median) after {summary['trials']} trials over {summary['num_tasks']} "
-        f"tasks in {tuning_s:.0f} s; {_estimate_text(summary)}"
+        f"tasks in {_tuning_time(summary)}; {_estimate_text(summary)}"
     )
     _print_skipped(console, summary)
     _compare_with_tflite(console, stvm, model, options, untuned_module)
@@ -476,7 +524,10 @@ HIDDEN_KINDS = ("run",)  # runs `simpletvm runs` lists with --all only
 def runs(
     store: Path | None = typer.Option(None, help=STORE_HELP),
     all_runs: bool = typer.Option(
-        False, "--all", help="include runs of saved modules (`simpletvm run` that failed)"
+        False,
+        "--all",
+        help="include runs that recorded nothing and runs of saved modules "
+        "(`simpletvm run` that failed)",
     ),
     json_output: bool = typer.Option(False, "--json", help="print the list as JSON"),
     prune: bool = typer.Option(
@@ -484,82 +535,42 @@ def runs(
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="prune without asking"),
 ) -> None:
-    """List the runs in the store: id, kind (the command that made it), status, model,
-    latency (the evaluation's median, or a benchmark's tuned median) and date."""
+    """List the runs in the store.
+
+    Each run's id, kind (the command that made it), status, model, latency (the
+    evaluation's median, or a benchmark's tuned median) and date, oldest first. Runs
+    that recorded nothing (a context made in Python and never saved) are listed with
+    --all only, after the others."""
     import json
 
+    from simpletvm.context import describe_run
     from simpletvm.store import RunStore
 
     run_store = RunStore(store)
-    listed = [_run_row(run_store, run_id) for run_id in run_store.run_ids()]
-    listed.sort(key=lambda row: row["created_at"] or "")
+    listed = [describe_run(run_store, run_id) for run_id in run_store.run_ids()]
+    listed.sort(key=lambda row: (row["status"] == "empty", row["created_at"] or ""))
     if prune:
         _prune(run_store, listed, yes)
         return
+    hidden = []
     if not all_runs:
-        listed = [row for row in listed if row["kind"] not in HIDDEN_KINDS]
+        hidden = [r for r in listed if r["kind"] in HIDDEN_KINDS or r["status"] == "empty"]
+        listed = [row for row in listed if row not in hidden]
     if json_output:
         print(json.dumps(listed, indent=2))
         return
     _print_runs(run_store, listed)
-
-
-def _run_row(run_store, run_id: str) -> dict:
-    """What the list shows of one run, from its context.json (a run without one is
-    "empty": it never got as far as saving)."""
-    import json
-
-    path = run_store.context_path(run_id)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = None
-    if data is None:
-        return {
-            "run_id": run_id,
-            "kind": None,
-            "status": "empty",
-            "model": None,
-            "latency_ms": None,
-            "created_at": None,
-            "tasks": None,
-            "trials": None,
-        }
-    status = data.get("status") or (
-        "failed" if any(s.get("status") == "error" for s in data.get("steps", [])) else "ok"
-    )
-    if status == "running" and not _alive(data.get("pid"), data.get("host", {})):
-        status = "interrupted"  # its process is gone: killed before it could say so
-    evaluation = data.get("evaluation") or {}
-    benchmark = (data.get("results") or {}).get("benchmark") or {}
-    latency = evaluation.get("median_ms", benchmark.get("tuned_median_ms"))
-    model = data.get("model") or {}
-    return {
-        "run_id": run_id,
-        "kind": data.get("kind") or ("tune" if data.get("tuning") else "python"),
-        "status": status,
-        "model": model.get("source"),
-        "latency_ms": latency,
-        "created_at": data.get("created_at"),
-        "tasks": model.get("num_tasks"),
-        "trials": (data.get("tuning") or {}).get("trials"),
-    }
-
-
-def _alive(pid, host: dict) -> bool:
-    """Whether the process that saved a run as running still runs (on this host; a run
-    of another host is taken at its word)."""
-    import socket
-
-    if not pid or host.get("hostname") not in (None, socket.gethostname()):
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, OverflowError):
-        return True
-    return True
+    empty = sum(row["status"] == "empty" for row in hidden)
+    unlisted = [
+        f"{count} {what}"
+        for count, what in (
+            (empty, "that recorded nothing (--prune removes them)"),
+            (len(hidden) - empty, "of saved modules"),
+        )
+        if count
+    ]
+    if unlisted:
+        _console().print(f"not listed: {'; '.join(unlisted)}; --all lists them", highlight=False)
 
 
 def _print_runs(run_store, rows: list[dict]) -> None:
@@ -792,6 +803,29 @@ def _print_unchecked(console, answers: dict) -> None:
         console.print(f"(answers not checked: {why})", highlight=False, soft_wrap=True)
 
 
+def _print_budget(console, stvm, minutes: float) -> None:
+    """What a --minutes budget covers, said before anything runs."""
+    inside = stvm.in_model_due(None, minutes, 0.0)
+    console.print(
+        f"budget   {_clock(minutes * 60)} of tuning from the end of the import (not "
+        f"counted): finding the tasks, the search, its closing round"
+        + (" and the timing inside the model" if inside else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _clock(seconds: float) -> str:
+    from simpletvm.progress import clock_text
+
+    return clock_text(seconds)
+
+
+def _tuning_time(summary: dict) -> str:
+    """autotune()'s whole wall time, the round inside the model included."""
+    return _clock(sum(summary["spent_s"].values()))
+
+
 def _tuning_progress(console, model: str, minutes: float | None):
     """The tuning job's progress on ``console`` (:mod:`simpletvm.progress`, as
     ``autotune(progress=True)`` shows it): a live line on a terminal, plain whole lines
@@ -823,15 +857,20 @@ def tune(
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
     log_tasks: bool = typer.Option(False, "--log-tasks", help="print a line per finished task"),
 ) -> None:
-    """Autotune a model; its records go to the run store under a new run id (and to the
-    global database), for `simpletvm compile MODEL --records RUN_ID`. With --tracker,
-    candidates are profiled on the tracker's servers of --device-key."""
+    """Autotune a model within --minutes; prints its run id.
+
+    Its records go to the run store under a new run id (and to the global database),
+    for `simpletvm compile MODEL --records RUN_ID`. --minutes covers the whole tuning
+    from the end of the import: the search and the timing inside the model after it.
+    With --tracker, candidates are profiled on the tracker's servers of --device-key."""
     from simpletvm.errors import SimpleTVMError
 
     remote = _remote(tracker, device_key)
     console, ctx, stvm = _session(
         store, target, log_tasks, remote, device_key, kind="tune", threads=threads
     )
+    if minutes is not None:
+        _print_budget(console, stvm, minutes)
     try:
         stvm.from_model(model, **_model_options(model, input_shape, image_size))
         ctx.status = "running"
@@ -852,7 +891,8 @@ def tune(
     summary = stvm.tuning_summary
     console.print(
         f"{summary['trials']} trials over {summary['num_tasks']} tasks in "
-        f"{ctx.step_durations().get('autotune', 0):.0f} s; {_estimate_text(summary)}",
+        f"{_tuning_time(summary)} (the import before it: "
+        f"{_clock(ctx.step_durations().get('from_model', 0))}); {_estimate_text(summary)}",
         soft_wrap=True,
     )
     _print_skipped(console, summary)
@@ -877,8 +917,10 @@ def compile_model(
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
     tolerance: float | None = TOLERANCE_OPTION,
 ) -> None:
-    """Build a model with tuning records, check its answers against the model's own
-    framework on one random input, and save it (model.so + metadata.json)."""
+    """Build a model with records, check its answers, save it.
+
+    The answers are checked against the model's own framework on one random input; the
+    module is saved as model.so + metadata.json."""
     from simpletvm.errors import SimpleTVMError
 
     console, ctx, stvm = _session(store, target, kind="compile", threads=threads)
@@ -969,8 +1011,10 @@ def run_module(
     store: Path | None = typer.Option(None, help=STORE_HELP),
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
 ) -> None:
-    """Run a compiled module on inputs saved with numpy.save, here or, with --tracker, on
-    a server of --device-key. Makes no run in the store (the module's is its run)."""
+    """Run a compiled module on inputs saved with numpy.save.
+
+    Here or, with --tracker, on a server of --device-key. Each input must have the
+    model's shape and dtype. Makes no run in the store (the module's is its run)."""
     import json
 
     import numpy as np
@@ -1002,6 +1046,7 @@ def run_module(
                 f"model's inputs are {expected} (-i NAME=x.npy)"
             )
         arrays = {name: _load_array(path) for name, path in named.items()}
+        _check_dtypes(arrays, named, metadata.get("inputs", []))
         stvm.load(metadata["run_id"], directory=module)
         result = stvm.run(arrays.get("") if list(arrays) == [""] else arrays)
     except (SimpleTVMError, ValueError, OSError) as error:
@@ -1023,6 +1068,24 @@ def run_module(
     else:
         np.savez(output, *results)
         console.print(f"wrote {output} ({len(results)} outputs)")
+
+
+def _check_dtypes(arrays: dict, paths: dict, specs: list[dict]) -> None:
+    """Refuse an input file whose dtype is not the model's input's, naming the fix (a
+    float64 array, numpy's default, into a float32 model)."""
+    from simpletvm.errors import SimpleTVMError
+
+    by_name = {spec["name"]: spec for spec in specs}
+    for name, array in arrays.items():
+        spec = by_name.get(name) or (specs[0] if specs and not name else None)
+        if spec is None:
+            continue  # a module without input specs: nothing to hold it to
+        wanted = spec.get("dtype", "float32")
+        if str(array.dtype) != wanted:
+            raise SimpleTVMError(
+                f"{paths[name]} holds {array.dtype}, the model's input {spec['name']!r} takes "
+                f"{wanted}: save it as {wanted} (np.save(path, x.astype({wanted!r})))"
+            )
 
 
 def _load_array(path: str):
@@ -1066,16 +1129,17 @@ def benchmark(
     threads: int | None = typer.Option(None, min=1, help=THREADS_HELP),
     tolerance: float | None = TOLERANCE_OPTION,
 ) -> None:
-    """Was tuning worth it here? The model untuned, tuned, and in ONNX Runtime or TFLite
-    when installed (for .onnx and .tflite files), timed side by side on one input, each
-    build's answers first checked against the model's own framework. With --tracker, the
-    two builds are timed on a server of --device-key (no peers there)."""
-    import numpy as np
+    """Time a model untuned, tuned and beside TFLite or ONNX Runtime.
 
+    Untuned, tuned, and in what runs the model's source (its own framework, TFLite for
+    a Keras or TFLite model, ONNX Runtime for an ONNX one, when installed), timed side
+    by side on one input: the median per call and the spread (p10-p90), each build's
+    answers first checked against the model's own framework. With --tracker, the two
+    builds are timed on a server of --device-key (no peers there)."""
     from simpletvm import SimpleTVM
     from simpletvm.errors import SimpleTVMError
     from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
-    from simpletvm.runtime.evaluation import random_inputs
+    from simpletvm.runtime.evaluation import random_inputs, summarize
     from simpletvm.store import RunStore
 
     remote = _remote(tracker, device_key)
@@ -1105,17 +1169,19 @@ def benchmark(
     except (SimpleTVMError, ValueError) as error:
         raise _refuse(console, error) from error
     if remote is None:
-        specs = builds["untuned"].model.inputs
-        example = random_inputs(specs)
+        imported = builds["untuned"].model
+        example = random_inputs(imported.inputs)
         runners = {name: simpletvm_runner(stvm, example[0]) for name, stvm in builds.items()}
         peer_threads = threads or builds["untuned"].target.spec.get("num-cores", 1)
-        runners.update(_peer_runners(console, model, specs, example, peer_threads))
+        runners.update(_peer_runners(console, imported, example, peer_threads))
         samples = time_side_by_side(runners, rounds, calls, warmup=3)
-        medians = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+        stats = {name: summarize(seconds) for name, seconds in samples.items()}
+        medians = {name: found["median_ms"] for name, found in stats.items()}
         _print_medians(
             console,
-            f"{model}: median per call from Python, {rounds} x {calls} calls in turns",
-            medians,
+            f"{model}: median and p10-p90 per call from Python (ms), "
+            f"{rounds} x {calls} calls in turns",
+            stats,
             tuned_name,
             answers,
         )
@@ -1155,19 +1221,33 @@ def _keep_benchmark(
 
 
 def _print_medians(
-    console, heading: str, medians: dict[str, float], tuned_name: str, answers: dict[str, dict]
+    console, heading: str, stats: dict[str, dict], tuned_name: str, answers: dict[str, dict]
 ) -> None:
-    """Each build's median, relative to the tuned one, and its error against the source
-    framework; then the verdict on tuning. The ratios and the verdict come from the
-    numbers printed, so they agree with them."""
-    printed = {name: _ms(median) for name, median in medians.items()}
+    """Each build's and peer's median, its spread (p10-p90), its ratio to the tuned
+    build's median and its error against the source framework, in aligned columns;
+    then the verdict on tuning. The ratios and the verdict come from the numbers
+    printed, so they agree with them."""
+    printed = {name: _ms(found["median_ms"]) for name, found in stats.items()}
     tuned = float(printed[tuned_name])
-    console.print(heading, highlight=False)
-    for name, median in printed.items():
-        checked = f"  {_answer_text(answers[name])}" if name in answers else ""
-        console.print(
-            f"  {name:<24} {median:>10} ms  {float(median) / tuned:>6.2f}x tuned{checked}"
+    rows = [
+        (
+            name,
+            f"{median} ms",
+            f"{_ms(stats[name]['p10_ms'])}-{_ms(stats[name]['p90_ms'])}",
+            f"{float(median) / tuned:.2f}x tuned",
+            _answer_text(answers[name]) if name in answers else "",
         )
+        for name, median in printed.items()
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    console.print(
+        f"{heading}; x tuned: over the tuned median (below 1: faster)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for row in rows:
+        cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:4], widths[1:]))]
+        console.print(f"  {'  '.join(cells)}  {row[4]}".rstrip(), highlight=False, soft_wrap=True)
     _print_unchecked(console, answers[tuned_name])
     console.print(tuning_verdict(float(printed["untuned"]), tuned))
 
@@ -1182,9 +1262,8 @@ def _benchmark_remotely(
         evaluation = stvm.evaluate(repeat=repeat, warmup=3, tolerance=tolerance).last_evaluation
         medians[name], where = evaluation["median_ms"], _where(evaluation["device"])
         answers[name] = evaluation
-    _print_medians(
-        console, f"{model}: median of {repeat} runs on {where}", medians, tuned_name, answers
-    )
+    heading = f"{model}: median and p10-p90 of {repeat} runs on {where} (ms)"
+    _print_medians(console, heading, answers, tuned_name, answers)
     return medians, answers
 
 
@@ -1197,31 +1276,16 @@ def _tuned_run(run_store, run_id: str) -> tuple[str, dict, str]:
     return source, {k: v for k, v in given.items() if v is not None}, run_id
 
 
-def _peer_runners(console, model: str, specs, example, threads: int) -> dict:
-    """ONNX Runtime for an .onnx file, TFLite for a .tflite file, when installed, on the
-    threads TVM uses."""
-    runners = {}
-    suffix = Path(model).suffix.lower()
-    if len(specs) != 1:
-        return runners
-    try:
-        if suffix == ".onnx":
-            from simpletvm.runtime.reference import onnxruntime_session
+def _peer_runners(console, model, example: list, threads: int) -> dict:
+    """What else runs the model (its own framework, TFLite for a Keras model that came in
+    through it: :func:`~simpletvm.runtime.reference.peers_for`), on the threads TVM
+    uses; a line for each that cannot run here, and why."""
+    from simpletvm.runtime.reference import peers_for
 
-            session = onnxruntime_session(model, threads)
-            name = session.get_inputs()[0].name
-            runners["onnxruntime"] = lambda: session.run(None, {name: example[0]})[0]
-        elif suffix == ".tflite":
-            from simpletvm.runtime.comparison import tflite_runner
-
-            runners["tflite"] = tflite_runner(Path(model).read_bytes(), example[0], threads)
-    except ImportError as error:  # optional: a plain install has neither
-        console.print(
-            f"({error.name} is not installed, so no peer timing: pip install "
-            f"{error.name}, or {install_hint('bench')})",
-            highlight=False,
-        )
-    return runners
+    found, missing = peers_for(model, threads)
+    for name, why in missing.items():
+        console.print(f"(no {name} timing: {why})", highlight=False, soft_wrap=True)
+    return {name: functools.partial(run, example) for name, run in found.items()}
 
 
 # ---- the tuning service: `simpletvm serve/submit/jobs/fetch` -----------------------
@@ -1241,7 +1305,7 @@ def _service_command(name: str, summary: str) -> None:
 
 
 for _name, _summary in (
-    ("serve", "Start the tuning service: jobs from many users, one scheduler (see --help)."),
+    ("serve", "Start a tuning service for many users (see --help)."),
     ("submit", "Submit a model to a tuning service (see --help)."),
     ("jobs", "List your jobs on a tuning service."),
     ("fetch", "Download a done job's module from a tuning service."),

@@ -12,7 +12,10 @@ THREADS_HELP = (
     "run (and tune) on this many threads (default: tune on the physical cores, "
     "run on the faster of every core and one)"
 )
-MINUTES_HELP = "wall-clock tuning budget"
+MINUTES_HELP = (
+    "wall-clock budget of the tuning, the timing inside the model after its search "
+    "included (not the import before it)"
+)
 VERBOSE_HELP = (
     "show native libraries' log lines (TVM, TensorFlow, TFLite) on the terminal; "
     "without it they go to the run's log"

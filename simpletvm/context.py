@@ -299,3 +299,64 @@ class BenchmarkingContext:
             )
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle), store=store)
+
+
+def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
+    """What a list of runs shows of one: id, kind, status, model, latency (the
+    evaluation's median, or a benchmark's tuned median), date, tasks and trials, from its
+    context.json. A run without one recorded nothing ("empty": a context made and used,
+    never saved), dated by its directory."""
+    try:
+        data = json.loads(store.context_path(run_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        try:
+            mtime = store.run_dir(run_id).stat().st_mtime
+            created = datetime.fromtimestamp(mtime, UTC).isoformat()
+        except OSError:
+            created = None
+        return {
+            "run_id": run_id,
+            "kind": None,
+            "status": "empty",
+            "model": None,
+            "latency_ms": None,
+            "created_at": created,
+            "tasks": None,
+            "trials": None,
+        }
+    status = data.get("status") or (
+        "failed" if any(s.get("status") == "error" for s in data.get("steps", [])) else "ok"
+    )
+    if status == "running" and not _alive(data.get("pid"), data.get("host", {})):
+        status = "interrupted"  # its process is gone: killed before it could say so
+    evaluation = data.get("evaluation") or {}
+    benchmark = (data.get("results") or {}).get("benchmark") or {}
+    model = data.get("model") or {}
+    return {
+        "run_id": run_id,
+        "kind": data.get("kind") or ("tune" if data.get("tuning") else "python"),
+        "status": status,
+        "model": model.get("source"),
+        "latency_ms": evaluation.get("median_ms", benchmark.get("tuned_median_ms")),
+        "created_at": data.get("created_at"),
+        "tasks": model.get("num_tasks"),
+        "trials": (data.get("tuning") or {}).get("trials"),
+    }
+
+
+def _alive(pid, host: dict) -> bool:
+    """Whether the process that saved a run as running still runs (on this host; a run
+    of another host is taken at its word)."""
+    import socket
+
+    if not pid or host.get("hostname") not in (None, socket.gethostname()):
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True
+    return True

@@ -10,7 +10,9 @@ measurement, the tasks not yet measured have no latency to count (TVM's default 
 is not timed), so the line says "n of m tasks measured, those sum to X ms"; from then
 on it says "estimate X ms", which only falls as the search finds faster schedules. In
 the closing round the search's estimate stays on the line while its best records are
-timed again; the final line gives the estimate that holds.
+timed again; the final line gives the estimate that holds. The ETA is the budget's end
+until the budget is over, and never moves earlier once shown. A last line says where
+the whole wait went (:func:`spent_parts`).
 
 Only the standard library and Rich load here: ``simpletvm.api`` imports this module
 when ``autotune(progress=True)`` asks for it.
@@ -106,28 +108,32 @@ class ProgressSnapshot:
         return "the iteration under way" if past else "finishing the current iteration"
 
     def eta(self) -> float | None:
-        """When the job is expected to end (the clock's seconds), from the budget and the
-        pace so far: each task still unmeasured needs one more iteration, at the
-        seconds an iteration has taken on average; None when there is no telling yet."""
+        """When the job is expected to end (the clock's seconds): the budget's end until
+        then, past it from the pace so far (each task still unmeasured needs one more
+        iteration, at the seconds an iteration has taken on average); without a budget
+        from the trials left at the pace so far; None when there is no telling yet."""
         if self.done:
             return self.now
-        if self.started_at is None or self.iterations == 0:  # no pace yet: the budget's end
-            return self.deadline if self.deadline is not None and self.deadline > self.now else None
+        if self.deadline is not None and self.now < self.deadline:
+            return self.deadline  # the budget bounds the wait: the plan ends there
+        if self.started_at is None or self.iterations == 0:  # no pace yet
+            return None
         per_iteration = self.elapsed_s / self.iterations
         if self.deadline is not None:
             # past the budget, the work left is the first iterations of unmeasured tasks
-            # (and the iteration under way); before it, the budget bounds the search
-            left_after = max(self.unmeasured, 1 if self.now >= self.deadline else 0)
-            return max(self.deadline, self.now + left_after * per_iteration)
+            # (and the iteration under way)
+            return self.now + max(self.unmeasured, 1) * per_iteration
         if math.isfinite(self.budget_trials) and self.trials:
             per_trial = self.elapsed_s / self.trials
             return self.now + max(0.0, self.budget_trials - self.trials) * per_trial
         return None
 
-    def text(self, now: float | None = None, overran: str | None = None) -> str:
+    def text(
+        self, now: float | None = None, overran: str | None = None, eta_floor: float | None = None
+    ) -> str:
         """One line: trials, the estimate as it stands, the time left or the reason the
-        job runs on, the ETA. ``now`` moves the clock on for a live display between
-        stages."""
+        job runs on, the ETA (no earlier than ``eta_floor``, the one shown before). ``now``
+        moves the clock on for a live display between stages."""
         snap = self if now is None else _moved(self, now)
         parts = [f"{snap.trials} trials", snap.estimate_text()]
         if snap.remeasuring and not snap.done:
@@ -136,7 +142,7 @@ class ProgressSnapshot:
                 f"{snap.remeasure_left} task{'s' if snap.remeasure_left != 1 else ''} "
                 "left"
             )
-        parts.append(snap.time_text(overran))
+        parts.append(snap.time_text(overran, eta_floor))
         return ", ".join(part for part in parts if part)
 
     def estimate_text(self) -> str:
@@ -152,9 +158,9 @@ class ProgressSnapshot:
         )
         return f"estimate {ms} ms{skipped}"
 
-    def time_text(self, overran: str | None = None) -> str:
-        """Time left and the ETA; once done the time taken, and past a budget by how much
-        and (``overran``: what kept it) why."""
+    def time_text(self, overran: str | None = None, eta_floor: float | None = None) -> str:
+        """Time left and the ETA (no earlier than ``eta_floor``); once done the time
+        taken, and past a budget by how much and (``overran``: what kept it) why."""
         if self.started_at is None:
             return "starting"
         elapsed = clock_text(self.elapsed_s)
@@ -166,7 +172,7 @@ class ProgressSnapshot:
                 f"{elapsed} elapsed, {clock_text(self.now - self.deadline)} over the "
                 f"{clock_text(self.budget_s or 0.0)} budget{why}"
             )
-        eta = self.eta()
+        eta = max_known(self.eta(), eta_floor)
         eta_text = "" if eta is None else f", ETA {time.strftime('%H:%M:%S', time.localtime(eta))}"
         if self.deadline is None:
             return f"{elapsed} elapsed{eta_text}"
@@ -175,6 +181,56 @@ class ProgressSnapshot:
         if left > 0:
             return f"{clock_text(left)} left of {budget}{eta_text}"
         return f"{clock_text(-left)} over the {budget} budget: {self.overrun_reason()}{eta_text}"
+
+
+def max_known(*values: float | None) -> float | None:
+    """The largest of the values that are known (None when none is)."""
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
+
+
+def spent_parts(
+    started: float, ended: float, stages: list[dict], inside_s: float | None
+) -> dict[str, float]:
+    """Where a tuning's wall time went (seconds by part, in order), from its start and end
+    (the clock's seconds) and the stages it recorded since it started: finding the tasks
+    (before the first stage), the search, the closing round, the round inside the model
+    (``inside_s``), and the rest (closing the search, saving the cost model)."""
+    own = [stage for stage in stages if stage["start"] >= started]
+    if not own:  # nothing left to measure: it all went to finding that out
+        return {"preparing": ended - started - (inside_s or 0.0), "in_model": inside_s or 0.0}
+    first = own[0]["start"]
+    closing = [stage for stage in own if stage.get("remeasure")]
+    search_end = closing[0]["start"] if closing else own[-1]["end"]
+    parts = {"preparing": first - started, "search": search_end - first}
+    if closing:
+        parts["closing_round"] = own[-1]["end"] - search_end
+    if inside_s:
+        parts["in_model"] = inside_s
+    parts["finishing"] = max(0.0, ended - started - sum(parts.values()))
+    return parts
+
+
+SPENT_WORDS = {
+    "preparing": "finding the tasks",
+    "search": "searching",
+    "closing_round": "timing the best records again",
+    "in_model": "timing inside the model",
+    "finishing": "closing the search",
+}
+
+
+def spent_text(parts: dict[str, float], budget_s: float | None) -> str:
+    """``spent 1:02 of the 1:00 budget: 0:04 finding the tasks, 0:41 searching, ...``
+    (parts under half a second left out)."""
+    total = clock_text(sum(parts.values()))
+    of = f" of the {clock_text(budget_s)} budget" if budget_s is not None else ""
+    shown = [
+        f"{clock_text(seconds)} {SPENT_WORDS.get(part, part)}"
+        for part, seconds in parts.items()
+        if seconds >= 0.5
+    ]
+    return f"spent {total}{of}: {', '.join(shown)}"
 
 
 def _moved(snapshot: ProgressSnapshot, now: float) -> ProgressSnapshot:
@@ -280,12 +336,17 @@ class TuningProgress:
         self._printed: str | None = None
         self.overran: str | None = None  # what first kept the job past its budget
         self.after: str | None = None  # what autotune does once the job is over
+        self.eta: float | None = None  # the latest ETA shown: it never moves earlier
+        self.spent: str | None = None  # where the whole wait went, said last
 
     # ---- what a line says -----------------------------------------------------------
     def line(self, now: float | None = None) -> str:
         if self.last is None:
             return f"tuning {self.name}: starting"
-        text = self.last.text(now, self.overran)
+        if not self.last.done:
+            moved = self.last if now is None else _moved(self.last, now)
+            self.eta = max_known(moved.eta(), self.eta)
+        text = self.last.text(now, self.overran, self.eta)
         if (
             self.last.complete
             and self.first_complete_s is not None
@@ -309,6 +370,10 @@ class TuningProgress:
             self._live.refresh()
         elif not self.terminal and self.last is not None:
             self._print(self.line())
+
+    def finish(self, spent: str) -> None:
+        """Where the whole wait went (:func:`spent_text`), said once, after the last line."""
+        self.spent = spent
 
     def __rich__(self):
         from rich.text import Text
@@ -358,6 +423,8 @@ class TuningProgress:
             self._live = None
         if self.last is not None and self.line() != self._printed:
             self._print(self.line())  # where tuning ended (or stopped), once
+        if self.spent is not None:
+            self._print(f"tuning {self.name}: {self.spent}")
 
 
 def _flush(console) -> None:

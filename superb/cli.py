@@ -375,6 +375,19 @@ def report(
     )
     if constant:
         console.print("all runs: " + ", ".join(f"{n}={_text(v)}" for n, v in constant.items()))
+    if "speedup" in the_report.aggregate.columns:
+        console.print(
+            "speed-up: the untuned twin's median over the tuned one's (below 1: tuning made "
+            "it slower); flag: slower beyond the timing's noise (its 95% interval, runs and "
+            "their calls resampled, below 1), or within it"
+            + (
+                "; one run a side cannot show the host's drift between runs "
+                "(repetitions: 3 in the grid does)"
+                if (the_report.aggregate["runs"] < 2).any()
+                else ""
+            ),
+            soft_wrap=True,
+        )
     failures = the_report.failures
     for _, row in failures.iterrows():
         console.print(f"failed #{row['index']} {row['run']}: {row['error']}")

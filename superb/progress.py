@@ -43,12 +43,17 @@ class RunView:
     tuning_started: float | None = None
 
     def tuning_text(self) -> str:
+        """Tasks and trials so far, and the estimate: until every task is measured a
+        partial sum, said as one (it grows as tasks are added), then the model's."""
         if self.num_tasks is None:
             return ""
         budget = f"/{self.trial_budget}" if self.trial_budget else ""
         text = f"{self.tasks_measured}/{self.num_tasks} tasks, {self.trials}{budget} trials"
         if self.estimated_ms is not None:
-            text += f", best estimate {self.estimated_ms:.3f} ms"
+            if self.tasks_measured < self.num_tasks:
+                text += f", those tasks sum to {self.estimated_ms:.3f} ms"
+            else:
+                text += f", best estimate {self.estimated_ms:.3f} ms"
         return text
 
     def tuning_left(self, now: float) -> float | None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import AGGREGATE_MEANS, Experiment, RunStatus, aggregate
+from .grid import PARAMETERS
+from .results import AGGREGATE_MEANS, Experiment, RunStatus, aggregate, read_context
 
 COMPARE_METRICS = AGGREGATE_MEANS
+# the speed-up's interval: a two-level bootstrap (runs, then each run's timed calls)
+SPEEDUP_RESAMPLES = 2000
+SPEEDUP_CONFIDENCE = 0.95
 
 
 @dataclass
@@ -22,7 +26,8 @@ class Report:
 
 
 def make_report(experiment: Experiment, by: list[str] | None = None) -> Report:
-    """Rebuild the experiment's CSVs from its log (when it has one) and aggregate."""
+    """Rebuild the experiment's CSVs from its log (when it has one) and aggregate; each
+    tuned combination gets its speed-up over its untuned twin (:func:`with_speedups`)."""
     if experiment.log_path.exists():
         runs, aggregated = experiment.write_csvs(by=by)
     else:
@@ -31,7 +36,81 @@ def make_report(experiment: Experiment, by: list[str] | None = None) -> Report:
         runs = experiment.read_runs()
         aggregated = aggregate(runs, by)
         atomic_write_text(experiment.aggregate_csv, aggregated.to_csv(index=False))
-    return Report(experiment, runs, aggregated)
+    return Report(experiment, runs, with_speedups(aggregated, runs))
+
+
+def _untuned(value) -> bool:
+    return str(value).strip().lower() in ("false", "0", "no")
+
+
+def with_speedups(aggregated, runs):
+    """``aggregated`` with, on each tuned row that has an untuned twin (the same
+    parameters but the tuning ones), ``speedup``: the twin's median latency over the
+    row's (above 1: tuning made it faster), and ``flag``: "slower" when tuning made it
+    slower beyond the timing's noise (the speed-up's interval, :func:`speedup_interval`,
+    lies below 1), "slower, within noise" when the interval reaches 1; ``speedup_low``
+    and ``speedup_high`` hold the interval."""
+    frame = aggregated.copy()
+    if "param:autotune" not in frame.columns or "param:autotune" not in runs.columns:
+        return frame
+    tuning = {f"param:{n}" for n, p in PARAMETERS.items() if p.call == "autotune"}
+    keys = [c for c in frame.columns if c.startswith("param:") and c not in tuning]
+    ok = runs[runs["status"] == RunStatus.OK]
+    for column in ("speedup", "speedup_low", "speedup_high"):
+        frame[column] = float("nan")
+    frame["flag"] = ""
+    untuned = frame[frame["param:autotune"].map(_untuned)]
+    for index, row in frame.iterrows():
+        if _untuned(row["param:autotune"]):
+            continue
+        same = (untuned[keys].astype(str) == row[keys].astype(str)).all(axis=1)
+        twins = untuned[same] if keys else untuned
+        if len(twins) != 1:
+            continue
+        twin = twins.iloc[0]
+        frame.loc[index, "speedup"] = twin["eval_median_ms"] / row["eval_median_ms"]
+        low, high = speedup_interval(_samples(ok, twin, keys), _samples(ok, row, keys))
+        frame.loc[index, ["speedup_low", "speedup_high"]] = [low, high]
+        if frame.loc[index, "speedup"] < 1:
+            frame.loc[index, "flag"] = "slower" if high < 1 else "slower, within noise"
+    return frame
+
+
+def _samples(ok_runs, row, keys: list[str]) -> list[list[float]]:
+    """The timed calls (ms) of each ok run of ``row``'s combination, from its context."""
+    mine = ok_runs[ok_runs["param:autotune"].map(_untuned) == _untuned(row["param:autotune"])]
+    if keys:
+        mine = mine[(mine[keys].astype(str) == row[keys].astype(str)).all(axis=1)]
+    found = []
+    for path in mine["context"]:
+        evaluation = (read_context(path) or {}).get("evaluation") or {}
+        if evaluation.get("samples_ms"):
+            found.append(list(evaluation["samples_ms"]))
+    return found
+
+
+def speedup_interval(before: list[list[float]], after: list[list[float]], seed: int = 0):
+    """A SPEEDUP_CONFIDENCE interval of median(before) / median(after), each side a list
+    of runs' timed calls: runs resampled, then each run's calls (a host's drift between
+    runs shows only with several runs a side). (nan, nan) without samples."""
+    import numpy as np
+
+    if not before or not after:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+
+    def medians(side: list[list[float]]):
+        runs = [np.asarray(calls, dtype=float) for calls in side]
+        picks = rng.integers(0, len(runs), size=(SPEEDUP_RESAMPLES, len(runs)))
+        out = np.empty(SPEEDUP_RESAMPLES)
+        for b, chosen in enumerate(picks):
+            pooled = np.concatenate([rng.choice(runs[i], size=len(runs[i])) for i in chosen])
+            out[b] = np.median(pooled)
+        return out
+
+    ratios = medians(before) / medians(after)
+    tail = (1 - SPEEDUP_CONFIDENCE) / 2 * 100
+    return float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))
 
 
 def compare(a: Experiment, b: Experiment, metric: str = "eval_median_ms", threshold: float = 0.05):
@@ -96,6 +175,8 @@ SUMMARY_COLUMNS = {
     "eval_median_ms": "median ms",
     "eval_p90_ms": "p90 ms",
     "eval_median_ms_std": "median sd",
+    "speedup": "speed-up",
+    "flag": "flag",
 }
 
 

@@ -141,14 +141,24 @@ class RunJob(SimpleTVMJob):
                 options, self.spec.records_to_driver, in_model=self.spec.params.get("in_model")
             )
 
+    @property
+    def timed_here(self) -> bool:
+        """The module runs on the sweep's own device, which is this machine: it is built
+        and timed here as its untuned twin is (SimpleTVM's pool, the faster thread count),
+        not through a server (TVM's pool), so the two compare. A job whose records go to
+        the driver (Ray) may run on another node: it is timed on the device's server."""
+        return self.spec.devices_here and not self.spec.records_to_driver
+
     def _compile(self, stage: Stage) -> None:
+        if self.timed_here:
+            self.simpletvm.rpc_tracker = None  # tuned already: the rest runs here
         self.simpletvm.build(**self.calls["build"])
         if self.calls["save"]:
             self.simpletvm.save()
         self.step_done()
 
     def _evaluate(self, stage: Stage) -> None:
-        if self.tracker:  # run() and evaluate() go to the servers of the context's key
+        if self.tracker and not self.timed_here:  # evaluate() goes to the key's servers
             self.context.device_key = self.device.server_key
         self.simpletvm.evaluate(**self.calls["evaluate"])
         self.step_done()

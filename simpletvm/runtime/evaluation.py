@@ -9,7 +9,7 @@ import numpy as np
 
 
 def summarize(samples_s: list[float]) -> dict[str, Any]:
-    """Mean, median, std, min, max and p90 in milliseconds, plus the raw samples."""
+    """Mean, median, std, min, max, p10 and p90 in milliseconds, plus the raw samples."""
     ms = np.asarray(samples_s, dtype=float) * 1e3
     if ms.size == 0:
         raise ValueError("no samples to summarize")
@@ -21,6 +21,7 @@ def summarize(samples_s: list[float]) -> dict[str, Any]:
         "std_ms": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
         "min_ms": float(ms.min()),
         "max_ms": float(ms.max()),
+        "p10_ms": float(np.percentile(ms, 10)),
         "p90_ms": float(np.percentile(ms, 90)),
     }
 

@@ -51,10 +51,11 @@ class Reference:
         return self.framework if self.run is not None else f"none: {self.reason}"
 
 
-def reference_for(model: ImportedModel) -> Reference:
+def reference_for(model: ImportedModel, threads: int | None = None) -> Reference:
     """The source of ``model`` ready to run, or a Reference without ``run`` saying why
     (a loaded module, an optional framework not installed, a source that cannot be read
-    again)."""
+    again). ``threads``: TFLite's and ONNX Runtime's (Keras and TensorFlow keep their
+    process-wide pools)."""
     framework = FRAMEWORKS.get(model.format)
     if framework is None:
         why = (
@@ -74,9 +75,11 @@ def reference_for(model: ImportedModel) -> Reference:
 
             flatbuffer = Path(model.source).read_bytes()
             return Reference(
-                framework, _tflite_run(flatbuffer, model), steps=tuple(output_steps(flatbuffer))
+                framework,
+                _tflite_run(flatbuffer, model, threads),
+                steps=tuple(output_steps(flatbuffer)),
             )
-        return Reference(framework, _onnxruntime_run(model))
+        return Reference(framework, _onnxruntime_run(model, threads))
     except ImportError as error:
         name = error.name or "its framework"
         return Reference(
@@ -85,6 +88,30 @@ def reference_for(model: ImportedModel) -> Reference:
         )
     except Exception as error:  # noqa: BLE001 - any framework's failure: the check is skipped
         return Reference(None, reason=f"{framework} cannot run {model.source}: {error_gist(error)}")
+
+
+def peers_for(model: ImportedModel, threads: int | None = None) -> tuple[dict, dict]:
+    """What else runs ``model``, to time beside SimpleTVM's builds: its own framework
+    (:func:`reference_for`) and, for a Keras model that came in through TFLite, TFLite's
+    interpreter (XNNPACK) on that conversion. Returns ``{name: run}`` and ``{name: why
+    not}`` for those that cannot run here."""
+    found, missing = {}, {}
+    reference = reference_for(model, threads)
+    name = reference.framework or FRAMEWORKS.get(model.format, model.format)
+    if reference.run is not None:
+        found[name] = reference.run
+    else:
+        missing[name] = reference.reason
+    if FRAMEWORKS.get(model.format) == "keras" and model.details.get("route") == "tflite":
+        try:
+            from simpletvm.models.tflite import keras_to_tflite
+
+            found["tflite"] = _tflite_run(keras_to_tflite(_keras_model(model)), model, threads)
+        except ImportError as error:
+            missing["tflite"] = f"{error.name} is not installed"
+        except Exception as error:  # noqa: BLE001 - a peer that cannot run is left out
+            missing["tflite"] = f"the TFLite conversion failed: {error_gist(error)}"
+    return found, missing
 
 
 @dataclass(frozen=True)
@@ -146,16 +173,21 @@ def onnxruntime_session(model: str | bytes, threads: int | None = None):
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def _keras_run(model: ImportedModel) -> Run:
+def _keras_model(model: ImportedModel):
     """The Keras model the import read, or a built-in one made again from its recorded
     configuration (seeded: the same weights)."""
-    keras_model = model.origin
-    if keras_model is None:  # a built-in model imported from the zoo's cache
-        from simpletvm.models.zoo import build_keras_model, builtin_recipe
+    if model.origin is not None:
+        return model.origin
+    from simpletvm.models.zoo import build_keras_model, builtin_recipe
 
-        name, options = builtin_recipe(model.details)
-        options.pop("batch_size", None)  # the import's, not the Keras model's
-        keras_model = build_keras_model(name, **options)
+    name, options = builtin_recipe(model.details)  # imported from the zoo's cache
+    options.pop("batch_size", None)  # the import's, not the Keras model's
+    return build_keras_model(name, **options)
+
+
+def _keras_run(model: ImportedModel) -> Run:
+    """The model in Keras (:func:`_keras_model`)."""
+    keras_model = _keras_model(model)
     import keras
 
     def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -196,9 +228,9 @@ def _tensorflow_run(model: ImportedModel) -> Run:
     return run
 
 
-def _tflite_run(flatbuffer: bytes, model: ImportedModel) -> Run:
+def _tflite_run(flatbuffer: bytes, model: ImportedModel, threads: int | None = None) -> Run:
     """TFLite's interpreter, its inputs resized to the import's static shapes."""
-    interpreter = tflite_interpreter(flatbuffer)
+    interpreter = tflite_interpreter(flatbuffer, threads)
     sources = interpreter.get_input_details()
     resized = False
     for detail, spec in zip(sources, model.inputs):
@@ -218,9 +250,9 @@ def _tflite_run(flatbuffer: bytes, model: ImportedModel) -> Run:
     return run
 
 
-def _onnxruntime_run(model: ImportedModel) -> Run:
+def _onnxruntime_run(model: ImportedModel, threads: int | None = None) -> Run:
     session = onnxruntime_session(
-        model.origin.SerializeToString() if model.origin is not None else model.source
+        model.origin.SerializeToString() if model.origin is not None else model.source, threads
     )
     names = [spec.name for spec in model.inputs]
 

@@ -81,6 +81,8 @@ class TuningJob:
         cost_model_file: where the store keeps this target's cost model.
         after_s: seconds of a ``minutes`` budget kept for what follows the job
             (:class:`~simpletvm.tuning.plan.TuningPlan`).
+        budget_started: when a ``minutes`` budget began (``time.time()``), when the
+            job's own preparation counts against it (default: its first stage).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class TuningJob:
         run_id: str | None = None,
         cost_model_file: Path | None = None,
         after_s: float = 0.0,
+        budget_started: float | None = None,
     ):
         from tvm.s_tir import meta_schedule as ms
 
@@ -138,6 +141,7 @@ class TuningJob:
                 for r in (forms.rivalries if forms else [])
             ],
             after_s=after_s,
+            budget_started=budget_started,
         )
         self._database = RecordDatabase(
             records,

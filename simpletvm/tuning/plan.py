@@ -146,6 +146,9 @@ class TuningPlan:
         after_s: seconds of a ``minutes`` budget kept for what follows the job (autotune's
             round of timing inside the model): the search and its closing round end that
             much before the budget does.
+        budget_started: when a ``minutes`` budget began (the clock's seconds), when
+            what precedes the first stage counts against it (autotune's whole wait);
+            None: it begins with the first stage.
         clock: seconds (``time.time``); tests pass their own.
     """
 
@@ -158,6 +161,7 @@ class TuningPlan:
         measured_before: Sequence[int] | None = None,
         rivals: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
         after_s: float = 0.0,
+        budget_started: float | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.options = options
@@ -169,8 +173,10 @@ class TuningPlan:
         for progress, before in zip(self.progress, self.measured_before):
             progress.trials = before
         self._clock = clock
-        self._deadline: float | None = None  # set when the first stage starts
+        self._deadline: float | None = None  # set when the budget starts
         self._started_at: float | None = None  # ... and when that was
+        if budget_started is not None:
+            self._start_budget(budget_started)
         self._stage_began = 0.0
         self._candidates = 0  # of the current iteration, building or profiling
         self._candidate_s = {"build": [0.0, 0], "profile": [0.0, 0]}  # seconds, candidates
@@ -220,12 +226,16 @@ class TuningPlan:
         return self._clock()
 
     def stage_started(self) -> None:
-        """A stage begins: the wall-clock budget runs from the first one."""
+        """A stage begins: the wall-clock budget runs from the first one, unless it
+        began earlier (``budget_started``)."""
         self._stage_began = self._clock()
         if self._started_at is None:
-            self._started_at = self._stage_began
-        if self._deadline is None and self.options.minutes is not None:
-            self._deadline = self._stage_began + self.options.minutes * 60
+            self._start_budget(self._stage_began)
+
+    def _start_budget(self, when: float) -> None:
+        self._started_at = when
+        if self.options.minutes is not None:
+            self._deadline = when + self.options.minutes * 60
 
     def closing_reserve(self) -> float:
         """Seconds of a ``minutes`` budget the search leaves to the closing round: its

@@ -145,7 +145,9 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     lines = done.stdout.splitlines()
     # piped: plain progress lines as it goes (not one line at the end), each whole
     progress = [line for line in lines if line.startswith(f"tuning {tiny_onnx.name}: ")]
-    assert len(progress) >= 3, done.stdout
+    assert len(progress) >= 4, done.stdout
+    *progress, spent = progress  # the last line: where the time went
+    assert re.fullmatch(r"tuning \S+: spent \d+:\d\d of the 0:03 budget: .+", spent), lines
     for line in progress[:-1]:
         assert re.fullmatch(
             r"tuning \S+: \d+ trials, (\d+ of \d+ tasks measured(, those sum "
@@ -163,11 +165,13 @@ def test_tune_in_a_real_process_then_benchmark_its_run(tmp_path, store, tiny_onn
     result = invoke("benchmark", run_id, "--rounds", "2", "--calls", "5", "--store", store)
     assert result.exit_code == 0, result.output
     text = flat(result)
-    for name in ("untuned", f"tuned ({run_id})", "onnxruntime"):
-        assert re.search(re.escape(name) + r" [\d.]+ ms [\d.]+x tuned", text), text
+    for name in ("untuned", f"tuned ({run_id})", "onnxruntime"):  # median, p10-p90, ratio
+        assert re.search(re.escape(name) + r" [\d.]+ ms [\d.]+-[\d.]+ [\d.]+x tuned", text), text
     for name in ("untuned", f"tuned ({run_id})"):  # each build's error beside its latency
         found = re.search(
-            re.escape(name) + r" [\d.]+ ms [\d.]+x tuned rel. error (\S+) vs onnxruntime", text
+            re.escape(name) + r" [\d.]+ ms [\d.]+-[\d.]+ [\d.]+x tuned rel. error (\S+) vs "
+            "onnxruntime",
+            text,
         )
         assert found and float(found.group(1)) < 1e-5, text
     check_verdict(text, *printed_medians(text, "untuned", f"tuned ({run_id})"))
@@ -348,14 +352,14 @@ def test_benchmark_verdict_agrees_with_its_numbers_and_hints_print_whole(
     text = flat(result)
     # Rich markup would take "[bench]" for a style and drop it
     assert (
-        "(onnxruntime is not installed, so no peer timing: pip install onnxruntime, or "
-        "pip install 'simpletvm[bench]')"
+        "(no onnxruntime timing: onnxruntime is not installed (pip install onnxruntime, or "
+        "pip install 'simpletvm[bench]'))"
     ) in text
     # the same missing package leaves the answers unchecked, and says so
     assert "(answers not checked: onnxruntime is not installed (pip install" in text
     untuned, tuned = printed_medians(text, "untuned", "tuned (global)")
     check_verdict(text, untuned, tuned)
-    assert re.search(rf"untuned [\d.]+ ms {untuned / tuned:.2f}x tuned", text), text
+    assert re.search(rf"untuned [\d.]+ ms [\d.]+-[\d.]+ {untuned / tuned:.2f}x tuned", text), text
 
 
 def test_verbose_keeps_native_log_lines_on_the_terminal(store, monkeypatch):
@@ -401,10 +405,14 @@ def test_run_and_benchmark_on_an_rpc_server(rpc, tmp_path, store, tiny_onnx, x, 
     )
     assert result.exit_code == 0, result.output
     text = flat(result)
-    assert re.search(rf"median of 10 runs on RPC server [\d.]+:{server} \(key {KEY}\)", text)
+    assert re.search(
+        rf"median and p10-p90 of 10 runs on RPC server [\d.]+:{server} \(key {KEY}\)", text
+    )
     for name in ("untuned", "tuned (global)"):  # the answers checked here, of the device's run
         assert re.search(
-            re.escape(name) + r" [\d.]+ ms [\d.]+x tuned rel. error \S+ vs onnxruntime", text
+            re.escape(name) + r" [\d.]+ ms [\d.]+-[\d.]+ [\d.]+x tuned rel. error \S+ vs "
+            "onnxruntime",
+            text,
         ), text
     check_verdict(text, *printed_medians(text, "untuned", "tuned (global)"))
     assert not re.search(r"onnxruntime [\d.]+ ms", text)  # peers run here, not on the device

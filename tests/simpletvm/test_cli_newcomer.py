@@ -141,8 +141,13 @@ def test_only_commands_that_did_something_make_a_listed_run(store, tiny_onnx, tm
     )
     assert run_dirs(store) == compiled  # run, and the refused commands, left no run
 
+    (store / "runs" / ("e" * 32)).mkdir()  # a context used in Python, never saved
     listed = invoke("runs", "--store", store)
     assert listed.exit_code == 0, listed.output
+    assert "e" * 32 not in listed.output and "1 that recorded nothing" in flat(listed)
+    every = invoke("runs", "--all", "--store", store).output.splitlines()
+    order = [next(i for i, line in enumerate(every) if r in line) for r in (compiled[0], "e" * 32)]
+    assert order == sorted(order), every  # the runs that recorded something come first
     assert compiled[0] in listed.output  # the whole id, on one line, at 80 columns
     for column in ("run id", "kind", "status", "model", "latency", "date"):
         assert column in listed.output, listed.output
@@ -245,6 +250,36 @@ def test_benchmark_keeps_native_library_lines_out_of_the_terminal(tmp_path, kera
     assert "untuned" in done.stdout
 
 
+def test_a_failed_import_keeps_its_log_and_its_native_lines_off_the_terminal(
+    store, tiny_onnx, monkeypatch, capfd
+):
+    """A converter that gives up leaves TVM objects whose destructors print
+    (``BlockBuilder destroyed with remaining blocks!``): they are freed while the native
+    output is caught, and the run stays, failed, its log holding them and the traceback."""
+    import simpletvm.models.onnx as onnx_importer
+    from simpletvm.errors import ModelImportError
+
+    def gives_up(*_args, **_kwargs):
+        from tvm import relax
+
+        builder = relax.BlockBuilder()
+        builder._begin_dataflow_block()  # left open, as a frontend that fails midway leaves it
+        raise ModelImportError(f"TVM's ONNX frontend cannot import {tiny_onnx}: it gave up")
+
+    monkeypatch.setattr(onnx_importer, "import_onnx_file", gives_up)
+    result = invoke("compile", tiny_onnx, "-o", store.parent / "o", "--store", store)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    terminal = result.output + "".join(capfd.readouterr())
+    assert "BlockBuilder" not in terminal and "it gave up" in terminal, terminal
+    (run_id,) = run_dirs(store)
+    log = store / "runs" / run_id / "run.log"
+    assert str(log) in flat(result)
+    text = log.read_text()
+    assert "BlockBuilder destroyed with remaining blocks" in text and "Traceback" in text, text
+    (row,) = json.loads(invoke("runs", "--json", "--store", store).output)
+    assert (row["run_id"], row["status"]) == (run_id, "failed")
+
+
 # ---- 5. the smaller things ----------------------------------------------------------------
 def test_help_shows_flags_without_a_type_and_the_model_as_MODEL():
     for command in ([], ["tune"], ["compile"], ["benchmark"], ["runs"]):
@@ -288,6 +323,28 @@ def test_compile_with_threads_pins_them(store, tiny_onnx, tmp_path):
     assert result.exit_code == 0, result.output
     (run_id,) = run_dirs(store)
     assert json.loads((store / "runs" / run_id / "context.json").read_text())["num_threads"] == 1
+
+
+def test_run_refuses_an_input_of_another_dtype_naming_the_fix(store, tiny_onnx, tmp_path):
+    module = tmp_path / "module"
+    assert (
+        invoke("compile", tiny_onnx, "--records", "none", "-o", module, "--store", store).exit_code
+        == 0
+    )
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 3, 32, 32)))  # numpy's default: float64
+    result = invoke("run", module, "-i", x, "-o", tmp_path / "y.npy", "--store", store)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert f"{x} holds float64, the model's input 'x' takes float32" in flat(result)
+    assert "astype('float32')" in flat(result) and not (tmp_path / "y.npy").exists()
+
+
+def test_the_command_list_gives_each_command_one_line():
+    """Typer keeps a docstring's line breaks: the list shows each command's first
+    paragraph, a one-line summary, whole at 80 columns."""
+    text = invoke("--help", env={"COLUMNS": "80"}).output
+    panel = [line for line in text[text.index("Commands") :].splitlines() if line.startswith("│")]
+    assert len(panel) >= 6 and all(re.match(r"│ [a-z]+ +\S", line) for line in panel), text
 
 
 def test_run_names_bad_input_files_and_unknown_input_names(store, tiny_onnx, tmp_path):

@@ -84,6 +84,9 @@ def test_run_checks_shapes_and_names(built):
         built.run([np.zeros((1, 3, 32, 32), "float32")] * 2)
     out = built.run({"x": np.zeros((1, 3, 32, 32), "float32")})
     assert out.shape == (1, 10) and out.dtype == np.float32
+    # another dtype is refused, as TFLite and ONNX Runtime refuse it, naming the fix
+    with pytest.raises(ValueError, match="'x' must be float32, got float64: .*astype"):
+        built.run(np.zeros((1, 3, 32, 32)))
 
 
 def test_outputs_numpy_cannot_view_still_come_back_as_arrays():

@@ -200,13 +200,22 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
 
 
 def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning):
+    from simpletvm.progress import ms_text
+
     stvm, printed, first = tuning
-    # about 30 s, at most half the budget: the search ends that much earlier
+    # 10 s and 1 s a kernel, at most half the budget: the search ends that much earlier
     assert _last(stvm, "autotune")["kept_for_in_model_s"] == pytest.approx(15.0)
     lines = printed.splitlines()
-    assert lines[-2].endswith("; timing the tuned kernels inside the model"), lines
-    estimate = first.chosen_model_ms
-    assert lines[-1].endswith(f"; timed inside the model: estimate {estimate:.3f} ms"), lines
+    assert lines[-3].endswith("; timing the tuned kernels inside the model"), lines
+    whole = ms_text(first.chosen_model_ms / 1e3)
+    kernels = ms_text(stvm.tuning_summary["estimated_latency_s"])
+    assert lines[-2].endswith(
+        f"; timed inside the model: {whole} ms, the model as a whole (its kernels timed "
+        f"alone: {kernels} ms)"
+    ), lines
+    spent = stvm.tuning_summary["spent_s"]  # the whole wait, said last
+    assert lines[-1].startswith("tuning tiny: spent ") and "of the 0:30 budget" in lines[-1]
+    assert spent["in_model"] == pytest.approx(_last(stvm, "in_model")["duration_s"])
 
 
 def test_the_next_round_times_records_against_what_was_chosen(tuning, tiny_onnx):

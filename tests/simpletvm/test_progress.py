@@ -195,3 +195,64 @@ def test_what_follows_the_job_is_shown_after_its_line():
     assert lines[-1].startswith("tuning m: ") and lines[-1].endswith(
         "; timed inside the model: estimate 1.234 ms"
     )
+
+
+def test_a_budget_started_before_the_first_stage_counts_what_came_before():
+    """autotune()'s budget runs from its call: the job's own preparation counts."""
+    clock = Clock()
+    options = TuningOptions(minutes=1.0)
+    plan = TuningPlan(["a", "b"], [1, 1], [1e6] * 2, options, budget_started=990.0, clock=clock)
+    assert (plan.started_at, plan.deadline) == (990.0, 1050.0)
+    plan.stage_started()  # the first stage, ten seconds into the budget
+    assert (plan.started_at, plan.deadline) == (990.0, 1050.0)
+    assert snapshot(plan).time_left_s == 50.0
+
+
+def test_the_eta_is_the_budgets_end_until_then_and_never_moves_earlier():
+    clock = Clock()
+    names = [f"task_{i}" for i in range(8)]
+    # 8 tasks at 4 s an iteration do not fit 0.2 min: the ETA moves past the budget's end
+    plan = TuningPlan(names, [1] * 8, [1e6] * 8, TuningOptions(minutes=0.2), clock=clock)
+    console, out = plain(width=200)
+    shown = []
+
+    def on_stage(p) -> None:
+        show.on_stage(p)
+        if not show.last.done:
+            shown.append(show.eta)
+        if show.last.now < show.last.deadline:
+            assert show.last.eta() == show.last.deadline
+
+    with TuningProgress("m", minutes=0.2, console=console, interval=0) as show:
+        drive(plan, clock, on_stage)
+    assert all(later >= earlier for earlier, later in zip(shown, shown[1:])), shown
+    assert shown[-1] > plan.deadline  # it did move later, and stayed there
+    etas = re.findall(r"ETA (\d\d:\d\d:\d\d)", out.getvalue())
+    assert etas == sorted(etas) and len(set(etas)) > 1, etas
+
+
+def test_where_the_time_went():
+    from simpletvm.progress import spent_parts, spent_text
+
+    stages = [
+        {"start": 90.0, "end": 91.0},  # an earlier job's: not this one's
+        {"start": 104.0, "end": 130.0},
+        {"start": 130.0, "end": 140.0},
+        {"start": 140.0, "end": 144.0, "remeasure": True},
+    ]
+    parts = spent_parts(100.0, 160.0, stages, inside_s=15.0)
+    assert parts == {
+        "preparing": 4.0,
+        "search": 36.0,
+        "closing_round": 4.0,
+        "in_model": 15.0,
+        "finishing": 1.0,
+    }
+    assert spent_text(parts, 60.0) == (
+        "spent 1:00 of the 1:00 budget: 0:04 finding the tasks, 0:36 searching, "
+        "0:04 timing the best records again, 0:15 timing inside the model, 0:01 closing "
+        "the search"
+    )
+    assert spent_text({"preparing": 0.2, "search": 9.0}, None) == "spent 0:09: 0:09 searching"
+    # every task spent before (a run resumed): no stage, the time went to finding that out
+    assert spent_parts(200.0, 203.0, stages, inside_s=None) == {"preparing": 3.0, "in_model": 0}

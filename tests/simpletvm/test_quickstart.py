@@ -110,7 +110,7 @@ def test_quickstart_tunes_saves_and_compares_with_tflite(tmp_path, check_verdict
     assert float(same_rounds.group(1)) == pytest.approx(
         min(ours.values()) / min(untuned_ours.values()), rel=0.02, abs=0.01
     )
-    assert re.search(r"tasks in \d+ s; estimate [\d.]+ ms", output)
+    assert re.search(r"tasks in \d+:\d\d; estimate [\d.]+ ms", output)
     run_id = re.search(r"run id (\w{32})", output).group(1)
     context = json.loads((tmp_path / "runs" / run_id / "context.json").read_text())
     assert context["model"]["route"] == "tflite" and context["model"]["layout"] == "NHWC"

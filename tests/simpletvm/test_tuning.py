@@ -437,5 +437,6 @@ def test_autotune_shows_its_progress_when_asked(tiny_onnx, tmp_path, capsys):
     assert len(lines) >= 2, err
     assert re.search(r"\d+ of \d+ tasks measured", lines[0]), lines
     assert re.search(
-        rf"{stvm.tuning_summary['trials']} trials, estimate [\d.]+ ms.*elapsed", lines[-1]
+        rf"{stvm.tuning_summary['trials']} trials, estimate [\d.]+ ms.*elapsed", lines[-2]
     ), lines
+    assert re.search(r"spent \d+:\d\d of the 0:02 budget: .*searching", lines[-1]), lines

@@ -31,7 +31,8 @@ def test_plain_lines_when_not_a_terminal():
     lines = out.getvalue().splitlines()
     assert lines[0] == "[2/3] k1 trials=8"
     assert lines[1] == "[2/3]   tune"
-    assert lines[2] == "[2/3]   tune 1/3 tasks, 4/24 trials, best estimate 1.500 ms"
+    # a partial sum, said as one: it grows as tasks are added
+    assert lines[2] == "[2/3]   tune 1/3 tasks, 4/24 trials, those tasks sum to 1.500 ms"
     assert lines[3].startswith("[2/3] ok in 10.0 s (median 1.000 ms)  (elapsed 0:00:00, eta ")
     assert len(lines) == 4
     assert progress.eta is not None and 9.0 <= progress.eta <= 10.0  # one run left
@@ -52,9 +53,17 @@ def test_live_display_shows_every_run_in_flight():
     finally:
         progress.close()
     text = out.getvalue()
-    assert "1/3 tasks, 4/24 trials, best estimate 1.500 ms" in text
+    assert "1/3 tasks, 4/24 trials, those tasks sum to 1.500 ms" in text
     assert "k1 [8,16]" in text and "k2 [4]" in text and "compile" in text
     assert "Boom [x]" in text
+
+
+def test_the_estimate_is_the_models_once_every_task_is_measured():
+    from superb.progress import RunView
+
+    view = RunView(1, "k", "tuned", 0.0, num_tasks=3, tasks_measured=3, trials=9)
+    view.estimated_ms = 1.25
+    assert view.tuning_text() == "3/3 tasks, 9 trials, best estimate 1.250 ms"
 
 
 def test_eta_is_measured_and_never_zero_while_work_remains():

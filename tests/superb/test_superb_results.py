@@ -192,3 +192,56 @@ def test_stages_and_curves_csvs_come_from_the_contexts_once_per_run(tmp_path):
     Experiment(experiment.dir).write_csvs()
     assert len(pd.read_csv(experiment.stages_csv)) == 8
     assert len(pd.read_csv(experiment.curves_csv)) == 2
+
+
+def timed_row(tmp_path, index, params, calls_ms, repetition=1):
+    """An ok run whose context (a file, as superb saves it) holds its timed calls."""
+    run = Run(index, run_key(params, repetition), params, repetition)
+    path = tmp_path / f"context-{index}.json"
+    evaluation = {"count": len(calls_ms), "median_ms": float(pd.Series(calls_ms).median())}
+    path.write_text(json.dumps({"evaluation": {**evaluation, "samples_ms": calls_ms}}))
+    outcome = Outcome("ok", None, f"{index:032d}", 1.0, 1.0, str(path))
+    return make_row(
+        run,
+        outcome,
+        json.loads(path.read_text()),
+        attempt=1,
+        started_at=0.0,
+        commit="abc",
+    )
+
+
+def test_report_gives_each_tuned_row_its_speed_up_and_flags_a_slower_one(cli, tmp_path):
+    """The speed-up is the untuned twin's median over the tuned one's (twins: the same
+    parameters but the tuning ones); a tuned row slower beyond the calls' spread is
+    "slower", one whose interval reaches 1 "slower, within noise"."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def calls(median: float, spread: float) -> list[float]:
+        return (median + spread * rng.standard_normal(30)).tolist()
+
+    rows = [
+        timed_row(tmp_path, 1, {"autotune": False, "model": "a", "trials": 4}, calls(1.00, 0.01)),
+        timed_row(tmp_path, 2, {"autotune": True, "model": "a", "trials": 4}, calls(1.20, 0.01)),
+        timed_row(tmp_path, 3, {"autotune": False, "model": "b", "trials": 4}, calls(1.00, 0.3)),
+        timed_row(tmp_path, 4, {"autotune": True, "model": "b", "trials": 4}, calls(1.02, 0.3)),
+        timed_row(tmp_path, 5, {"autotune": False, "model": "c", "trials": 4}, calls(2.00, 0.01)),
+        timed_row(tmp_path, 6, {"autotune": True, "model": "c", "trials": 4}, calls(1.00, 0.01)),
+    ]
+    store = tmp_path / "store"
+    write_experiment(store / "superb" / "exp", rows)
+    from superb.report import make_report
+
+    frame = make_report(Experiment.find("exp", store)).aggregate.set_index("param:model")
+    tuned = frame[frame["param:autotune"].astype(str) == "True"]
+    assert tuned["speedup"].round(2).to_dict() == pytest.approx(
+        {"a": 1 / 1.2, "b": 1 / 1.02, "c": 2.0}, abs=0.03
+    )
+    assert tuned["flag"].to_dict() == {"a": "slower", "b": "slower, within noise", "c": ""}
+    assert frame[frame["param:autotune"].astype(str) == "False"]["speedup"].isna().all()
+    result = cli("report", "exp", "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "speed-up" in result.stdout and "below 1: tuning made it slower" in result.stdout
+    assert sum("slower" in line and "│" in line for line in result.stdout.splitlines()) == 2

@@ -217,3 +217,39 @@ def test_a_run_asked_to_time_inside_the_model_does_so_on_the_device_before_compi
     assert job.run_stage(stage, "board").ok
     assert rounds == [("run", True)]
     assert job.next_stage() == Stage("compile", "client")
+
+
+@pytest.mark.parametrize("records_to_driver", [False, True])
+def test_a_tuned_run_on_the_sweeps_own_device_is_built_and_timed_as_its_untuned_twin(
+    tuning, tmp_path, monkeypatch, records_to_driver
+):
+    """The sweep's device is this machine: the tuned module is timed here, as the
+    untuned one is (SimpleTVM's pool, the faster thread count), not through its server
+    (TVM's pool), which made tuned rows read slower than their twins. A job on another
+    node (its records sent to the driver) is timed on the server."""
+    seen = []
+    monkeypatch.setattr(
+        SimpleTVM, "build", lambda self, **_: seen.append(("build", self.rpc_tracker))
+    )
+    monkeypatch.setattr(
+        SimpleTVM, "evaluate", lambda self, **_: seen.append(("evaluate", self.rpc_tracker))
+    )
+    job = RunSpec(
+        "run",
+        RUN_ID,
+        {"model": "model.onnx", "in_model": False},
+        str(tmp_path),
+        "board",
+        str(tmp_path / "run.log"),
+        tracker=TRACKER,
+        records_to_driver=records_to_driver,
+        devices_here=True,
+    )()
+    assert job.run_stage(job.next_stage(), "client").ok  # import
+    assert all(r.ok for r in run_until_error_or_tuned(job))
+    assert job.run_stage(job.next_stage(), "client").ok  # compile
+    stage = job.next_stage()
+    assert stage.name == "evaluate" and stage.resource_kind == "device"  # still exclusive
+    assert job.run_stage(stage, "board").ok
+    where = TRACKER if records_to_driver else None
+    assert seen == [("build", where), ("evaluate", where)]
