@@ -19,6 +19,7 @@ from simpletvm.cli import app
 from simpletvm.exit_codes import ExitCode
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+SCHEDULER_DOC = README.parent / "docs" / "scheduler.md"
 
 
 def invoke(*args, input=None, env=None):  # noqa: A002 - CliRunner's name
@@ -390,15 +391,16 @@ def test_the_example_grids_task_count_is_true():
 # ---- 6. the README's Python runs as written ------------------------------------------------
 @pytest.mark.slow  # tunes
 def test_the_readmes_python_examples_run(tmp_path):
-    """Every ```python block of README.md, as written but for the first example's size:
-    its 2-minute budget becomes 3 seconds and its 96x96 images 32x32 (the same code
-    path, less to compile and time). The store is a fresh one ($SIMPLETVM_HOME); the
+    """Every ```python block of README.md and docs/scheduler.md, as written but for the
+    first example's size: its 2-minute budget becomes 3 seconds and its 96x96 images
+    32x32 (the same code path, less to compile and time). The store is a fresh one ($SIMPLETVM_HOME); the
     scheduler example's a.onnx and b.onnx are tiny models."""
     from simpletvm.testing import tiny_cnn_onnx
 
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) == 2, "a new README example: give it its files here"
-    first, scheduler = blocks
+    assert len(blocks) == 1, "a new README example: give it its files here"
+    (first,) = blocks
+    (scheduler,) = re.findall(r"```python\n(.*?)```", SCHEDULER_DOC.read_text(), re.S)
     assert "minutes=2" in first
     assert first.count("96") == 3  # image_size=96 and the image's (1, 96, 96, 3)
     first = first.replace("minutes=2", "minutes=0.05").replace("96", "32")
