@@ -67,6 +67,10 @@ def sample(cls: type[BaseException]) -> BaseException:
         )
     if cls.__name__ == "PlanOrderError":
         return cls("profiled", Phase.SELECT, Phase.PROFILE)
+    if cls.__name__ == "FrontendError":
+        return cls("TVM's TFLite frontend failed on EXPAND_DIMS", "EXPAND_DIMS")
+    if cls.__name__ == "OperatorConversionError":
+        return cls("EXPAND_DIMS", "tensor:0", "TypeError: no axis")
     if cls.__name__ == "ServiceError":
         return cls(404, "no job 'x' of yours")
     return cls("something went wrong")

@@ -34,6 +34,7 @@ from tflite.TransposeConvOptions import TransposeConvOptions
 from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter, to_int_list
 
+from simpletvm.errors import SimpleTVMError
 from simpletvm.models import tflite_mediapipe as mediapipe
 from simpletvm.models import tflite_space_batch as space_batch
 from simpletvm.models import tflite_transpose_conv as transpose_conv
@@ -45,7 +46,7 @@ _DETECTION_POSTPROCESS = "TFLite_Detection_PostProcess"  # custom code TVM conve
 _SAME = 0  # tflite.Padding.SAME
 
 
-class OperatorConversionError(Exception):
+class OperatorConversionError(SimpleTVMError):
     """TVM's frontend failed on one operator: its name, the output tensor of its node,
     and what failed (the ``__cause__``)."""
 
