@@ -427,7 +427,7 @@ def print_report(result: dict) -> None:
     )
     print(
         f"  {'framework':<13} {'median ms':>10} {'p90 ms':>9} {'x fastest peer':>15} "
-        f"{'GFLOP/s':>8} {'of sgemm':>9} {'of peak':>8} {'max |diff| to TF':>17}"
+        f"{'GFLOP/s':>8} {'of sgemm':>9} {'of peak':>8} {'rel. error to TF':>17}"
     )
     for name in medians:
         print(
