@@ -171,9 +171,14 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
     assert max(f.incumbent_ms for f in timing.findings) < step["incumbents_model_ms"]
     # a challenger is chosen only when faster by the margin; an incumbent kept is at most
     # the margin slower than its challenger, unless the round kept every incumbent because
-    # the model their choices make was not faster as a whole
+    # the model their choices make was not faster as a whole. When the challengers short
+    # of the margin gain in sum, the challengers' build is chosen as a whole (checked
+    # below against the incumbents'), a kernel of it maybe a little slower alone.
+    whole_build = all(f.challenger_chosen for f in timing.findings) and any(
+        not f.challenger_ms < f.incumbent_ms * (1 - IN_MODEL_MARGIN) for f in timing.findings
+    )
     for f in timing.findings:
-        assert f.chosen_ms <= f.incumbent_ms
+        assert whole_build or f.chosen_ms <= f.incumbent_ms
         if timing.kept_as_a_whole:
             assert not f.challenger_chosen
         else:
