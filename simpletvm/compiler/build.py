@@ -37,7 +37,7 @@ def schedule(fused_mod, target: ResolvedTarget, database, *, defaults=True, avoi
             and not is_scheduled(fused_mod[gvar.name_hint])
         }
         if defaults:
-            naive = [n for n, what in avoid.items() if what == "default" or n in origin]
+            naive = [n for n, what in avoid.items() if what == "default"]
             kept = {n: mod[n] for n in naive if not is_scheduled(mod[n])}
             mod, _ = apply_default_schedules(_without(mod, kept), target)
             mod = _with(mod, kept)
