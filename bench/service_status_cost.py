@@ -23,19 +23,22 @@ import json
 import signal
 import statistics
 import tempfile
+import sys
 import threading
 from pathlib import Path
 
-from service_load import free_port, ms, percentile, start, status_burst_as
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
 
-from simpletvm.client import Client  # importable: service_load put the project on sys.path
-from simpletvm.testing import tiny_cnn_onnx
+from bench.common.service import free_port, ms, percentile, start, status_burst_as
 
 TUNING_STAGES = ("select", "build", "profile", "update")
 KINDS = ("kept", "fresh")  # the bursts' connections, alternately
 
 
 def one_round(args: argparse.Namespace, loaded: bool) -> dict:
+    from simpletvm.client import Client
+    from simpletvm.testing import tiny_cnn_onnx
+
     store = Path(tempfile.mkdtemp(prefix="status-cost-"))
     model = tiny_cnn_onnx(store / "tiny.onnx", image_size=32)
     port = free_port()
