@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import host_description
-from time_to_peers import BUILTIN
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
+from bench.common.host import host_description
+from bench.common.models import BUILTIN
 
 WAYS = ("unchecked", "first checked", "second checked")
 

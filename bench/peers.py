@@ -21,7 +21,7 @@ than every peer). It also gives each framework's achieved GFLOP/s (the model's F
 multiply-add of its Conv2D, DepthwiseConv2D and Dense layers, over the median time)
 and that rate as a fraction of this machine's sgemm rate and of its FMA peak, both
 measured in the same run: ``numpy.matmul`` of float32 square matrices on the same thread
-count, best of several, and cores doing nothing but vector FMAs (``bench/fma_peak.py``).
+count, best of several, and cores doing nothing but vector FMAs (``bench/diagnostics/fma_peak.py``).
 The host (CPU model, LLVM's name for the CPU) heads the report. The tuned model's tuning
 time, trial budget and tuning curve (MetaSchedule's whole-model estimate against trials)
 are written beside the table.
@@ -48,204 +48,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 import numpy as np
-from fma_peak import fma_peak, fma_peak_program
 
-from simpletvm.runtime.comparison import simpletvm_runner, tflite_runner, time_side_by_side
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
+
+from bench.common.host import fma_peak, fma_peak_program, host_description, sgemm_rate
+from bench.common.models import keras_to_onnx, model_flops
+from bench.common.peers import (
+    onnxruntime_runner,
+    openvino_runner,
+    tensorflow_runner,
+    tflite_keras_runner,
+)
 
 PEERS = ("tensorflow", "tflite", "onnxruntime", "openvino")
-ONNX_OPSET = 17
-
-
-def tensorflow_runner(keras_model, example: np.ndarray) -> Callable[[], np.ndarray]:
-    import tensorflow as tf
-
-    concrete = tf.function(keras_model).get_concrete_function(
-        tf.TensorSpec(example.shape, tf.float32)
-    )
-    tensor = tf.constant(example)
-    return lambda: concrete(tensor).numpy()
-
-
-def tflite_keras_runner(keras_model, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
-    from simpletvm.models.tflite import keras_to_tflite
-
-    return tflite_runner(keras_to_tflite(keras_model), example, threads)
-
-
-def onnxruntime_runner(
-    onnx_path: Path, example: np.ndarray, threads: int
-) -> Callable[[], np.ndarray]:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return lambda: session.run(None, {name: example})[0]
-
-
-def openvino_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
-    """OpenVINO's CPU plugin for one caller: latency hint, one stream, one infer request.
-
-    The precision is pinned to float32: on a CPU with AVX512_BF16 the plugin otherwise
-    computes in bfloat16 (it does on the znver5 host), not the float32 every other
-    framework here runs, and the cross-check against TensorFlow does not catch that
-    (MobileNetV2's softmax came within 4e-6 of TensorFlow's in bfloat16)."""
-    import openvino
-
-    core = openvino.Core()
-    compiled = core.compile_model(
-        core.read_model(str(onnx_path)),
-        "CPU",
-        {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-            "NUM_STREAMS": 1,
-            "INFERENCE_PRECISION_HINT": "f32",
-        },
-    )
-    request = compiled.create_infer_request()
-    # the input is read in place; the output is copied out, as the other runners do
-    return lambda: request.infer({0: example}, share_inputs=True, share_outputs=False)[0]
-
-
-def keras_to_onnx(keras_model, shape: tuple[int, ...], path: Path) -> Path:
-    """The Keras model as ONNX (tf2onnx, opset 17) for ONNX Runtime and OpenVINO."""
-    import tensorflow as tf
-    import tf2onnx
-
-    signature = [tf.TensorSpec(shape, tf.float32, name="input")]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tf2onnx.convert.from_keras(
-        keras_model, input_signature=signature, opset=ONNX_OPSET, output_path=str(path)
-    )
-    return path
-
-
-def model_flops(keras_model) -> int:
-    """FLOPs of one batch-1 call: 2 per multiply-add of the Conv2D, DepthwiseConv2D and
-    Dense layers (nested models included), from their output shapes and kernels."""
-    import keras
-
-    macs = 0
-    for layer in keras_model.layers:
-        if isinstance(layer, keras.Model):
-            macs += model_flops(layer) // 2
-            continue
-        if not isinstance(
-            layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)
-        ):
-            continue
-        out = [d or 1 for d in layer.output.shape]  # batch None -> 1
-        in_channels = layer.input.shape[-1]
-        if isinstance(layer, keras.layers.DepthwiseConv2D):
-            # every output value: one kh x kw window of its own input channel
-            kh, kw = layer.kernel_size
-            macs += int(np.prod(out)) * kh * kw
-        elif isinstance(layer, keras.layers.Conv2D):
-            kh, kw = layer.kernel_size
-            macs += int(np.prod(out)) * kh * kw * in_channels // layer.groups
-        else:
-            macs += int(np.prod(out)) * in_channels
-    return 2 * macs
-
-
-_SGEMM = """
-import json, sys, time
-import numpy as np
-n, repeats = int(sys.argv[1]), int(sys.argv[2])
-rng = np.random.default_rng(0)
-a = rng.standard_normal((n, n), dtype=np.float32)
-b = rng.standard_normal((n, n), dtype=np.float32)
-c = np.empty((n, n), dtype=np.float32)
-np.matmul(a, b, out=c)
-times = []
-for _ in range(repeats):
-    start = time.perf_counter()
-    np.matmul(a, b, out=c)
-    times.append(time.perf_counter() - start)
-try:
-    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    blas = f"{blas['name']} {blas.get('version', '')}".strip()
-except Exception:
-    blas = "unknown"
-print(json.dumps({"seconds": times, "blas": blas, "numpy": np.__version__}))
-"""
-
-
-def sgemm_rate(threads: int, n: int = 2048, repeats: int = 10) -> dict:
-    """This machine's float32 matrix-multiply rate: ``numpy.matmul`` of two n x n
-    matrices on ``threads`` BLAS threads, best of ``repeats`` after one warm-up call.
-
-    BLAS libraries read their thread count when numpy is first imported, which happened
-    in this process at the top of the script, so the multiply runs in a fresh
-    interpreter whose environment carries the thread count. It leaves out OpenBLAS's
-    core-type and cache-size overrides, which some hosts set and which hold a current
-    OpenBLAS to half its rate (``OPENBLAS_CORETYPE=Haswell``: AVX2 kernels on an
-    AVX-512 core): the rate is the machine's, not a setting's."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-    }
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-        env[name] = str(threads)
-    done = subprocess.run(
-        [sys.executable, "-c", _SGEMM, str(n), str(repeats)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    measured = json.loads(done.stdout.strip().splitlines()[-1])
-    best = min(measured["seconds"])
-    return {
-        "n": n,
-        "threads": threads,
-        "repeats": repeats,
-        "best_s": best,
-        "gflops": 2 * n**3 / best / 1e9,
-        "median_gflops": 2 * n**3 / float(np.median(measured["seconds"])) / 1e9,
-        "blas": measured["blas"],
-        "numpy": measured["numpy"],
-    }
-
-
-def host_description() -> dict:
-    """The CPU as ``lscpu`` names it and as LLVM (so TVM's ``-mcpu``) detects it."""
-    cpu = None
-    try:
-        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        cpu = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in listing.splitlines()
-                if line.startswith("Model name:")
-            ),
-            None,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    if cpu is None:
-        from simpletvm.hostinfo import host_facts
-
-        cpu = host_facts()["cpu_model"]
-    from tvm.target import codegen
-
-    return {
-        "cpu": cpu,
-        "llvm_cpu": str(codegen.llvm_get_system_cpu()),
-        "logical_cores": os.cpu_count(),
-    }
 
 
 def tune_model(model: str, args, store: str, out: Path) -> tuple:
@@ -317,6 +139,7 @@ def bench_model(
     peers and the untuned build."""
     from simpletvm import BenchmarkingContext, SimpleTVM
     from simpletvm.models.zoo import build_keras_model
+    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
 
     example = (
         np.random.default_rng(0)

@@ -37,7 +37,7 @@ import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
 from simpletvm.store import append_lines
 from simpletvm.tuning.records import RecordStore, canonical_json, insert, target_key

@@ -22,8 +22,8 @@ import itertools
 import json
 import signal
 import statistics
-import tempfile
 import sys
+import tempfile
 import threading
 from pathlib import Path
 

@@ -50,171 +50,29 @@ import hashlib
 import json
 import os
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import (
-    host_description,
-    keras_to_onnx,
-    onnxruntime_runner,
-    openvino_runner,
-    tflite_keras_runner,
-)
-from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
 
-from simpletvm.api import MODULE_FILE
-from simpletvm.runtime.comparison import (
-    simpletvm_runner,
-    tflite_runner,
-    time_side_by_side,
-)
+from bench.common.host import SLOW_ABOVE_NS, host_description, ping_pong_program, round_trip_ns
+from bench.common.models import BUILTIN, import_model
+from bench.common.peers import checked_outputs, peer_runners
+from bench.common.rounds import round_medians_ms, same_state_ratio
+from bench.common.saved_runs import carry_in_model_choices, copy_records, warm_store
 
-BUILTIN = {  # name -> (built-in model, its options)
-    "mobilenetv2": ("mobilenetv2", {"image_size": 224}),
-    "resnet18": ("resnet18", {"image_size": 224}),
-    "quickstart": ("mobilenetv2", {"image_size": 96, "alpha": 0.35}),
-}
 PEERS = ("tflite", "onnxruntime", "openvino")
-
-
-def first_output(output) -> np.ndarray:
-    return np.asarray(output[0] if isinstance(output, (list, tuple)) else output)
-
-
-def copy_records(source: Path, destination: Path) -> None:
-    """A consistent copy of a records database while the tuning writes to it."""
-    with sqlite3.connect(source) as reading, sqlite3.connect(destination) as writing:
-        reading.backup(writing)
-
-
-def carry_in_model_choices(earlier: Path, later: Path) -> None:
-    """The rounds inside the model that copy ``earlier`` holds (each kernel's choice and
-    each contested layer's form), put in copy ``later`` (a copy of the same store taken
-    later: the same workload ids)."""
-    with sqlite3.connect(later) as connection:
-        connection.execute("ATTACH DATABASE ? AS earlier", (str(earlier),))
-        for table in ("in_model_choices", "in_model_forms"):
-            connection.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM earlier.{table}")
-
-
-def warm_store(sources: list[Path], store) -> int:
-    """Every record of ``sources`` (stores or records files) added to ``store`` (a
-    RunStore) under its own run id, and the sources' cost models merged into the
-    store's; returns how many records."""
-    from tvm.s_tir.meta_schedule.cost_model import XGBModel
-
-    from simpletvm.tuning.cost_model import load_store_cost_model, save_store_cost_model
-    from simpletvm.tuning.record_files import open_records
-    from simpletvm.tuning.records import RecordStore
-
-    into = RecordStore(store.records_path)
-    added = 0
-    for source in sources:
-        path = open_records(source).path
-        with sqlite3.connect(path) as connection:
-            rows = connection.execute(
-                "SELECT w.key, w.json, r.run_id, r.json FROM records r "
-                "JOIN workloads w ON w.id = r.workload_id ORDER BY w.key, r.run_id"
-            ).fetchall()
-        groups: dict[tuple[str, str | None], tuple[str, list]] = {}
-        for key, workload, run_id, record in rows:
-            groups.setdefault((key, run_id), (workload, []))[1].append(json.loads(record))
-        for (key, run_id), (workload, records) in groups.items():
-            added += into.add(key, json.loads(workload), records, run_id)
-        for model_file in sorted(Path(source).glob("cost_models/*.tar")):
-            model = XGBModel()
-            if load_store_cost_model(model, model_file):
-                save_store_cost_model(model, store.root / "cost_models" / model_file.name)
-    into.close()
-    return added
-
-
-def peer_runners(name: str, example: np.ndarray, threads: int, scratch: Path):
-    """The peers' runners and the reference output every module is checked against."""
-    if name.endswith(".tflite"):
-        peers = {"tflite": tflite_runner(Path(name).read_bytes(), example, threads)}
-        return peers, first_output(peers["tflite"]())
-    from simpletvm.models.zoo import build_keras_model
-
-    model, options = BUILTIN[name]
-    keras_model = build_keras_model(model, **options)
-    onnx_path = keras_to_onnx(keras_model, example.shape, scratch / f"{name}.onnx")
-    makers: dict[str, Callable] = {
-        "tflite": lambda: tflite_keras_runner(keras_model, example, threads),
-        "onnxruntime": lambda: onnxruntime_runner(onnx_path, example, threads),
-        "openvino": lambda: openvino_runner(onnx_path, example, threads),
-    }
-    peers = {}
-    for peer, make in makers.items():
-        try:
-            peers[peer] = make()
-        except ImportError as error:  # an optional peer not installed: go on without it
-            print(f"  {peer} not run: {error}", flush=True)
-    return peers, np.asarray(keras_model(example))
-
-
-def import_model(name: str, context):
-    from simpletvm import SimpleTVM
-
-    if name.endswith(".tflite"):
-        return SimpleTVM(context).from_model(name)
-    model, options = BUILTIN[name]
-    return SimpleTVM(context).from_model(model, **options)
 
 
 def in_model_seconds(stvm) -> float:
     """How long the model's last in-model round (``choose_in_model``) took."""
     step = next(s for s in reversed(stvm.context.steps) if s["step"] == "in_model")
     return round(step["duration_s"], 1)
-
-
-def checked_outputs(name: str, runners: dict, reference: np.ndarray) -> dict[str, float]:
-    """Each runner's largest difference to the reference; stops when one exceeds a
-    thousandth of the reference's largest value (a detector's boxes are pixels, a
-    softmax's 1e-3), the relative error SimpleTVM's own check allows."""
-    scale = float(np.abs(reference).max())
-    agreement = {}
-    for label, infer in runners.items():
-        output = first_output(infer())
-        agreement[label] = float(np.abs(output - reference).max())
-        if output.shape != reference.shape or agreement[label] > 1e-3 * scale + 1e-6:
-            raise SystemExit(
-                f"{name}: {label} disagrees with the reference "
-                f"(max abs difference {agreement[label]:.3g})"
-            )
-    return agreement
-
-
-def round_medians_ms(samples: dict, calls: int) -> dict[str, list[float]]:
-    """Each runner's median ms in each round (``calls`` samples a round): how far apart
-    two modules' rounds are tells what their medians' difference means."""
-    return {
-        label: [float(np.median(s[i : i + calls])) * 1e3 for i in range(0, len(s), calls)]
-        for label, s in samples.items()
-    }
-
-
-def same_state_ratio(copy: dict, round_ms: list[float], round_trips: list[int]) -> float | None:
-    """Measured over the in-model estimate, over only the rounds timed in the host state
-    the in-model round ran in (None if the state changed during that round or no round
-    shares it): what the estimate promises, apart from the host changing state."""
-    trips = copy.get("in_model_round_trip_ns")
-    if not trips or not copy.get("in_model_estimate_ms"):
-        return None
-    slow = {trip > SLOW_ABOVE_NS for trip in trips}
-    if len(slow) > 1:
-        return None
-    state = slow.pop()
-    same = [ms for ms, trip in zip(round_ms, round_trips) if (trip > SLOW_ABOVE_NS) == state]
-    return statistics.median(same) / copy["in_model_estimate_ms"] if same else None
 
 
 def medians_ms(samples: dict) -> tuple[dict[str, float], dict[str, float], str]:
@@ -228,6 +86,8 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     """Tune ``name`` once with checkpoints, then time every checkpoint's module with the
     peers."""
     from simpletvm import BenchmarkingContext
+    from simpletvm.api import MODULE_FILE
+    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
 
     store = scratch / f"store-{run}"
     store.mkdir(parents=True)
@@ -410,6 +270,7 @@ def retime(kept: Path, args, scratch: Path) -> dict:
     """The module a kept store's run saved (its last checkpoint), timed again with the
     peers in the same alternating rounds, outputs checked as in a run."""
     from simpletvm import BenchmarkingContext, SimpleTVM
+    from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
 
     run_ids = (
         sorted(p.name for p in (kept / "modules").iterdir()) if (kept / "modules").is_dir() else []

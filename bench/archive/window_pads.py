@@ -23,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import host_description
-from time_to_peers import BUILTIN
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
+from bench.common.host import host_description
+from bench.common.models import BUILTIN
 from simpletvm.api import MODULE_FILE
 
 

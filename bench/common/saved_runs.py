@@ -1,13 +1,17 @@
 """A tuned run saved in a store, taken apart again: its module as SimpleTVM loads it, its
 model lowered again with its records (each contested layer in the form it chose, so the
 kernel names are the saved module's), and each task's best record compiled alone and
-timed again as the tuning's profile stage timed it."""
+timed again as the tuning's profile stage timed it; and a store's records copied while
+a tuning writes them, or carried into another store."""
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -163,3 +167,51 @@ def kernels_alone_ms(kernels: list[tuple], mode: str, model_bytes: int) -> dict[
 def estimate_ms(kernels: list[tuple], mode: str, model_bytes: int) -> float:
     """The sum over tasks of :func:`kernels_alone_ms`."""
     return sum(kernels_alone_ms(kernels, mode, model_bytes).values())
+
+
+def copy_records(source: Path, destination: Path) -> None:
+    """A consistent copy of a records database while the tuning writes to it."""
+    with sqlite3.connect(source) as reading, sqlite3.connect(destination) as writing:
+        reading.backup(writing)
+
+
+def carry_in_model_choices(earlier: Path, later: Path) -> None:
+    """The rounds inside the model that copy ``earlier`` holds (each kernel's choice and
+    each contested layer's form), put in copy ``later`` (a copy of the same store taken
+    later: the same workload ids)."""
+    with sqlite3.connect(later) as connection:
+        connection.execute("ATTACH DATABASE ? AS earlier", (str(earlier),))
+        for table in ("in_model_choices", "in_model_forms"):
+            connection.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM earlier.{table}")
+
+
+def warm_store(sources: list[Path], store) -> int:
+    """Every record of ``sources`` (stores or records files) added to ``store`` (a
+    RunStore) under its own run id, and the sources' cost models merged into the
+    store's; returns how many records."""
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    from simpletvm.tuning.cost_model import load_store_cost_model, save_store_cost_model
+    from simpletvm.tuning.record_files import open_records
+    from simpletvm.tuning.records import RecordStore
+
+    into = RecordStore(store.records_path)
+    added = 0
+    for source in sources:
+        path = open_records(source).path
+        with sqlite3.connect(path) as connection:
+            rows = connection.execute(
+                "SELECT w.key, w.json, r.run_id, r.json FROM records r "
+                "JOIN workloads w ON w.id = r.workload_id ORDER BY w.key, r.run_id"
+            ).fetchall()
+        groups: dict[tuple[str, str | None], tuple[str, list]] = {}
+        for key, workload, run_id, record in rows:
+            groups.setdefault((key, run_id), (workload, []))[1].append(json.loads(record))
+        for (key, run_id), (workload, records) in groups.items():
+            added += into.add(key, json.loads(workload), records, run_id)
+        for model_file in sorted(Path(source).glob("cost_models/*.tar")):
+            model = XGBModel()
+            if load_store_cost_model(model, model_file):
+                save_store_cost_model(model, store.root / "cost_models" / model_file.name)
+    into.close()
+    return added

@@ -32,8 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_states import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
+from bench.common.host import host_description, ping_pong_program
+from bench.common.models import BUILTIN
+from bench.common.rounds import (
     add_round_options,
     chosen_models,
     labelled_rounds,
@@ -41,9 +43,6 @@ from host_states import (
     save,
     summarize,
 )
-from peers import host_description
-from round_trip import ping_pong_program
-from time_to_peers import BUILTIN
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 

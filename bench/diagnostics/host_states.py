@@ -20,19 +20,24 @@ Needs a C compiler (``cc``) for the cache-line probe, as the fork-join pool does
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import host_description
-from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
-from time_to_peers import BUILTIN, peer_runners
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
+from bench.common.host import host_description, ping_pong_program
+from bench.common.models import BUILTIN
+from bench.common.peers import peer_runners
+from bench.common.rounds import (
+    add_round_options,
+    chosen_models,
+    labelled_rounds,
+    print_result,
+    save,
+    summarize,
+)
 
 
 def untuned_runners(name: str, scratch: Path):
@@ -60,86 +65,6 @@ def measure(name: str, args, scratch: Path, program: Path) -> dict:
         }
         rounds = labelled_rounds(runners, args.minutes, args.calls, program)
     return {"model": name, **summarize(rounds, args.slow_above_ns)}
-
-
-def labelled_rounds(
-    runners: dict, minutes: float, calls: int, program: Path, *, alternate: bool = False
-) -> list[dict]:
-    """Rounds of ``calls`` timed calls of every runner for ``minutes``, each labelled by
-    the cache-line round trip before it: ``{"round_trip_ns", "ms": runner -> median}``.
-    ``alternate``: every other round runs the runners in reverse order."""
-    from simpletvm.runtime.comparison import time_side_by_side
-
-    rounds = []
-    end = time.time() + minutes * 60
-    while time.time() < end:
-        trip = round_trip_ns(program)
-        order = list(runners)[::-1] if alternate and len(rounds) % 2 else list(runners)
-        samples = time_side_by_side(
-            {label: runners[label] for label in order}, rounds=1, calls=calls, warmup=3
-        )
-        medians = {label: float(np.median(s)) * 1e3 for label, s in samples.items()}
-        rounds.append({"round_trip_ns": trip, "ms": medians})
-    return rounds
-
-
-def summarize(rounds: list[dict], slow_above_ns: int) -> dict:
-    """Rounds (each a ``round_trip_ns`` and each runner's median ``ms``) split by state:
-    how many of each, and per runner the median of its round medians in each state."""
-    slow = [r for r in rounds if r["round_trip_ns"] > slow_above_ns]
-    fast = [r for r in rounds if r["round_trip_ns"] <= slow_above_ns]
-    summary = {}
-    for label in rounds[0]["ms"]:
-        fast_ms = statistics.median(r["ms"][label] for r in fast) if fast else None
-        slow_ms = statistics.median(r["ms"][label] for r in slow) if slow else None
-        summary[label] = {
-            "fast_ms": fast_ms,
-            "slow_ms": slow_ms,
-            "slow_over_fast": slow_ms / fast_ms if fast and slow else None,
-        }
-    return {
-        "fast_rounds": len(fast),
-        "slow_rounds": len(slow),
-        "summary": summary,
-        "rounds": rounds,
-    }
-
-
-def print_result(result: dict) -> None:
-    print(
-        f"{result['model']}: {result['fast_rounds']} fast rounds, "
-        f"{result['slow_rounds']} slow rounds"
-    )
-    if not result["fast_rounds"] or not result["slow_rounds"]:
-        print("  the host stayed in one state: run longer, or again")
-    for label, times in result["summary"].items():
-        fast = f"{times['fast_ms']:.3f}" if times["fast_ms"] is not None else "-"
-        slow = f"{times['slow_ms']:.3f}" if times["slow_ms"] is not None else "-"
-        ratio = f"{times['slow_over_fast']:.2f}" if times["slow_over_fast"] else "-"
-        print(f"  {label:32s} fast {fast:>8s} ms  slow {slow:>8s} ms  slow / fast {ratio}")
-
-
-def save(results: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1))
-
-
-def add_round_options(parser: argparse.ArgumentParser, models: str, minutes: float, out: str):
-    """The options of a script that times built-in models in rounds labelled by state."""
-    parser.add_argument("--models", default=models)
-    parser.add_argument("--minutes", type=float, default=minutes, help="per model")
-    parser.add_argument("--calls", type=int, default=15, help="timed calls per runner a round")
-    parser.add_argument("--slow-above-ns", type=int, default=SLOW_ABOVE_NS)
-    parser.add_argument("--out", type=Path, default=Path(out))
-
-
-def chosen_models(parser: argparse.ArgumentParser, args) -> list[str]:
-    """The built-in models ``--models`` names; an unknown one is a usage error."""
-    names = args.models.split(",")
-    unknown = [name for name in names if name not in BUILTIN]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
-    return names
 
 
 def main() -> None:

@@ -1,14 +1,16 @@
-"""Where a tuned model's measured latency departs from its tuning estimate, kernel by kernel.
+"""Where a tuned model's measured latency departs from its tuning estimate, kernel by kernel,
+and whether the estimate predicts the model at all once the host's drift is taken out.
 
 The estimate is the sum over tasks of (calls per model run) x (the task's best measured
-latency), each candidate timed alone in the tuning's cache mode. This script profiles the
-module in place and puts each task's estimate beside its time in situ, plus what the
-model spends outside the tuned kernels (other calls, the VM itself). Run it on a quiet
-machine.
+latency), each candidate timed alone in the tuning's cache mode
+(:mod:`simpletvm.tuning.timing`). By default this script profiles the module in place and
+puts each task's estimate beside its time in situ, plus what the model spends outside the
+tuned kernels (other calls, the VM itself). Run it on a quiet machine.
 
-    python bench/kernels_in_situ.py --run-id RUN_ID --store DIR [--runs 20]
-                                    [--launches [--rounds 3] | --by-difference]
-                                    [--out bench/results/kernels_in_situ.json]
+    python bench/diagnostics/kernels_in_situ.py --run-id RUN_ID --store DIR [--runs 20]
+        [--launches [--rounds 3] | --by-difference
+         | --fidelity [--rounds 3] [--modes model,memory,l3] [--model-bytes N,N]]
+        [--out bench/results/kernels_in_situ.json]
 
 By default a Relax VM instrument times every kernel call of a bytecode build of the
 model; it calls into Python around each kernel, which costs microseconds per call and
@@ -24,6 +26,14 @@ costs inside the model, what its absence changes for its neighbours included. Th
 with every kernel emptied gives what the model spends outside them (calls, the VM,
 Python).
 
+``--fidelity`` asks the whole-model question: on a shared host the machine's speed moves
+between the search and a later measurement, so the recorded estimate and the measured
+model can differ by the host's drift alone. In alternating rounds it times the saved
+module and each task's best record again exactly as the profile stage timed it (the same
+evaluator, in this process), and prints model / estimate per round. ``--modes`` times the
+kernels in other cache modes too; ``--model-bytes`` times the ``model`` mode once per
+amount streamed (default: the model's footprint, as the tuning job counts it).
+
 RUN_ID is a tuned run of a built-in model whose module was saved (``bench/peers.py`` and
 the quickstart print them); its records must be in DIR's record database.
 """
@@ -34,94 +44,25 @@ import argparse
 import json
 import os
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
 
-
-def load_saved(store: str, run_id: str):
-    """The run's saved module (compiled entry), as SimpleTVM loads it."""
-    from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm._process.native_output import redirected
-
-    with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
-        # every core, as the kernels were tuned and are timed here
-        return SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())).load(
-            run_id
-        )
-
-
-def rebuilt(saved, store: str, run_id: str):
-    """The run's model lowered again, its record database, and the module its build
-    compiled (each contested layer in the form it chose, so kernel names are those of the
-    saved module)."""
-    from functools import partial
-
-    from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm.models.zoo import builtin_recipe
-    from simpletvm.tuning.database import RecordDatabase, best_latency_s
-    from simpletvm.tuning.record_files import open_records
-
-    recipe = builtin_recipe(saved.context.model)
-    if recipe is None:
-        raise SystemExit(f"run {run_id} is not of a built-in model: nothing to lower again")
-    name, options = recipe
-    stvm = SimpleTVM(
-        BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())
-    ).from_model(name, **options)
-    database = RecordDatabase(
-        open_records(store), stvm.target.tvm_target(), scope="run", run_id=run_id
-    )
-    built, _ = stvm.conv_forms.choose(partial(best_latency_s, database))
-    return stvm, database, built
-
-
-def task_estimates(stvm, database, built) -> list[dict]:
-    """Per task of the built module: name, calls per run, best latency in the records."""
-    from simpletvm.compiler.lowering import extract_tasks
-    from simpletvm.tuning.database import best_latency_s
-
-    tasks = []
-    for task in extract_tasks(built, stvm.target):
-        best = best_latency_s(database, task)
-        tasks.append(
-            {
-                "task": task.task_name,
-                "weight": int(task.weight),
-                "best_ms": best * 1e3 if best is not None else None,
-            }
-        )
-    return tasks
-
-
-def model_input(stvm):
-    import tvm
-
-    spec = stvm.model.inputs[0]
-    return tvm.runtime.tensor(
-        np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype), tvm.cpu()
-    )
-
-
-def whole_model_ms(saved, runs: int) -> float:
-    """The median ms of a run of the saved module (compiled entry, no instrument)."""
-    main, data = saved.vm["main"], model_input(saved)
-    return median_ms(lambda: main(data), runs, warmup_calls=5, warmup_s=0.2)
-
-
-def median_ms(call, calls: int, warmup_calls: int, warmup_s: float) -> float:
-    """The median ms of ``calls`` timed calls, after untimed ones (at least
-    ``warmup_calls`` and ``warmup_s``)."""
-    from simpletvm.runtime.evaluation import warm_up
-
-    warm_up(call, warmup_calls, warmup_s)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+from bench.common.saved_runs import (
+    best_kernels,
+    estimate_ms,
+    kernels_alone_ms,
+    load_saved,
+    median_ms,
+    model_input,
+    rebuilt,
+    task_estimates,
+    tuning_cache_mode,
+    whole_model_ms,
+)
 
 
 def profile_in_situ(stvm, database, built, runs: int) -> dict[str, float]:
@@ -172,10 +113,6 @@ def launches_beside_kernels(saved, stvm, database, built, runs: int, rounds: int
     """In alternating rounds, the model's kernels timed in place (:func:`profile_by_launches`)
     and each task's best record timed again alone, as the profile stage timed it during
     the tuning (its cache mode): ``(in situ, alone)``, medians per name."""
-    import tempfile
-
-    from estimate_fidelity import best_kernels, kernel_ms, tuning_cache_mode
-
     from simpletvm.tuning.timing import model_footprint_bytes
 
     mode = tuning_cache_mode(saved)
@@ -187,7 +124,7 @@ def launches_beside_kernels(saved, stvm, database, built, runs: int, rounds: int
         for _ in range(rounds):
             for name, ms in profile_by_launches(saved, runs).items():
                 in_situ.setdefault(name, []).append(ms)
-            for name, ms in kernel_ms(kernels, mode, model_bytes).items():
+            for name, ms in kernels_alone_ms(kernels, mode, model_bytes).items():
                 alone.setdefault(name, []).append(ms)
     return (
         {name: statistics.median(values) for name, values in in_situ.items()},
@@ -209,8 +146,6 @@ def emptied(mod, names: set[str]):
 def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400) -> dict[str, float]:
     """Per tuned kernel name (and ``"outside the kernels"``), the ms a model run loses
     when that kernel does nothing, medians over ``rounds`` alternating rounds."""
-    import tempfile
-
     import tvm
     from tvm import relax
 
@@ -247,33 +182,9 @@ def cost_by_difference(stvm, database, built, rounds: int, calls: int = 400) -> 
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--runs", type=int, default=20)
-    method = parser.add_mutually_exclusive_group()
-    method.add_argument(
-        "--by-difference",
-        action="store_true",
-        help="time each task by emptying its kernels, not by an instrument",
-    )
-    method.add_argument(
-        "--launches",
-        action="store_true",
-        help="time each kernel by the pool's record of its parallel loops, beside its best "
-        "record timed alone, in alternating rounds",
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of --launches")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
-    args = parser.parse_args()
-    if args.launches:
-        from simpletvm.runtime.fork_join import POOL_VARIABLE
-
-        os.environ[POOL_VARIABLE] = "timed"  # before the pool loads with the module
-
-    saved = load_saved(args.store, args.run_id)
-    stvm, database, built = rebuilt(saved, args.store, args.run_id)
+def kernel_table(args, saved, stvm, database, built) -> dict:
+    """Each task's estimate beside its time in situ (by the method ``args`` chose),
+    printed, and what the model spends outside the tuned kernels."""
     tasks = task_estimates(stvm, database, built)
     alone: dict[str, float] = {}
     if args.by_difference:
@@ -336,25 +247,137 @@ def main() -> None:
         f"whole model{'' if args.launches else ' without the profiler'}: {whole_ms:.3f} ms "
         f"({whole_ms / estimate:.2f}x the estimate)"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     method_name = (
         "by difference" if args.by_difference else "launches" if args.launches else "instrument"
     )
-    args.out.write_text(
-        json.dumps(
-            {
-                "run_id": args.run_id,
-                "method": method_name,
-                "tasks": rows,
-                "other_calls_ms": others,
-                "estimate_ms": estimate,
-                "alone_ms": sum(alone.values()) if alone else None,
-                "kernels_in_situ_ms": kernels,
-                "whole_ms": whole_ms,
-            },
-            indent=2,
-        )
+    return {
+        "run_id": args.run_id,
+        "method": method_name,
+        "tasks": rows,
+        "other_calls_ms": others,
+        "estimate_ms": estimate,
+        "alone_ms": sum(alone.values()) if alone else None,
+        "kernels_in_situ_ms": kernels,
+        "whole_ms": whole_ms,
+    }
+
+
+def fidelity(args, parser, requested: list[int] | None, saved, stvm, database, built) -> dict:
+    """In alternating rounds, the saved module's median against each task's best record
+    timed again as the profile stage timed it (in the run's cache mode, or each of
+    ``--modes``; the "model" mode once per ``--model-bytes``): model / estimate per round,
+    the host's drift taken out."""
+    from simpletvm.tuning.timing import CACHE_MODES, model_footprint_bytes
+
+    run_mode = tuning_cache_mode(saved)
+    model_bytes = model_footprint_bytes(stvm.conv_forms.default)  # as the tuning job counts
+    modes = args.modes.split(",") if args.modes else [run_mode]
+    choices = [mode for mode in CACHE_MODES if mode != "auto"]
+    unknown = [mode for mode in modes if mode not in choices]
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+    amounts = requested or [model_bytes]
+    # each timing: (label, mode, bytes the model mode streams)
+    timings = [
+        (f"model@{n}" if len(amounts) > 1 else mode, mode, n)
+        for mode in modes
+        for n in (amounts if mode == "model" else [model_bytes])
+    ]
+    scratch = tempfile.TemporaryDirectory(prefix="kernels-fidelity-")
+    kernels = best_kernels(stvm, database, built, scratch.name)
+    recorded = sum(weight * best_s * 1e3 for weight, best_s, *_ in kernels)
+    print(
+        f"run {args.run_id}: {len(kernels)} tuned tasks, its cache mode '{run_mode}'; "
+        f"recorded estimate {recorded:.4f} ms; one model run keeps "
+        f"{model_bytes / 2**20:.1f} MB"
     )
+    rounds = []
+    for index in range(args.rounds):
+        before = whole_model_ms(saved, 100)
+        estimates = {label: estimate_ms(kernels, mode, n) for label, mode, n in timings}
+        model = (before + whole_model_ms(saved, 100)) / 2
+        rounds.append({"model_ms": model, "estimate_ms": estimates})
+        print(
+            f"round {index + 1}: model {model:.4f} ms; "
+            + ", ".join(
+                f"estimate in '{mode}' {ms:.4f} ms (model / estimate {model / ms:.2f})"
+                for mode, ms in estimates.items()
+            ),
+            flush=True,
+        )
+    model = statistics.median(r["model_ms"] for r in rounds)
+    summary = {
+        label: statistics.median(r["model_ms"] / r["estimate_ms"][label] for r in rounds)
+        for label, _, _ in timings
+    }
+    print(
+        f"median model {model:.4f} ms = {model / recorded:.2f}x the recorded estimate; "
+        "beside its kernels timed again: "
+        + ", ".join(f"'{mode}' {ratio:.2f}x" for mode, ratio in summary.items())
+    )
+    return {
+        "run_id": args.run_id,
+        "run_mode": run_mode,
+        "recorded_estimate_ms": recorded,
+        "rounds": rounds,
+        "model_to_estimate": summary,
+        "model_to_recorded_estimate": model / recorded,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--runs", type=int, default=20)
+    method = parser.add_mutually_exclusive_group()
+    method.add_argument(
+        "--by-difference",
+        action="store_true",
+        help="time each task by emptying its kernels, not by an instrument",
+    )
+    method.add_argument(
+        "--launches",
+        action="store_true",
+        help="time each kernel by the pool's record of its parallel loops, beside its best "
+        "record timed alone, in alternating rounds",
+    )
+    method.add_argument(
+        "--fidelity",
+        action="store_true",
+        help="the whole model against its kernels timed again as the tuning timed them, "
+        "in alternating rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --launches or --fidelity")
+    parser.add_argument(
+        "--modes",
+        default=None,
+        help="--fidelity: cache modes to time the kernels in (default: the run's)",
+    )
+    parser.add_argument(
+        "--model-bytes",
+        default=None,
+        help="--fidelity: amounts the model mode streams, comma-separated (default: the model's footprint)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench/results/kernels_in_situ.json"))
+    args = parser.parse_args()
+    try:
+        requested = [int(n) for n in args.model_bytes.split(",")] if args.model_bytes else None
+    except ValueError:
+        parser.error(f"--model-bytes: {args.model_bytes!r} is not a list of integers")
+    if args.launches:
+        from simpletvm.runtime.fork_join import POOL_VARIABLE
+
+        os.environ[POOL_VARIABLE] = "timed"  # before the pool loads with the module
+
+    saved = load_saved(args.store, args.run_id)
+    stvm, database, built = rebuilt(saved, args.store, args.run_id)
+    if args.fidelity:
+        result = fidelity(args, parser, requested, saved, stvm, database, built)
+    else:
+        result = kernel_table(args, saved, stvm, database, built)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,13 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from peers import keras_to_onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
+
+from bench.common.models import keras_to_onnx
 
 
 def node_medians(profile_path: str, runs: int) -> list[tuple[float, str, str, list]]:

@@ -32,12 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fma_peak import fma_peak, fma_peak_program
-from peers import host_description
-from round_trip import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
-from time_to_peers import BUILTIN, checked_outputs, import_model, peer_runners
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
+from bench.common.host import (
+    SLOW_ABOVE_NS,
+    fma_peak,
+    fma_peak_program,
+    host_description,
+    ping_pong_program,
+    round_trip_ns,
+)
+from bench.common.models import BUILTIN, import_model
+from bench.common.peers import checked_outputs, peer_runners
 from simpletvm.errors import SimpleTVMError
 from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
 from simpletvm.runtime.fork_join import POOL_VARIABLE
@@ -71,7 +76,7 @@ def tasks_of(stvm, store: str | None, run_id: str | None) -> dict[str, dict]:
     if store is None:
         fused = stvm.conv_forms.default
     else:
-        from kernels_in_situ import rebuilt
+        from bench.common.saved_runs import rebuilt
 
         _, _, fused = rebuilt(stvm, store, run_id)
     tasks = {}
@@ -94,7 +99,7 @@ def module_under_test(name: str, args, scratch: Path):
         context = BenchmarkingContext("cpu", num_threads=args.threads, store=scratch / "store")
         stvm = import_model(name, context)
         return stvm, stvm.build(records=None)
-    from kernels_in_situ import load_saved
+    from bench.common.saved_runs import load_saved
 
     saved = load_saved(args.store, args.run_id)
     return saved, saved

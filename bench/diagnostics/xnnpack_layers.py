@@ -27,13 +27,16 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from peers import host_description
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
+
+from bench.common.host import host_description
 from simpletvm.runtime.comparison import (
     at_thread_counts,
     time_side_by_side,
