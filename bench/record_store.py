@@ -39,9 +39,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
-from simpletvm.store import append_lines
-from simpletvm.tuning.records import RecordStore, canonical_json, insert, target_key
-
 RESULTS = Path(__file__).resolve().parent / "results" / "record_store.json"
 JOB_WORKLOADS = 20  # a ResNet-18 job has 19-21 tasks
 RECORDS_PER_WORKLOAD = 500  # how the synthetic store spreads its records
@@ -142,6 +139,8 @@ def synthetic(template: dict, rng: random.Random) -> list:
 
 # ---- (a) concurrency ------------------------------------------------------------------
 def _writer(path: str, templates: list[dict], writer: int, count: int, out: str) -> None:
+    from simpletvm.tuning.records import RecordStore, canonical_json
+
     records = RecordStore(path)
     rng = random.Random(writer)
     committed, waits = [], []
@@ -162,6 +161,8 @@ def _writer(path: str, templates: list[dict], writer: int, count: int, out: str)
 
 
 def _reader(path: str, keys: list[str], target: str, stop, out: str) -> None:
+    from simpletvm.tuning.records import RecordStore
+
     records = RecordStore(path)
     queries = unreadable = rows_read = 0
     latencies = []
@@ -195,6 +196,8 @@ def _readable(row) -> bool:
 def concurrency(
     work: Path, templates: list[dict], writers: int, per_writer: int, readers: int
 ) -> dict:
+    from simpletvm.tuning.records import RecordStore, target_key
+
     path = work / "concurrency.sqlite"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -291,6 +294,8 @@ def _quantiles(values: list[float]) -> dict:
 # ---- (b) start-up ---------------------------------------------------------------------
 def fill_sqlite(path: Path, templates: list[dict], count: int, batch: int = 2000) -> dict:
     """A store of ``count`` records, inserted through the store's own code path."""
+    from simpletvm.tuning.records import RecordStore, insert
+
     records = RecordStore(path)
     have = records.count()
     keys = workload_keys(templates, max(JOB_WORKLOADS, count // RECORDS_PER_WORKLOAD))
@@ -320,6 +325,9 @@ def fill_sqlite(path: Path, templates: list[dict], count: int, batch: int = 2000
 
 def fill_jsonl(directory: Path, templates: list[dict], count: int) -> dict:
     """The same kind of store as JSON lines, as the earlier versions wrote it."""
+    from simpletvm.store import append_lines
+    from simpletvm.tuning.records import target_key
+
     directory.mkdir(parents=True, exist_ok=True)
     keys = workload_keys(templates, max(JOB_WORKLOADS, count // RECORDS_PER_WORKLOAD))
     (directory / "workloads.jsonl").write_text(
@@ -444,6 +452,9 @@ def main() -> None:
     parser.add_argument("--skip", choices=["concurrency", "startup"], action="append", default=[])
     parser.add_argument("--keep", action="store_true", help="keep the stores afterwards")
     args = parser.parse_args()
+
+    from simpletvm.tuning.records import canonical_json
+
     args.dir.mkdir(parents=True, exist_ok=True)
     templates_path = args.dir / "templates.json"
     templates = make_templates(templates_path)
