@@ -91,7 +91,7 @@ def tune_model(model: str, args, store: str, out: Path) -> tuple:
         **{k: v for k, v in budget.items() if v is not None}, transfer_learning=False, seed=0
     )
     tuning_s = time.perf_counter() - start
-    tuned.build(records="run").save()  # kept for --retime and bench/runtime_threads.py
+    tuned.build(records="run").save()  # kept for --retime and bench/diagnostics/runtime_threads.py
     build_step = next(step for step in reversed(tuned.context.steps) if step["step"] == "build")
     curve = tuning_curve(tuned.context)
     curve.to_csv(out / f"{model}-curve.csv", index=False)

@@ -37,7 +37,7 @@ round ran in), and in how many rounds it ran slower than the checkpoint before
 (each round's median; all of them in the JSON); a PNG of latency against minutes with
 the peers as horizontal lines. Before each timing round, and before and after each round
 inside the model, the host's state is probed (how long its two CPUs take to pass a cache
-line back and forth, ``bench/round_trip.py``; slow above 200 ns) and kept with the run.
+line back and forth, ``bench/common/host.py``; slow above 200 ns) and kept with the run.
 ``--retime`` times the module each kept store's run saved (its last
 checkpoint) with the peers again: the host's state moves within minutes, and a run's
 rounds can all fall in one state.
@@ -231,7 +231,7 @@ def one_run(name: str, run: int, args, scratch: Path, host: dict) -> dict:
     return {
         "model": name,
         "run": run,
-        "run_id": stvm.context.run_id,  # its module saved, for bench/estimate_fidelity.py
+        "run_id": stvm.context.run_id,  # its module saved, for bench/diagnostics/kernels_in_situ.py --fidelity
         "kind": "warm" if args.warm_from else "cold",
         "warm_records": warm_records,
         "threads": args.threads,

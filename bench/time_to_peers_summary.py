@@ -10,7 +10,7 @@ cold at most 1.0x at 5 minutes and 0.8x at 15; warm at most 1.0x at 2 minutes; n
 checkpoint measured slower than an earlier one of its run; measured within 5% of the
 estimate timed inside the model at every tuned checkpoint. A run without a checkpoint
 (a 5-minute run has no 15) does not count for its target. The host's state moves these
-ratios within minutes (``bench/round_trip.py``), so a single run says little; this is
+ratios within minutes (``bench/common/host.py``), so a single run says little; this is
 the spread.
 """
 

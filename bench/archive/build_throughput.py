@@ -4,7 +4,7 @@ Both build the same candidates (one MobileNetV2 convolution task, one search bat
 the same number of workers, in one run on one machine. Prints candidates per second,
 errors (timeouts included) and the ratio.
 
-    python bench/build_throughput.py [--candidates 16] [--workers 2] [--batches 2]
+    python bench/archive/build_throughput.py [--candidates 16] [--workers 2] [--batches 2]
 """
 
 from __future__ import annotations

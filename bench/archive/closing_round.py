@@ -6,7 +6,7 @@ with its trial budget spent: only the round is left), builds the model from each
 and times the two builds and TFLite (XNNPACK) side by side, in alternating rounds. Both
 builds come from the same search, so the difference is the round's choice of records.
 
-    python bench/closing_round.py --minutes 5 --out bench/results/closing_round.json
+    python bench/archive/closing_round.py --minutes 5 --out bench/results/closing_round.json
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 One run, one machine, the same model, target, trial budget per task, batch size and
 search parameters. MetaSchedule's stock LocalBuilder loses every candidate to build
-timeouts on small hosts (see bench/build_throughput.py), so tune_relax is given
+timeouts on small hosts (see bench/archive/build_throughput.py), so tune_relax is given
 SimpleTVM's PersistentBuilder. Then a second SimpleTVM job on the same model, with the
 global database warm, gets a tenth of the first job's trials (transfer learning).
 All tuned modules are timed side by side at the end, in alternating rounds.
 
-    python bench/tuning_parity.py [--trials 16] [--candidates-per-iteration 16] [--rounds 5]
+    python bench/archive/tuning_parity.py [--trials 16] [--candidates-per-iteration 16] [--rounds 5]
 """
 
 from __future__ import annotations

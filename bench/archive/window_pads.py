@@ -8,7 +8,7 @@ kernel from the fork-join pool's record of its parallel loops
 Outputs are checked equal first. Printed: the whole model and every kernel that differs
 by more than 5%, in ms per model run, and the ratio (in place / copy: below 1 faster).
 
-    python bench/window_pads.py [--models mobilenetv2,quickstart,resnet18,FILE.tflite]
+    python bench/archive/window_pads.py [--models mobilenetv2,quickstart,resnet18,FILE.tflite]
                                 [--threads 2] [--rounds 8] [--runs 10]
                                 [--out bench/results/window_pads.json]
 """

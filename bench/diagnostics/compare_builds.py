@@ -9,11 +9,11 @@ the same for both), so a change to the default schedules, the layer forms or the
 lowering is measured as a user of either commit would get it. Both modules then run in this process
 on the same input, their outputs checked against each other (the largest difference at
 most a thousandth of the largest value), on ``--threads`` threads, taking turns round by
-round; before each round the cache-line probe (``bench/round_trip.py``) labels it fast or
+round; before each round the cache-line probe (``bench/common/host.py``) labels it fast or
 slow. The report: per model, each build's median in the fast rounds and in the slow
 ones, and head / base.
 
-    python bench/compare_builds.py --base REV [--head REV] [--models mobilenetv2,resnet18]
+    python bench/diagnostics/compare_builds.py --base REV [--head REV] [--models mobilenetv2,resnet18]
                                    [--records STORE] [--minutes 3] [--threads 2] [--calls 15]
                                    [--out bench/results/compare_builds.json]
 

@@ -7,7 +7,7 @@ timed in alternating rounds (hot: the arguments stay in the caches), so the host
 hits both alike. The table is sorted by the time a model run loses (calls x the
 difference); the last line gives the sums.
 
-    python bench/default_vs_records.py --store DIR --run-id RUN [--model mobilenetv2]
+    python bench/diagnostics/default_vs_records.py --store DIR --run-id RUN [--model mobilenetv2]
                                        [--rounds 3] [--out bench/results/x.json]
 
 RUN is a tuned run of the model in DIR's record database (``bench/time_to_peers.py

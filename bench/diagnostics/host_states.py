@@ -10,7 +10,7 @@ read what they wrote themselves hardly notices it. The report: per runner, the m
 its round medians in the fast rounds and in the slow ones, and slow / fast. A run that
 never sees a slow state says so (run it longer, or again).
 
-    python bench/host_states.py [--models resnet18,mobilenetv2,quickstart] [--minutes 6]
+    python bench/diagnostics/host_states.py [--models resnet18,mobilenetv2,quickstart] [--minutes 6]
                                 [--calls 15] [--slow-above-ns 200]
                                 [--out bench/results/host_states.json]
 

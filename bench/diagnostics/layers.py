@@ -17,7 +17,7 @@ convolution's FLOPs for every variant, Winograd included) and speedup over the N
 direct variant of the same layer (NHWC ms / variant ms: above 1 is faster). Every
 variant's output is checked against the NHWC direct one.
 
-    python bench/layers.py [--trials 64] [--candidates-per-iteration N] [--population N]
+    python bench/diagnostics/layers.py [--trials 64] [--candidates-per-iteration N] [--population N]
                            [--layers a,b,c,d] [--variants nhwc,im2col] [--rounds 3]
                            [--out results.json]
 

@@ -5,7 +5,7 @@ times every node of ``--runs`` calls (after ``--warmup``) and this prints each n
 median, slowest first, with its input shapes: what a tuned module's tasks are up against,
 layer by layer. The profiler costs time per node, so the sum runs above an unprofiled call.
 
-    python bench/onnxruntime_layers.py --model resnet18 [--image-size 224] [--alpha A]
+    python bench/diagnostics/onnxruntime_layers.py --model resnet18 [--image-size 224] [--alpha A]
                                        [--threads 2] [--runs 200]
 """
 

@@ -3,13 +3,13 @@ model by kind, each kind's GFLOP/s against the host's FMA peak, and the model's 
 every 1x1 convolution (a matrix product, most of a MobileNet's work) ran at that peak and
 everything else as it runs now, beside the fastest peer timed in the same rounds.
 
-    python bench/roofline.py [--models mobilenetv2] [--store DIR --run-id RUN]
+    python bench/diagnostics/roofline.py [--models mobilenetv2] [--store DIR --run-id RUN]
                              [--rounds 10] [--runs 20] [--threads 2]
                              [--out bench/results/roofline.json]
 
 Without ``--store`` the model's untuned build (its default schedules) is timed; with it,
 the module a tuned run saved (``RUN`` in the store ``DIR``, a built-in model). Each round
-probes the host's state (``bench/round_trip.py``), times ``--runs`` runs of the module
+probes the host's state (``bench/common/host.py``), times ``--runs`` runs of the module
 with the pool recording every kernel's parallel loops
 (:func:`simpletvm.runtime.in_situ.kernel_ms`), then the peers, each as many calls after a
 warm-up. A kernel's kind comes from its task: ``1x1`` (a convolution whose window is one

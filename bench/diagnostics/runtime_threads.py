@@ -13,7 +13,7 @@ one thread, and the count SimpleTVM's load chooses by timing the module
 (``simpletvm.runtime.threads``). First it times what a parallel kernel pays to fork onto each
 pool and join, on every core and on one.
 
-    python bench/runtime_threads.py --run-id RUN_ID [--store DIR] [--rounds 5]
+    python bench/diagnostics/runtime_threads.py --run-id RUN_ID [--store DIR] [--rounds 5]
                                     [--calls 50] [--out bench/results/runtime_threads.json]
 
 RUN_ID is a run whose module was saved (``simpletvm quickstart`` saves one; so does

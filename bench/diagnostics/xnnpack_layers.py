@@ -9,7 +9,7 @@ the tuned store's records apply to it. Each pair is timed on the same input, sid
 in alternating rounds, on the same thread count; the table is sorted by the time SimpleTVM
 loses (or gains) per inference, the whole model's calls of each unit counted once each.
 
-    python bench/xnnpack_layers.py --store STORE [--image-size 224] [--rounds 10] [--prefixes]
+    python bench/diagnostics/xnnpack_layers.py --store STORE [--image-size 224] [--rounds 10] [--prefixes]
 
 Inputs are staged once, so a unit's time is its kernels and one call (the call alone is
 timed too: a ReLU of 8 numbers). A unit alone runs with its input and weights warm in
