@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
 from bench.common.host import host_description
-from bench.common.models import BUILTIN
+from bench.common.models import BUILTIN, unknown_models
 
 WAYS = ("unchecked", "first checked", "second checked")
 
@@ -88,9 +88,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/check_cost.json"))
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in BUILTIN]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(BUILTIN)}")
+    error = unknown_models(models)
+    if error:
+        parser.error(error)
     results = {"host": host_description(), "models": []}
     with tempfile.TemporaryDirectory(prefix="check-cost-") as scratch:
         for model in models:

@@ -41,7 +41,7 @@ from bench.common.host import (
     ping_pong_program,
     round_trip_ns,
 )
-from bench.common.models import BUILTIN, import_model
+from bench.common.models import import_model, unknown_models
 from bench.common.peers import checked_outputs, peer_runners
 from simpletvm.errors import SimpleTVMError
 from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
@@ -231,9 +231,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/roofline.json"))
     args = parser.parse_args()
     models = [model.strip() for model in args.models.split(",") if model.strip()]
-    unknown = [model for model in models if model not in BUILTIN]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
+    error = unknown_models(models)
+    if error:
+        parser.error(error)
     if (args.store is None) != (args.run_id is None):
         parser.error("--store and --run-id go together")
     if args.store is not None and len(models) != 1:
