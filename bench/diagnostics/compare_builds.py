@@ -44,7 +44,7 @@ from bench.common.rounds import (
     summarize,
 )
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 # run inside a commit's tree: its own SimpleTVM builds the module and saves it
 EXPORT = """
