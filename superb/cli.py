@@ -492,7 +492,7 @@ def server(
 @app.command()
 def parameters():
     """List the parameters a grid can set and the SimpleTVM call each goes to."""
-    from .grid import PARAMETERS
+    from .parameters import PARAMETERS
 
     typer.echo(f"{'parameter':22} {'goes to':28} {'type':22} meaning")
     for p in PARAMETERS.values():

@@ -14,9 +14,10 @@ A grid names values per parameter; its runs are the n-ary product of the axes, w
     exclude: [{model: resnet18, trials: 16}]
     repetitions: 1
 
-Every parameter goes to one SimpleTVM call (see :data:`PARAMETERS`); unknown names,
-wrong types, empty axes and broken zip/exclude entries are reported with file and line
-before anything runs. Nothing here imports TVM.
+Every parameter goes to one SimpleTVM call (see :mod:`superb.parameters`, imported when
+a grid is read, not by ``superb --help``); unknown names, wrong types, empty axes and
+broken zip/exclude entries are reported with file and line before anything runs. An old
+tuning option's name is read as the current one, with a warning. Nothing here imports TVM.
 """
 
 from __future__ import annotations
@@ -30,194 +31,7 @@ from typing import Any
 
 import yaml
 
-from simpletvm.cli_options import MIN_MINUTES
-
 from .errors import SuperbError
-
-# ---- the parameters ------------------------------------------------------------------
-
-CALLS = ("context", "from_model", "autotune", "build", "save", "evaluate")
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One grid parameter: the SimpleTVM call it goes to, under which keyword."""
-
-    name: str
-    call: str
-    argument: str | None  # None: a switch of superb's (autotune, save, evaluate)
-    kind: str  # int, float, bool, str, str-list, mapping, target
-    nullable: bool
-    help: str
-
-
-def _p(name, call, argument, kind, help, nullable=False):  # noqa: A002 - table helper
-    return Parameter(name, call, argument, kind, nullable, help)
-
-
-PARAMETERS: dict[str, Parameter] = {
-    p.name: p
-    for p in [
-        # BenchmarkingContext(...)
-        _p("target", "context", "target", "target", "'cpu', 'cuda' or a TVM target mapping"),
-        _p(
-            "device_key",
-            "context",
-            "device_key",
-            "str",
-            "RPC key of the profiling devices (default: superb-<cpu|cuda>)",
-            True,
-        ),
-        _p("cpu_arch", "context", "cpu_arch", "str", "LLVM CPU name (default: this host's)", True),
-        _p(
-            "num_threads",
-            "context",
-            "num_threads",
-            "int",
-            "threads (default: physical cores; inference on this host: the faster of them and "
-            "one, timed at build)",
-            True,
-        ),
-        # from_model(...)
-        _p(
-            "model",
-            "from_model",
-            "source",
-            "str",
-            "built-in name or model file/directory (relative to the grid file)",
-        ),
-        _p("output_name", "from_model", "output_name", "str-list", "GraphDef output node(s)", True),
-        _p("output_size", "from_model", "output_size", "int", "checked output length", True),
-        _p(
-            "input_shapes",
-            "from_model",
-            "input_shapes",
-            "mapping",
-            "{input: shape} for unknown dimensions",
-            True,
-        ),
-        _p("model_batch_size", "from_model", "batch_size", "int", "the model's input batch"),
-        _p("format", "from_model", "format", "str", "force an importer (onnx, tflite, ...)", True),
-        _p("signature", "from_model", "signature", "str", "SavedModel / TF Hub signature"),
-        _p("image_size", "from_model", "image_size", "int", "built-in models: input size"),
-        _p("classes", "from_model", "classes", "int", "built-in models: output classes"),
-        _p("alpha", "from_model", "alpha", "float", "built-in MobileNets: width multiplier"),
-        _p("model_seed", "from_model", "seed", "int", "built-in models: weight seed"),
-        # autotune(...)
-        _p("autotune", "autotune", None, "bool", "tune before building (default true)"),
-        _p("trials", "autotune", "trials", "int", "measured candidates per task"),
-        _p("total_trials", "autotune", "total_trials", "int", "cap over all tasks", True),
-        _p("minutes", "autotune", "minutes", "float", "wall-clock tuning budget", True),
-        _p("timeout", "autotune", "timeout", "float", "profiling timeout per candidate (s)", True),
-        _p(
-            "candidates_per_iteration",
-            "autotune",
-            "candidates_per_iteration",
-            "int",
-            "candidates selected, built and profiled per iteration",
-            True,
-        ),
-        _p(
-            "batch_size",
-            "autotune",
-            "candidates_per_iteration",
-            "int",
-            "the old name of candidates_per_iteration (model_batch_size: the model's batch)",
-            True,
-        ),
-        _p(
-            "transfer_learning",
-            "autotune",
-            "transfer_learning",
-            "bool",
-            "start from the global database",
-        ),
-        _p(
-            "early_stopping",
-            "autotune",
-            "early_stopping",
-            "int",
-            "stop a task after N trials without improvement",
-            True,
-        ),
-        _p(
-            "task_scheduler",
-            "autotune",
-            "task_scheduler",
-            "str",
-            "gradient (where latency falls most) or sequential",
-        ),
-        _p(
-            "search_strategy",
-            "autotune",
-            "search_strategy",
-            "str",
-            "evolutionary, replay-trace, replay-func",
-        ),
-        _p("cost_model", "autotune", "cost_model", "str", "xgb or random"),
-        _p("seed", "autotune", "seed", "int", "search seed", True),
-        _p("population", "autotune", "population", "int", "evolutionary population"),
-        _p("genetic_iterations", "autotune", "genetic_iterations", "int", "evolution rounds"),
-        _p("eps_greedy", "autotune", "eps_greedy", "float", "share of random candidates"),
-        _p("build_timeout", "autotune", "build_timeout", "float", "candidate build timeout (s)"),
-        _p("profile_number", "autotune", "number", "int", "profiling: runs per measurement"),
-        _p("profile_repeat", "autotune", "repeat", "int", "profiling: measurements"),
-        _p(
-            "profile_min_repeat_ms",
-            "autotune",
-            "min_repeat_ms",
-            "int",
-            "profiling: minimum time per measurement",
-        ),
-        _p(
-            "cache_flush",
-            "autotune",
-            "cache_flush",
-            "bool-or-str",
-            "profiling: what the caches hold before each run: auto, model, memory, l3, "
-            "off (true/false: memory/off)",
-        ),
-        _p(
-            "remeasure",
-            "autotune",
-            "remeasure",
-            "int",
-            "best records per task timed again when the search is over (0: off)",
-        ),
-        _p(
-            "in_model",
-            "autotune",
-            None,
-            "bool",
-            "time the tuned kernels inside the model after the search (default: when the "
-            "budget or the search is a minute or more and the devices are this machine's)",
-            True,
-        ),
-        # build(...), save(), evaluate(...)
-        _p(
-            "records",
-            "build",
-            "records",
-            "str",
-            "global, best, run or a run id (default: run when tuned, none otherwise)",
-            True,
-        ),
-        _p("save", "save", None, "bool", "save the built module (default false)"),
-        _p("evaluate", "evaluate", None, "bool", "measure the built module (default true)"),
-        _p("evaluate_repeat", "evaluate", "repeat", "int", "timed inferences"),
-        _p("evaluate_warmup", "evaluate", "warmup", "int", "untimed inferences first"),
-        _p("evaluate_number", "evaluate", "number", "int", "inferences per timed sample"),
-        _p("evaluate_seed", "evaluate", "seed", "int", "seed of the random inputs"),
-        _p(
-            "evaluate_tolerance",
-            "evaluate",
-            "tolerance",
-            "float",
-            "largest relative error against the source framework (default by dtype)",
-            True,
-        ),
-    ]
-}
 
 TOP_LEVEL_KEYS = ("name", "description", "fixed", "grid", "zip", "exclude", "repetitions")
 
@@ -226,62 +40,6 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for a close match, else ''."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_value(parameter: Parameter, value: Any) -> str | None:
-    """Why ``value`` does not fit ``parameter``, or None when it does."""
-    if value is None:
-        return None if parameter.nullable else "must not be null"
-    kind = parameter.kind
-    ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-        "str": isinstance(value, str),
-        "bool-or-str": isinstance(value, (bool, str)),
-        "str-list": isinstance(value, str)
-        or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
-        "mapping": isinstance(value, dict),
-        "target": isinstance(value, (str, dict)),
-    }[kind]
-    if ok and parameter.name == "minutes" and value < MIN_MINUTES:
-        return f"must be at least {MIN_MINUTES} (as simpletvm's --minutes), got {value!r}"
-    if ok:
-        return None
-    wanted = {
-        "int": "an integer",
-        "float": "a number",
-        "bool": "true or false",
-        "str": "a string",
-        "bool-or-str": "true, false or a string",
-        "str-list": "a string or a list of strings",
-        "mapping": "a mapping",
-        "target": "a string or a TVM target mapping",
-    }[kind]
-    return f"must be {wanted}, got {value!r}"
-
-
-def calls_for(params: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of each SimpleTVM call for one run's parameters.
-
-    ``autotune`` and ``evaluate`` are None when the run skips them; ``save`` is a bool.
-    """
-    calls: dict[str, Any] = {call: {} for call in CALLS}
-    for name, value in params.items():
-        parameter = PARAMETERS[name]
-        if parameter.argument is not None:
-            calls[parameter.call][parameter.argument] = value
-    tuned = params.get("autotune", True)
-    if not tuned:
-        calls["autotune"] = None
-    calls["build"].setdefault("records", "run" if tuned else None)
-    if calls["build"]["records"] in ("none", "None", ""):
-        calls["build"]["records"] = None
-    calls["save"] = bool(params.get("save", False))
-    if not params.get("evaluate", True):
-        calls["evaluate"] = None
-    calls["context"].setdefault("target", "cpu")
-    return calls
 
 
 # ---- errors with places --------------------------------------------------------------
@@ -368,6 +126,8 @@ class Grid:
 
     def validate(self) -> None:
         """Raise GridError listing every problem of names, types, axes, zip and exclude."""
+        from .parameters import PARAMETERS, check_value
+
         problems: list[Problem] = []
         known = list(PARAMETERS)
         for section, names in (("fixed", self.fixed), ("grid", self.axes)):
@@ -495,11 +255,13 @@ def _matches(pattern: dict[str, Any], params: dict[str, Any]) -> bool:
 
 def parse_override(text: str) -> tuple[str, list]:
     """``name=v1,v2`` -> (name, [v1, v2]); values are read as YAML scalars (8, true, null)."""
+    from .parameters import PARAMETERS, current_parameter
+
     name, sep, rest = text.partition("=")
-    name = name.strip()
     where = f"--param {text}"
-    if not sep or not name:
+    if not sep or not name.strip():
         raise GridError([Problem("expected name=value1,value2", where)])
+    name = current_parameter(name.strip(), where)
     if name not in PARAMETERS:
         raise GridError(
             [
@@ -640,11 +402,44 @@ def parse_grid(text: str, path: Path | None = None, validate: bool = True) -> Gr
         repetitions=repetitions,
         places=places,
     )
+    grid, renaming = _with_current_names(grid)
+    problems += renaming
     if problems:
         raise GridError(problems)
     if validate:
         grid.validate()
     return grid
+
+
+def _with_current_names(grid: Grid) -> tuple[Grid, list[Problem]]:
+    """``grid`` with old parameter names (an old tuning option's) read as the current
+    ones, with a warning where each is set; a grid setting both names has a problem."""
+    from .parameters import current_parameter
+
+    names, problems = {}, []
+    for section, values in (("fixed", grid.fixed), ("grid", grid.axes)):
+        for name in values:
+            new = current_parameter(name, grid.where(section, name))
+            if new in values and new != name:
+                problems.append(
+                    Problem(f"{name!r} is the old name of {new!r}: keep one", grid.where(section))
+                )
+            names[name] = new
+    if problems or all(old == new for old, new in names.items()):
+        return grid, problems
+
+    def current(mapping: dict[str, Any]) -> dict[str, Any]:
+        return {names.get(name, name): value for name, value in mapping.items()}
+
+    renamed = replace(
+        grid,
+        fixed=current(grid.fixed),
+        axes=current(grid.axes),
+        zip=[[names.get(name, name) for name in group] for group in grid.zip],
+        exclude=[current(pattern) for pattern in grid.exclude],
+        places={tuple(names.get(p, p) for p in path): at for path, at in grid.places.items()},
+    )
+    return renamed, problems
 
 
 def _index(node, path: tuple, source: str, places: dict, duplicates: list) -> None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .grid import PARAMETERS, Grid, GridError, Problem, calls_for
+from .grid import Grid, GridError, Problem
+from .parameters import PARAMETERS, calls_for
 
 KEY_LENGTH = 12
 

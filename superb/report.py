@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .grid import PARAMETERS
+from .parameters import PARAMETERS
 from .results import AGGREGATE_MEANS, Experiment, RunStatus, aggregate, read_context
 
 COMPARE_METRICS = AGGREGATE_MEANS

@@ -59,7 +59,7 @@ class RunJob(SimpleTVMJob):
     def __init__(self, spec: RunSpec) -> None:
         from simpletvm import BenchmarkingContext, SimpleTVM
 
-        from .grid import calls_for
+        from .parameters import calls_for
 
         _write_output_to(spec.log)
         print(

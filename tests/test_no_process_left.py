@@ -39,8 +39,9 @@ def test_a_killed_sweep_leaves_no_process(tmp_path):
     grid.write_text(
         textwrap.dedent(f"""
             name: killed
-            fixed: {{model: {model}, total_trials: 1000, batch_size: 64, population: 64,
-                     genetic_iterations: 1, transfer_learning: false, seed: 0, remeasure: 0}}
+            fixed: {{model: {model}, total_trials: 1000, candidates_per_iteration: 64,
+                     population: 64, genetic_iterations: 1, transfer_learning: false, seed: 0,
+                     remeasure: 0}}
             grid: {{trials: [500]}}
         """)
     )

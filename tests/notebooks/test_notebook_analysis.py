@@ -40,7 +40,7 @@ def swept(tmp_path_factory):
     grid.write_text(
         textwrap.dedent(f"""
         name: analysed
-        fixed: {{model: {model}, trials: 2, total_trials: 3, batch_size: 2,
+        fixed: {{model: {model}, trials: 2, total_trials: 3, candidates_per_iteration: 2,
                  population: 16, genetic_iterations: 1, transfer_learning: false,
                  remeasure: 0, evaluate_repeat: 5, evaluate_warmup: 1}}
         grid:

@@ -429,7 +429,7 @@ def test_both_clis_share_option_names_and_limits():
     (a grid sets minutes and num_threads per run, minutes bounded as --minutes is)."""
     from simpletvm.cli_options import MIN_MINUTES, STORE_HELP
     from superb.cli import app as superb_app
-    from superb.grid import PARAMETERS, check_value
+    from superb.parameters import PARAMETERS, check_value
 
     assert MIN_MINUTES == 0.01
     assert "at least 0.01" in check_value(PARAMETERS["minutes"], 0.005)

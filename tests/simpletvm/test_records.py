@@ -348,7 +348,7 @@ def test_a_tuning_run_commits_each_record_under_its_run_id_and_builds_from_them(
         if stvm.context.stages[-1]["stage"] == "update":
             stored_after_update.append((records.count(run_id=run_id), job.trials))
 
-    stvm.autotune(trials=4, batch_size=4, seed=0, on_stage=on_stage, **FAST_SEARCH)
+    stvm.autotune(trials=4, candidates_per_iteration=4, seed=0, on_stage=on_stage, **FAST_SEARCH)
     # every update stage has stored what it measured before the next stage starts
     assert stored_after_update and all(stored == trials for stored, trials in stored_after_update)
     assert records.count(run_id=run_id) == stvm.tuning_summary["trials"] > 0

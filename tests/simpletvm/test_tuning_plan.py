@@ -331,12 +331,3 @@ def test_a_plan_order_error_pickles_with_its_fields():
     error = pickle.loads(pickle.dumps(PlanOrderError("built", Phase.SELECT, Phase.BUILD)))
     assert (error.event, error.phase, error.expected) == ("built", Phase.SELECT, Phase.BUILD)
     assert "built() arrived in the select phase" in str(error)
-
-
-def test_options_take_the_old_name_of_candidates_per_iteration():
-    """``batch_size`` is the model's batch (from_model); grids and specs written before
-    the candidates per iteration got their own name still say it."""
-    assert TuningOptions.from_mapping({"batch_size": 4}).candidates_per_iteration == 4
-    assert TuningOptions.from_mapping({"candidates_per_iteration": 8}).candidates_per_iteration == 8
-    with pytest.raises(ValueError, match="candidates_per_iteration must be at least 1"):
-        TuningOptions.from_mapping({"batch_size": 0})

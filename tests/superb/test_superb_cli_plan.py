@@ -54,12 +54,12 @@ def test_run_refuses_bad_input_before_running(cli, write_grid, store, tiny_onnx)
         fixed: {{model: {tiny_onnx}}}
         grid:
           trails: [8, 16]
-          batch_size: []
+          candidates_per_iteration: []
     """)
     result = cli("run", path, "--store", store)
     assert result.exit_code == 2
     assert f"{path}:3: unknown parameter 'trails' (did you mean 'trials'?)" in result.stderr
-    assert f"{path}:4: axis 'batch_size' is empty" in result.stderr
+    assert f"{path}:4: axis 'candidates_per_iteration' is empty" in result.stderr
     assert not (store / "superb").exists()
 
 
@@ -129,7 +129,7 @@ def test_named_tracker_must_have_the_device_keys(cli, write_grid, store, tiny_on
 
 
 def test_parameters_command_lists_every_parameter(cli):
-    from superb.grid import PARAMETERS
+    from superb.parameters import PARAMETERS
 
     result = cli("parameters")
     assert result.exit_code == 0

@@ -82,6 +82,24 @@ def test_sweep_writes_a_row_per_run_and_skips_them_next_time(cli, write_grid, st
     assert len(pd.read_csv(experiment.runs_csv)) == 6
 
 
+def test_a_grid_with_the_old_name_of_candidates_per_iteration_runs(
+    cli, write_grid, store, tiny_onnx
+):
+    """``batch_size``, the model's batch, once named the candidates per iteration: such a
+    grid runs, with a warning naming the new name, and records the new one."""
+    grid = write_grid(f"""
+        name: old-name
+        fixed: {{model: {tiny_onnx}, autotune: false, batch_size: 4, evaluate_repeat: 2}}
+    """)
+    with pytest.warns(
+        FutureWarning, match="'batch_size' is the old name .*'candidates_per_iteration'"
+    ):
+        result = cli("run", grid, "--store", store)
+    assert result.exit_code == 0, result.output
+    runs = pd.read_csv(store / "superb" / "old-name" / "runs.csv")
+    assert list(runs["status"]) == ["ok"] and list(runs["param:candidates_per_iteration"]) == [4]
+
+
 @pytest.fixture
 def private_tmp(monkeypatch):
     """A temporary directory of this test's own, for superb and its worker processes
@@ -204,7 +222,7 @@ def test_tuned_sweep_profiles_through_its_own_tracker(
         fixed:
           model: {tiny_onnx}
           trials: 4
-          batch_size: 4
+          candidates_per_iteration: 4
           population: 32
           genetic_iterations: 1
           seed: 0

@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
-from superb.grid import PARAMETERS, GridError, calls_for, parse_grid, parse_override
+from simpletvm.tuning.options import documented_options
+from superb.grid import GridError, parse_grid, parse_override
+from superb.parameters import PARAMETERS, calls_for
 from superb.plan import build_plan, run_key
 
 GRID = """\
@@ -45,7 +47,8 @@ def test_product_with_zip_and_exclude_counts():
 
 def test_plain_product_and_repetitions():
     plan = plan_of(
-        "fixed: {model: m.onnx}\ngrid: {trials: [1, 2, 3], batch_size: [4, 8]}\nrepetitions: 2\n"
+        "fixed: {model: m.onnx}\ngrid: {trials: [1, 2, 3], candidates_per_iteration: [4, 8]}\n"
+        "repetitions: 2\n"
     )
     assert len(plan.runs) == 12
     assert [r.repetition for r in plan.runs] == [1] * 6 + [2] * 6  # every config once first
@@ -61,18 +64,20 @@ def test_keys_are_stable_and_survive_more_repetitions():
 
 
 def test_command_line_params_add_and_replace_axes():
-    grid = parse_grid("fixed: {model: m.onnx, trials: 8}\ngrid: {batch_size: [4, 8]}\n")
+    grid = parse_grid(
+        "fixed: {model: m.onnx, trials: 8}\ngrid: {candidates_per_iteration: [4, 8]}\n"
+    )
     grid = grid.with_overrides(
         [
             parse_override("trials=8,16,32"),
-            parse_override("batch_size=2"),
+            parse_override("candidates_per_iteration=2"),
             parse_override("transfer_learning=false"),
         ]
     )
     grid.validate()
     plan = build_plan(grid)
-    assert len(plan.runs) == 3  # batch_size replaced by one value, trials became an axis
-    assert {r.params["batch_size"] for r in plan.runs} == {2}
+    assert len(plan.runs) == 3  # an axis replaced by one value, trials became an axis
+    assert {r.params["candidates_per_iteration"] for r in plan.runs} == {2}
     assert {r.params["trials"] for r in plan.runs} == {8, 16, 32}
     assert all(r.params["transfer_learning"] is False for r in plan.runs)
     assert parse_override("timeout=null,2.5") == ("timeout", [None, 2.5])
@@ -93,9 +98,9 @@ def test_command_line_params_add_and_replace_axes():
             r"grid.yaml:5: trials must be an integer, got 'eight'",
         ),
         (
-            "fixed: {model: m.onnx}\ngrid: {trials: [8], batch_size: [1, 2]}\n"
-            "zip: [[trials, batch_size]]\n",
-            r"grid.yaml:3: zipped axes need the same number of values, got trials: 1, batch_size: 2",
+            "fixed: {model: m.onnx}\ngrid: {trials: [8], population: [1, 2]}\n"
+            "zip: [[trials, population]]\n",
+            r"grid.yaml:3: zipped axes need the same number of values, got trials: 1, population: 2",
         ),
         (
             "fixed: {model: m.onnx}\ngrid: {trials: [8]}\nexclude:\n  - {trails: 8}\n",
@@ -143,7 +148,7 @@ def test_parameters_reach_their_calls():
             "model_batch_size": 2,
             "image_size": 64,
             "trials": 8,
-            "batch_size": 4,
+            "candidates_per_iteration": 4,
             "profile_number": 2,
             "evaluate_repeat": 7,
             "save": True,
@@ -165,3 +170,40 @@ def test_every_tuning_option_is_a_grid_parameter():
     reachable = {p.argument for p in PARAMETERS.values() if p.call == "autotune"}
     fields = {f.name for f in dataclasses.fields(TuningOptions)} - {"extra"}
     assert fields <= reachable
+
+
+def test_tuning_parameters_are_the_options_own():
+    """Name, type, default and help of every tuning parameter come from TuningOptions."""
+    for option in documented_options():
+        (parameter,) = [
+            p for p in PARAMETERS.values() if (p.call, p.argument) == ("autotune", option.name)
+        ]
+        assert parameter.nullable == option.nullable
+        assert parameter.help == f"{option.help} (default: {option.default})"
+    assert PARAMETERS["profile_number"].argument == "number"
+    assert PARAMETERS["remeasure"].kind == "int" and PARAMETERS["timeout"].kind == "float"
+    assert PARAMETERS["cache_flush"].kind == "bool-or-str"
+
+
+def test_the_old_name_of_candidates_per_iteration_warns_and_is_read_as_it():
+    """``batch_size`` is the model's batch (model_batch_size in a grid); grids written when
+    it named the candidates per iteration still run, and are told the new name."""
+    old_name = r"'batch_size' is the old name of the tuning option 'candidates_per_iteration'"
+    with pytest.warns(FutureWarning, match=f"<grid>:2: {old_name}") as warned:
+        grid = parse_grid(
+            "fixed: {model: m.onnx}\ngrid: {trials: [1, 2], batch_size: [4, 8]}\n"
+            "zip: [[trials, batch_size]]\nexclude: [{batch_size: 8}]\n"
+        )
+    assert len(warned) == 1
+    assert grid.axes == {"trials": [1, 2], "candidates_per_iteration": [4, 8]}
+    assert grid.zip == [["trials", "candidates_per_iteration"]]
+    assert grid.exclude == [{"candidates_per_iteration": 8}]
+    assert grid.where("grid", "candidates_per_iteration", 1) == "<grid>:2"
+    assert [r.params for r in build_plan(grid).runs] == [
+        {"trials": 1, "candidates_per_iteration": 4, "model": "m.onnx"}
+    ]
+    with pytest.warns(FutureWarning, match=f"--param batch_size=2: {old_name}"):
+        assert parse_override("batch_size=2") == ("candidates_per_iteration", [2])
+    with pytest.warns(FutureWarning), pytest.raises(GridError, match="keep one"):
+        parse_grid("fixed: {model: m.onnx, batch_size: 4, candidates_per_iteration: 8}\n")
+    assert "batch_size" not in PARAMETERS  # the model's batch is model_batch_size

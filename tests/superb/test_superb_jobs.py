@@ -14,7 +14,7 @@ def _two_tuned_runs(write_grid, tiny_onnx, name: str):
     """A grid of two small tuned runs that differ only in their search seed."""
     return write_grid(f"""
         name: {name}
-        fixed: {{model: {tiny_onnx}, trials: 4, batch_size: 4, population: 32,
+        fixed: {{model: {tiny_onnx}, trials: 4, candidates_per_iteration: 4, population: 32,
                  genetic_iterations: 1, transfer_learning: false, remeasure: 0,
                  evaluate_repeat: 5}}
         grid:

@@ -189,9 +189,9 @@ def test_a_sweep_killed_mid_tuning_resumes_the_tuning(write_grid, store, tiny_on
     kept, one row, exit code 0."""
     grid = write_grid(f"""
         name: tuning-killed
-        fixed: {{model: {tiny_onnx}, total_trials: 24, batch_size: 4, population: 32,
-                 genetic_iterations: 1, transfer_learning: false, seed: 3, remeasure: 2,
-                 evaluate_repeat: 5}}
+        fixed: {{model: {tiny_onnx}, total_trials: 24, candidates_per_iteration: 4,
+                 population: 32, genetic_iterations: 1, transfer_learning: false, seed: 3,
+                 remeasure: 2, evaluate_repeat: 5}}
         grid: {{trials: [12]}}
     """)
     log = store / "superb" / "tuning-killed" / "log.jsonl"
