@@ -132,10 +132,6 @@ class Experiment:
         self._executions: dict[tuple, tuple[list, list]] = {}
 
     @classmethod
-    def for_name(cls, name: str, store: str | Path | None = None) -> Experiment:
-        return cls(RunStore(store).superb_dir / name)
-
-    @classmethod
     def find(cls, name_or_dir: str | Path, store: str | Path | None = None) -> Experiment:
         """An experiment by directory, or by name under the store's superb folder."""
         path = Path(name_or_dir)

@@ -9,10 +9,12 @@ pyproject.toml); these hooks decide what may run side by side.
   The groups with the most slow tests go out first, so that the last minutes do not find
   one worker busy with a long module and the other idle.
 - ``@pytest.mark.exclusive``: the test times the machine (a tuned build against an
-  untuned one), so no other test runs while it does. A
-  readers-writer file lock around each test's whole protocol, fixtures included, in a
-  directory the controlling process makes for the session and hands its workers through
-  the environment; a single process (``-n 0``) takes no lock.
+  untuned one), so no other test runs while it does. A readers-writer file lock around
+  each phase of a test (setup, call, teardown), in a directory the controlling process
+  makes for the session and hands its workers through the environment; only an exclusive
+  test's call takes it alone, so that its fixtures (a tuning shared with the module's
+  other tests) are made while the other workers go on. A single process (``-n 0``)
+  takes no lock.
 - ``@pytest.mark.image``: builds and runs the container images, minutes of work beyond
   the suite's time. Left out (deselected) unless the run's ``-m`` names the marker:
   ``pytest tests/docker -m image -n 0``, a step of its own in .ci/run.
@@ -103,12 +105,28 @@ def _machine(locks: Path, exclusive: bool) -> Iterator[None]:
         yield
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+@contextlib.contextmanager
+def _phase(exclusive: bool) -> Iterator[None]:
     if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside a test
         yield
         return
-    with _machine(
-        Path(os.environ[LOCKS_VARIABLE]), item.get_closest_marker("exclusive") is not None
-    ):
+    with _machine(Path(os.environ[LOCKS_VARIABLE]), exclusive):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _phase(exclusive=False):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _phase(exclusive=item.get_closest_marker("exclusive") is not None):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    with _phase(exclusive=False):
         yield

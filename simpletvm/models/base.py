@@ -61,16 +61,6 @@ def normalize_shapes(input_shapes: Any) -> dict[str, tuple[int, ...]] | None:
     return {"": tuple(int(d) for d in input_shapes)}
 
 
-def pick_shape(
-    name: str,
-    known: list[int | None],
-    given: dict[str, tuple[int, ...]] | None,
-    batch_size: int = 1,
-) -> tuple[int, ...]:
-    """A static input shape: the user's if given, else the model's with batch filled in."""
-    return static_shapes([InputDims(name, known)], given, batch_size, "the model")[name]
-
-
 @dataclass(frozen=True)
 class InputDims:
     """An input as the model declares it: ``dims`` None where a size is unknown (``None``

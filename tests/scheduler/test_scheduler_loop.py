@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from scheduler_helpers import by_job
 
@@ -210,7 +212,6 @@ def test_a_waiting_scheduler_acts_on_a_signal_another_thread_received() -> None:
     """Linux may hand Ctrl-C to any thread; the waiting main thread must act on it while
     the stage it waits for still runs (this one ends after 5 s, long after the signal)."""
     import signal
-    import threading
     from concurrent.futures import Future
 
     class Interrupted(Exception):
@@ -237,28 +238,44 @@ def test_a_waiting_scheduler_acts_on_a_signal_another_thread_received() -> None:
         signal.signal(signal.SIGUSR1, previous)
 
 
-def test_a_serving_loop_waits_idle_for_jobs_and_ends_on_stop() -> None:
-    import threading
-    import time
+class IdleWatchingBackend(InProcessBackend):
+    """Threads that also tell when the loop waits with nothing in flight: a wait on one
+    future alone, the loop's wake-up."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle = threading.Event()
+
+    def wait(self, futures):
+        futures = list(futures)
+        if len(futures) == 1:
+            self.idle.set()
+        return super().wait(futures)
+
+
+def test_a_serving_loop_waits_idle_for_jobs_and_ends_on_stop() -> None:
+    backend = IdleWatchingBackend()
     ended: list[str] = []
-    with threads() as scheduler:
+    ends = {"first": threading.Event(), "later": threading.Event()}
+
+    def on_job_end(job_id: str, _) -> None:
+        ended.append(job_id)
+        ends[job_id].set()
+
+    with Scheduler([client(), *devices("default", 2)], "round-robin", backend) as scheduler:
         result: dict = {}
         loop = threading.Thread(
-            target=lambda: result.update(
-                trace=scheduler.run(on_job_end=lambda job_id, _: ended.append(job_id), serve=True)
-            )
+            target=lambda: result.update(trace=scheduler.run(on_job_end=on_job_end, serve=True))
         )
         loop.start()
+        assert backend.idle.wait(10)  # no job yet: waiting, not returned
+        backend.idle.clear()
         scheduler.submit(MockJob("first", tasks=1, iterations=1, durations=0.0005))
-        deadline = time.time() + 10
-        while "first" not in ended and time.time() < deadline:
-            time.sleep(0.01)
-        assert ended == ["first"] and loop.is_alive()  # idle, not returned
-        time.sleep(0.3)  # idle for a while, then a job arrives live
-        scheduler.submit(MockJob("later", tasks=1, iterations=2, durations=0.0005))
-        while "later" not in ended and time.time() < deadline:
-            time.sleep(0.01)
+        assert ends["first"].wait(10)
+        assert backend.idle.wait(10) and loop.is_alive()  # idle again, not returned
+        backend.idle.clear()
+        scheduler.submit(MockJob("later", tasks=1, iterations=2, durations=0.0005))  # live
+        assert ends["later"].wait(10)
         scheduler.stop()
         loop.join(10)
     assert not loop.is_alive() and ended == ["first", "later"]

@@ -264,10 +264,23 @@ def test_libraries_that_synchronise_inside_a_loop_keep_tvms_pool(tmp_path):
 
 
 def test_the_pool_is_compiled_once_per_source(tmp_path, monkeypatch):
-    library = fork_join.compiled_library(tmp_path)
-    assert library.parent == tmp_path and library.exists()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    library = fork_join.compiled_library(cache)
+    assert library.parent == cache and library.exists()
+    edited = tmp_path / fork_join.SOURCE.name
+    edited.write_text(fork_join.SOURCE.read_text() + "\n/* an edit */\n")
+    with monkeypatch.context() as patch:
+        patch.setenv("CC", str(tmp_path / "no-such-compiler"))
+        assert fork_join.compiled_library(cache) == library  # the cached one, not rebuilt
+        patch.setattr(fork_join, "SOURCE", edited)
+        with pytest.raises(fork_join.PoolUnavailable):  # an edited source is compiled anew
+            fork_join.compiled_library(cache)
+    monkeypatch.setattr(fork_join, "SOURCE", edited)
+    rebuilt = fork_join.compiled_library(cache)
+    assert rebuilt != library and {rebuilt, library} == set(cache.iterdir())
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    assert fork_join.compiled_library(tmp_path) == library  # the cached one, not rebuilt
+    assert fork_join.compiled_library(cache) == rebuilt  # and then kept too
 
 
 def test_without_a_compiler_the_reason_names_the_fix(tmp_path, monkeypatch):

@@ -64,6 +64,25 @@ def zoo():
     return case
 
 
+@pytest.fixture(scope="module", autouse=True)
+def each_model_converted_once():
+    """Every kind imports the same Keras model, whose TFLite conversion does not depend on
+    the kind: the importer's conversion of a model is made once, then kept."""
+    from simpletvm.models import tflite
+
+    convert = tflite.keras_to_tflite
+    made: dict[int, bytes] = {}  # by the model's id: the zoo keeps each model alive
+
+    def once(model) -> bytes:
+        if id(model) not in made:
+            made[id(model)] = convert(model)
+        return made[id(model)]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tflite, "keras_to_tflite", once)
+        yield
+
+
 @pytest.fixture(scope="module")
 def exported(zoo, tmp_path_factory):
     """(route, name) -> the file a user's export of the case writes, made once."""

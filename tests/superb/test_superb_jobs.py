@@ -37,6 +37,12 @@ def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, s
     trace = Trace.from_csv(traces[0])
     assert trace.overlaps() == []
     assert {r.job for r in trace.records} == set(runs["run"])
+    spans: dict[str, tuple[float, float]] = {}  # each run's first start and last end
+    for record in trace.records:
+        start, end = spans.get(record.job, (record.start, record.end))
+        spans[record.job] = (min(start, record.start), max(end, record.end))
+    # together: each run began before the other's last stage ended
+    assert max(start for start, _ in spans.values()) < min(end for _, end in spans.values())
 
 
 def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
