@@ -27,6 +27,22 @@ from filelock import FileLock
 
 HOME_ENV = "SIMPLETVM_HOME"
 DEFAULT_ROOT = Path("~/tvm-benchmark")
+CACHE_ENV = "SIMPLETVM_CACHE_DIR"
+
+
+def user_cache_dir() -> Path:
+    """This user's cache of what SimpleTVM computes once per machine, whichever store is
+    used: ``$SIMPLETVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/simpletvm`` or
+    ``~/.cache/simpletvm``; a directory under the temp root when the home is read-only."""
+    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    root = Path(os.environ.get(CACHE_ENV) or xdg / "simpletvm")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    except OSError:
+        fallback = Path(tempfile.gettempdir()) / f"simpletvm-{os.getuid()}"
+        fallback.mkdir(exist_ok=True)
+        return fallback
 
 
 def default_root() -> Path:

@@ -18,6 +18,10 @@ pyproject.toml); these hooks decide what may run side by side.
 - ``@pytest.mark.image``: builds and runs the container images, minutes of work beyond
   the suite's time. Left out (deselected) unless the run's ``-m`` names the marker:
   ``pytest tests/docker -m image -n 0``, a step of its own in .ci/run.
+- SimpleTVM's user cache (``SIMPLETVM_CACHE_DIR``: the kernels' pool library, the
+  schedule checks this machine has made) is a directory of the session's, shared by its
+  workers: the tests meet the same kernels again and again, yet nothing carries over
+  from an earlier session or from the user's own work.
 """
 
 from __future__ import annotations
@@ -34,16 +38,29 @@ from pathlib import Path
 import pytest
 
 LOCKS_VARIABLE = "SIMPLETVM_TEST_LOCKS"
+CACHE_VARIABLE = "SIMPLETVM_CACHE_DIR"
+# the user's own cache directory, put back when the session ends
+_users_cache: list[str | None] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return  # the controlling process made the directories; the workers inherit them
+    if config.getoption("numprocesses", None):
         os.environ[LOCKS_VARIABLE] = tempfile.mkdtemp(prefix="simpletvm-test-locks-")
+    _users_cache.append(os.environ.get(CACHE_VARIABLE))
+    os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="simpletvm-test-cache-")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if "PYTEST_XDIST_WORKER" not in os.environ and LOCKS_VARIABLE in os.environ:
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    if LOCKS_VARIABLE in os.environ:
         shutil.rmtree(os.environ.pop(LOCKS_VARIABLE), ignore_errors=True)
+    if _users_cache:
+        shutil.rmtree(os.environ.pop(CACHE_VARIABLE), ignore_errors=True)
+        if _users_cache[0] is not None:
+            os.environ[CACHE_VARIABLE] = _users_cache.pop()
 
 
 def _image_tests_chosen(config: pytest.Config) -> bool:

@@ -7,6 +7,7 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
 from simpletvm.compiler.default_schedules import apply_default_schedules, is_scheduled
+from simpletvm.compiler.machine_verdicts import MachineVerdicts, StoreThenMachine
 from simpletvm.compiler.schedule_check import VerdictBook, check_scheduled, warn_wrong
 from simpletvm.targets import ResolvedTarget
 
@@ -95,7 +96,9 @@ def compile_fused(
     With ``check``, on a CPU that runs here, every record and default applied is checked
     against TVM's naive schedule of its kernel while the module builds
     (:mod:`simpletvm.compiler.schedule_check`), verdicts kept in ``verdicts`` (by
-    default the database's own): a wrong record is refused in the database and its
+    default the database's own) and in this machine's book
+    (:mod:`simpletvm.compiler.machine_verdicts`), so a kernel is checked once per
+    machine: a wrong record is refused in the database and its
     kernel gets its default schedule; a wrong default leaves TVM's naive schedule; the
     module is then built again.
     """
@@ -130,6 +133,7 @@ def compile_fused(
         return build(scheduled)
     if verdicts is None and hasattr(database, "verdicts"):
         verdicts = database.verdicts()
+    verdicts = StoreThenMachine(verdicts, MachineVerdicts(str(target.tvm_target())))
     with ThreadPoolExecutor(1, thread_name_prefix="schedule-check") as pool:
         checking = pool.submit(check_scheduled, fused_mod, scheduled, origin, target, verdicts)
         executable = build(scheduled)  # while the schedules are checked

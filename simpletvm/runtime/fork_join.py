@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from simpletvm.errors import SimpleTVMError
+from simpletvm.store import user_cache_dir
 
 SOURCE = Path(__file__).with_name("native") / "fork_join.c"
 
@@ -149,7 +150,7 @@ def compiled_library(cache_dir: Path | None = None, *, timed: bool = False) -> P
     the user's cache directory) on first use; ``timed``: the build that records its
     launches. Raises :class:`PoolUnavailable`."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    library = (cache_dir or _cache_dir()) / f"fork_join{'-timed' if timed else ''}-{digest}.so"
+    library = (cache_dir or user_cache_dir()) / f"fork_join{'-timed' if timed else ''}-{digest}.so"
     if library.exists():
         return library
     compiler = os.environ.get("CC", "cc")
@@ -185,14 +186,3 @@ def compiled_library(cache_dir: Path | None = None, *, timed: bool = False) -> P
             )
         built.replace(library)  # atomic: processes compiling at once each keep a whole file
     return library
-
-
-def _cache_dir() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "simpletvm"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        return root
-    except OSError:  # a read-only home: a directory of this user under the temp root
-        fallback = Path(tempfile.gettempdir()) / f"simpletvm-{os.getuid()}"
-        fallback.mkdir(exist_ok=True)
-        return fallback

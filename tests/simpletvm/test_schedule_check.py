@@ -12,10 +12,11 @@ from tvm.s_tir import meta_schedule as ms
 
 import simpletvm.compiler.schedule_check as schedule_check
 from simpletvm.closeness import relative_error
-from simpletvm.compiler import transposed_conv
+from simpletvm.compiler import machine_verdicts, transposed_conv
 from simpletvm.compiler.build import compile_fused
 from simpletvm.compiler.default_schedules import default_candidate
 from simpletvm.compiler.lowering import extract_tasks, fuse
+from simpletvm.compiler.machine_verdicts import MachineVerdicts
 from simpletvm.compiler.schedule_check import Verdict
 from simpletvm.targets import resolve_target
 from simpletvm.tuning.database import RecordDatabase
@@ -120,7 +121,7 @@ def _unchecked_with(fused, target, database, data, right) -> float:
     return relative_error(_run(compile_fused(fused, target, database, check=False), data), right)[0]
 
 
-def test_a_right_build_keeps_every_schedule_and_records_right_verdicts(target, tmp_path):
+def _conv_relu(target):
     weight = np.random.default_rng(3).standard_normal((8, 3, 3, 4)).astype("float32")
     x = relax.Var("x", relax.TensorType((1, 10, 10, 4), "float32"))
     bb = relax.BlockBuilder()
@@ -129,10 +130,56 @@ def test_a_right_build_keeps_every_schedule_and_records_right_verdicts(target, t
             y = relax.op.nn.conv2d(x, relax.const(weight), data_layout="NHWC", kernel_layout="OHWI")
             out = bb.emit_output(bb.emit(relax.op.nn.relu(y)))
         bb.emit_func_output(out)
+    return fuse(bb.get(), target)
+
+
+def test_a_right_build_keeps_every_schedule_and_records_right_verdicts(target, tmp_path):
     _, book = _book(tmp_path, target)
-    compile_fused(fuse(bb.get(), target), target, verdicts=book)
+    compile_fused(_conv_relu(target), target, verdicts=book)
     assert book.counts()["wrong"] == 0
     assert book.counts()["right"] >= 1
+
+
+def _counting_checks(monkeypatch) -> list[int]:
+    """How many kernels each later check compiles and runs."""
+    ran: list[int] = []
+    original = schedule_check.check_kernels
+    monkeypatch.setattr(
+        schedule_check,
+        "check_kernels",
+        lambda pairs, tvm_target: ran.append(len(pairs)) or original(pairs, tvm_target),
+    )
+    return ran
+
+
+def test_a_kernel_checked_for_one_store_is_not_checked_again_for_another(
+    target, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SIMPLETVM_CACHE_DIR", str(tmp_path / "cache"))
+    fused = _conv_relu(target)
+    _, first = _book(tmp_path / "first", target)
+    compile_fused(fused, target, verdicts=first)
+    ran = _counting_checks(monkeypatch)
+    _, second = _book(tmp_path / "second", target)
+    compile_fused(fused, target, verdicts=second)
+    assert sum(ran) == 0
+    assert second.counts() == first.counts()  # the store's book is whole all the same
+
+
+def test_another_tvm_or_check_checks_again(target, tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMPLETVM_CACHE_DIR", str(tmp_path / "cache"))
+    fused = _conv_relu(target)
+    compile_fused(fused, target, verdicts=_book(tmp_path / "first", target)[1])
+    ran = _counting_checks(monkeypatch)
+    monkeypatch.setattr(machine_verdicts, "checker_identity", lambda: "another TVM")
+    compile_fused(fused, target, verdicts=_book(tmp_path / "second", target)[1])
+    assert sum(ran) >= 1
+
+
+def test_a_machine_book_it_cannot_open_is_passed_over(tmp_path):
+    book = MachineVerdicts("llvm", tmp_path / "missing" / "checks.sqlite")
+    book.note_schedule_verdict("workload", "schedule", Verdict(True, 0.0))
+    assert book.schedule_verdict("workload", "schedule") is None
 
 
 @pytest.mark.parametrize(
