@@ -27,8 +27,9 @@ from simpletvm.errors import error_gist
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from simpletvm.tuning.candidate_check import mean_seconds, refuse_wrong_fastest
 from simpletvm.tuning.cost_model import JobCostModel
+from simpletvm.tuning.estimate import built_estimate
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.plan import StageSpec, TuningPlan, built_estimate
+from simpletvm.tuning.plan import StageSpec, TuningPlan
 from simpletvm.tuning.records import RecordStore
 from simpletvm.tuning.task_search import (
     SearchSetup,
