@@ -160,7 +160,8 @@ class TuningJob:
             self._database,
             options.candidates_per_iteration,
         )
-        # with transfer learning, from the store's (what earlier jobs on this target measured)
+        # shared by every task's search; with transfer learning the store's, what earlier
+        # jobs on this target measured
         self._cost_model = JobCostModel(
             options.cost_model,
             cost_model_file if options.cost_model == "xgb" and options.transfer_learning else None,
