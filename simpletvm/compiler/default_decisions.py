@@ -13,8 +13,8 @@ from typing import Any
 # MetaSchedule's unroll steps for CPUs are [0, 16, 64, 512]: a middle one
 UNROLL_STEP = 64
 # ... but 16 for a convolution of an image with fewer channels than a 128-bit vector
-# holds (an RGB stem): its taps, each little arithmetic, run slower unrolled deeper,
-# where the other layers gain from the deeper unroll or hold
+# holds (an RGB stem): each of its taps does little arithmetic, and unrolled deeper the
+# stem runs slower, where the other layers gain from the deeper unroll or hold
 FEW_CHANNELS_UNROLL_STEP = 16
 # a kernel whose largest loop nest runs fewer iterations runs on one thread: so short a
 # kernel spends more on a fork-join than the other cores save it
