@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
-from simpletvm.compiler.default_schedules import apply_default_schedules, is_scheduled
+from simpletvm.compiler.default_schedules import apply_default_schedules
+from simpletvm.compiler.lowering import is_scheduled
 from simpletvm.compiler.machine_verdicts import MachineVerdicts, StoreThenMachine
 from simpletvm.compiler.schedule_check import VerdictBook, check_scheduled, warn_wrong
 from simpletvm.targets import ResolvedTarget

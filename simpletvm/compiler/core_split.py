@@ -3,10 +3,10 @@ makes: the default schedules and every candidate the search samples.
 
 TVM gives each core a contiguous share of a parallel loop, the loop being MetaSchedule's
 outer tile levels fused in the block's own order: for a convolution, the rows first. On a
-host whose two cores sit far apart (a cache line between them takes 0.4 us where it took
-0.05) a kernel loses a quarter or more when its core reads what the other core wrote, or
-when both cores stream the same weights from memory; the peers hardly notice that state
-(BENCHMARKS.md, "host states"). So:
+host whose two cores sit far apart (a cache line passing between them costs many times
+what it costs between close cores) a kernel slows markedly when its core reads what the
+other core wrote, or when both cores stream the same weights from memory; the peers
+hardly notice that state. So:
 
 - most blocks keep their order: the cores split the image by rows, as the kernels before
   and after them do, and each reads what it wrote. A candidate whose sampled tiles would

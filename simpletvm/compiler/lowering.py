@@ -274,10 +274,16 @@ def extract_tasks(fused_mod, target: ResolvedTarget) -> list[Any]:
     for module in modules:
         for task in ms.relax_integration.extract_tasks(module, target.tvm_target()):
             key = workload_key(task.dispatched[0])
-            if key not in seen and not task.mod.attrs.get("tirx.is_scheduled", False):
+            if key not in seen and not is_scheduled(task.mod):
                 seen.add(key)
                 tasks.append(task)
     return tasks
+
+
+def is_scheduled(func) -> bool:
+    """Whether ``func`` (a PrimFunc, or a task's IRModule) already has its schedule (a
+    record's, or a default one): such a kernel is neither tuned nor scheduled again."""
+    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
 def workload_key(mod) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from simpletvm.compiler.core_split import COMM_REDUCE
-from simpletvm.compiler.default_schedules import is_scheduled
+from simpletvm.compiler.lowering import is_scheduled
 
 # a convolution whose reduction (window x input channels) is at most this many terms
 # per output reads each input element about as often as the pad copy writes it; 49: a

@@ -33,6 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from simpletvm.models.onnx_graph import (
+    GraphLookup,
+    attributes,
+    default_opset,
+    onnx_type,
+    set_attribute,
+)
+
 _FLOAT_TYPES = {1, 10, 11, 16}  # float, float16, double, bfloat16 (onnx.TensorProto)
 
 
@@ -52,24 +60,10 @@ def rewrite_for_import(model) -> tuple[Any, dict[str, int]]:
 # ---- internals ------------------------------------------------------------------------
 class _Rewriter:
     def __init__(self, model):
-        self.model = model
         self.graph = model.graph
-        self.opset = _default_opset(model)
+        self.lookup = GraphLookup(model)
+        self.opset = default_opset(model)
         self.stats: Counter = Counter()
-        graph_inputs = {vi.name for vi in self.graph.input}
-        # an initializer that is also a graph input is only a default: not a constant
-        self.initializers = {
-            init.name: init for init in self.graph.initializer if init.name not in graph_inputs
-        }
-        self.constant_nodes = {
-            node.output[0]: node
-            for node in self.graph.node
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-        }
-        self.graph_outputs = {vi.name for vi in self.graph.output}
-        self.subgraph_uses = _subgraph_inputs(self.graph)
-        self.value_info = _inferred_value_info(model)
-        self.used_names = _all_names(self.graph)
         self.bound_constants: dict[tuple, str] = {}
         self.orphans: set[str] = set()  # constants whose users may all be gone
 
@@ -95,7 +89,7 @@ class _Rewriter:
         nodes = self._dead_code(nodes)
         del self.graph.node[:]
         self.graph.node.extend(nodes)
-        self._drop_orphans()
+        self.lookup.drop_unused(self.orphans)
         return {key: self.stats[key] for key in ("clip", "pad", "auto_pad", "reshape", "removed")}
 
     # -- Clip -> Relu / Max / Min --------------------------------------------------------
@@ -118,7 +112,7 @@ class _Rewriter:
         if low is not None or high is not None:
             last = x
             if low is not None:
-                out = y if high is None else self._fresh(f"{y}__clip_low")
+                out = y if high is None else self.lookup.fresh(f"{y}__clip_low")
                 if low == 0.0:
                     new.append(onnx.helper.make_node("Relu", [last], [out], name=f"{name}/relu"))
                 else:
@@ -144,20 +138,20 @@ class _Rewriter:
         """(low, high, element type) when the bounds are constants, else None; the type
         is None when neither a bound nor shape inference tells it."""
         if self.opset < 11:
-            attrs = _attributes(node)
-            return attrs.get("min"), attrs.get("max"), self._elem_type(node.input[0])
+            attrs = attributes(node)
+            return attrs.get("min"), attrs.get("max"), self.lookup.elem_type(node.input[0])
         values: list[float | None] = []
         dtype = None
         for name in (list(node.input[1:]) + ["", ""])[:2]:
             if not name:
                 values.append(None)
                 continue
-            array = self._constant(name)
+            array = self.lookup.constant(name)
             if array is None or array.size != 1:
                 return None
             values.append(float(array.reshape(())))
-            dtype = _onnx_type(array.dtype)
-        return values[0], values[1], dtype or self._elem_type(node.input[0])
+            dtype = onnx_type(array.dtype)
+        return values[0], values[1], dtype or self.lookup.elem_type(node.input[0])
 
     def _scalar(self, value: float, elem_type: int) -> str:
         """The name of a scalar initializer holding ``value`` (shared by equal bounds)."""
@@ -165,7 +159,7 @@ class _Rewriter:
 
         key = (value, elem_type)
         if key not in self.bound_constants:
-            name = self._fresh(f"clip_bound_{value:g}".replace("-", "m").replace(".", "_"))
+            name = self.lookup.fresh(f"clip_bound_{value:g}".replace("-", "m").replace(".", "_"))
             np_type = helper.tensor_dtype_to_np_dtype(elem_type)
             self.graph.initializer.append(numpy_helper.from_array(np.array(value, np_type), name))
             self.bound_constants[key] = name
@@ -196,9 +190,9 @@ class _Rewriter:
     def _foldable_pad(self, node, users: list, producers) -> tuple[list[int], list[int]] | None:
         """(begin, end) spatial pads when ``node`` may be folded into ``users``, else None."""
         y = node.output[0]
-        if not users or y in self.graph_outputs or y in self.subgraph_uses:
+        if not users or y in self.lookup.outputs or y in self.lookup.subgraph_uses:
             return None
-        attrs = _attributes(node)
+        attrs = attributes(node)
         mode = attrs.get("mode", b"constant")
         if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
             return None
@@ -208,19 +202,19 @@ class _Rewriter:
             axes = None
         else:
             inputs = list(node.input) + ["", "", ""]
-            pads_array = self._constant(inputs[1]) if inputs[1] else None
+            pads_array = self.lookup.constant(inputs[1]) if inputs[1] else None
             if pads_array is None:
                 return None
             pads = [int(v) for v in pads_array.reshape(-1)]
             value = 0.0
             if inputs[2]:
-                value_array = self._constant(inputs[2])
+                value_array = self.lookup.constant(inputs[2])
                 if value_array is None or value_array.size != 1:
                     return None
                 value = float(value_array.reshape(()))
             axes = None
             if inputs[3]:
-                axes_array = self._constant(inputs[3])
+                axes_array = self.lookup.constant(inputs[3])
                 if axes_array is None:
                     return None
                 axes = [int(v) for v in axes_array.reshape(-1)]
@@ -228,7 +222,7 @@ class _Rewriter:
             return None
         rank = len(pads) // 2
         if axes is not None:
-            rank = self._rank(node.input[0])
+            rank = self.lookup.rank(node.input[0])
             if rank is None or len(axes) != len(pads) // 2:
                 return None
             full = [0] * (2 * rank)
@@ -244,7 +238,7 @@ class _Rewriter:
                 return None
             if list(user.input).count(y) != 1 or user.input[0] != y:
                 return None
-            attrs = _attributes(user)
+            attrs = attributes(user)
             auto_pad = attrs.get("auto_pad", b"NOTSET")
             if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET":
                 return None
@@ -270,7 +264,7 @@ class _Rewriter:
 
     def _non_negative(self, name: str, producers, depth: int = 0) -> bool:
         """Whether tensor ``name`` is provably >= 0 everywhere (a conservative answer)."""
-        array = self._constant(name)
+        array = self.lookup.constant(name)
         if array is not None:
             return bool(np.all(array >= 0))
         node = producers.get(name)
@@ -297,15 +291,15 @@ class _Rewriter:
 
     # -- Conv auto_pad SAME -> explicit pads --------------------------------------------
     def _explicit_same_pads(self, conv) -> None:
-        attrs = _attributes(conv)
+        attrs = attributes(conv)
         auto_pad = attrs.get("auto_pad", b"NOTSET")
         auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
         if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
             return
-        shape = self._shape(conv.input[0])
+        shape = self.lookup.shape(conv.input[0])
         kernel = attrs.get("kernel_shape")
         if kernel is None:
-            weight = self._shape(conv.input[1])
+            weight = self.lookup.shape(conv.input[1])
             kernel = None if weight is None else weight[2:]
         if (
             shape is None
@@ -322,8 +316,8 @@ class _Rewriter:
             small, large = total // 2, total - total // 2
             begin.append(small if auto_pad == "SAME_UPPER" else large)
             end.append(large if auto_pad == "SAME_UPPER" else small)
-        _set_attribute(conv, "auto_pad", "NOTSET")
-        _set_attribute(conv, "pads", begin + end)
+        set_attribute(conv, "auto_pad", "NOTSET")
+        set_attribute(conv, "pads", begin + end)
         self.stats["auto_pad"] += 1
 
     # -- shape-only chains ending in a Reshape -> Identity / Transpose ------------------
@@ -336,13 +330,13 @@ class _Rewriter:
         feature maps as reshapes)."""
         import onnx
 
-        if len(node.input) < 2 or _attributes(node).get("allowzero", 0):
+        if len(node.input) < 2 or attributes(node).get("allowzero", 0):
             return node
-        after = self._shape(node.output[0])
+        after = self.lookup.shape(node.output[0])
         source = node.input[0]
         while source in producers and self._keeps_order(producers[source]):
             source = producers[source].input[0]
-        before = self._shape(source)
+        before = self.lookup.shape(source)
         if before is None or after is None or None in before or None in after:
             return node
         if before == after:
@@ -374,10 +368,10 @@ class _Rewriter:
         if node.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):
             return True
         if node.op_type == "Transpose":
-            before, after = self._shape(node.input[0]), self._shape(node.output[0])
+            before, after = self.lookup.shape(node.input[0]), self.lookup.shape(node.output[0])
             if before is None or after is None or None in before or None in after:
                 return False
-            perm = _attributes(node).get("perm", list(range(len(before)))[::-1])
+            perm = attributes(node).get("perm", list(range(len(before)))[::-1])
             moved = [i for i in perm if before[i] != 1]
             return moved == sorted(moved)
         return False
@@ -386,7 +380,7 @@ class _Rewriter:
         """Drop nodes none of whose outputs is used (ONNX ops have no side effects)."""
         while True:
             used = {name for node in nodes for name in node.input}
-            used |= self.graph_outputs | self.subgraph_uses
+            used |= self.lookup.outputs | self.lookup.subgraph_uses
             live = [node for node in nodes if any(name in used for name in node.output if name)]
             if len(live) == len(nodes):
                 return nodes
@@ -396,152 +390,13 @@ class _Rewriter:
                     self.stats["removed"] += 1
             nodes = live
 
-    # -- lookups ----------------------------------------------------------------------
-    def _constant(self, name: str) -> np.ndarray | None:
-        from onnx import numpy_helper
-
-        if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
-        node = self.constant_nodes.get(name)
-        if node is None:
-            return None
-        for attr in node.attribute:
-            if attr.name == "value":
-                return numpy_helper.to_array(attr.t)
-            if attr.name == "value_float":
-                return np.array(attr.f, np.float32)
-            if attr.name == "value_floats":
-                return np.array(list(attr.floats), np.float32)
-            if attr.name == "value_int":
-                return np.array(attr.i, np.int64)
-            if attr.name == "value_ints":
-                return np.array(list(attr.ints), np.int64)
-        return None
-
-    def _shape(self, name: str) -> tuple[int | None, ...] | None:
-        if name in self.initializers:
-            return tuple(self.initializers[name].dims)
-        vi = self.value_info.get(name)
-        if vi is None or not vi.type.tensor_type.HasField("shape"):
-            return None
-        return tuple(
-            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-            for d in vi.type.tensor_type.shape.dim
-        )
-
-    def _rank(self, name: str) -> int | None:
-        shape = self._shape(name)
-        return None if shape is None else len(shape)
-
-    def _elem_type(self, name: str) -> int | None:
-        if name in self.initializers:
-            return self.initializers[name].data_type
-        vi = self.value_info.get(name)
-        return vi.type.tensor_type.elem_type if vi is not None else None
-
-    def _fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.used_names:
-            i += 1
-            name = f"{base}_{i}"
-        self.used_names.add(name)
-        return name
-
-    def _drop_orphans(self) -> None:
-        """Remove the constants (initializers, Constant nodes) that rewritten nodes used
-        and nothing uses any more."""
-        used = {name for node in self.graph.node for name in node.input} | self.subgraph_uses
-        used |= self.graph_outputs | {vi.name for vi in self.graph.input}
-        dead = {name for name in self.orphans if name not in used}
-        keep = [init for init in self.graph.initializer if init.name not in dead]
-        del self.graph.initializer[:]
-        self.graph.initializer.extend(keep)
-        keep_nodes = [
-            n for n in self.graph.node if not (n.op_type == "Constant" and n.output[0] in dead)
-        ]
-        del self.graph.node[:]
-        self.graph.node.extend(keep_nodes)
-        produced = {name for node in self.graph.node for name in node.output}
-        produced |= {vi.name for vi in self.graph.input} | {i.name for i in self.graph.initializer}
-        keep_info = [vi for vi in self.graph.value_info if vi.name in produced]
-        del self.graph.value_info[:]
-        self.graph.value_info.extend(keep_info)
-
-
-def _default_opset(model) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return 1
-
-
-def _attributes(node) -> dict[str, Any]:
-    from onnx import helper
-
-    return {attr.name: helper.get_attribute_value(attr) for attr in node.attribute}
-
-
-def _set_attribute(node, name: str, value) -> None:
-    from onnx import helper
-
-    kept = [attr for attr in node.attribute if attr.name != name]
-    del node.attribute[:]
-    node.attribute.extend(kept)
-    node.attribute.append(helper.make_attribute(name, value))
-
 
 def _add_pads(node, spatial: tuple[list[int], list[int]]) -> None:
     """Add (begin, end) spatial padding to a Conv's or pool's ``pads``."""
     begin, end = spatial
     n = len(begin)
-    pads = list(_attributes(node).get("pads", [0] * (2 * n)))
-    _set_attribute(node, "pads", [p + q for p, q in zip(pads, begin + end)])
-
-
-def _onnx_type(dtype) -> int:
-    from onnx import helper
-
-    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-
-
-def _inferred_value_info(model) -> dict[str, Any]:
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - without shapes the rewrites that need them skip
-        inferred = model
-    graph = inferred.graph
-    return {vi.name: vi for vi in list(graph.value_info) + list(graph.input) + list(graph.output)}
-
-
-def _subgraph_inputs(graph) -> set[str]:
-    """Names read inside subgraphs (If/Loop/Scan bodies) of ``graph``'s nodes."""
-    from onnx import AttributeProto
-
-    names: set[str] = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            bodies = (
-                [attr.g]
-                if attr.type == AttributeProto.GRAPH
-                else list(attr.graphs)
-                if attr.type == AttributeProto.GRAPHS
-                else []
-            )
-            for body in bodies:
-                names |= {name for inner in body.node for name in inner.input}
-                names |= _subgraph_inputs(body)
-    return names
-
-
-def _all_names(graph) -> set[str]:
-    names = {vi.name for vi in list(graph.input) + list(graph.output) + list(graph.value_info)}
-    names |= {init.name for init in graph.initializer}
-    for node in graph.node:
-        names.update(node.input)
-        names.update(node.output)
-    return names
+    pads = list(attributes(node).get("pads", [0] * (2 * n)))
+    set_attribute(node, "pads", [p + q for p, q in zip(pads, begin + end)])
 
 
 def _size_one_permutation(before: list[int], after: list[int]) -> list[int] | None:

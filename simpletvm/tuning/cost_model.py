@@ -123,3 +123,61 @@ def _xgboost_file_warning_off() -> Iterator[None]:
             category=UserWarning,
         )
         yield
+
+
+class JobCostModel:
+    """The cost model every task's search of one job shares: XGBoost (``kind="xgb"``) or
+    random. Given the store's file (``store_file``), the store's model is read when the
+    first task starts (a job answered from the store never reads it) and the job's
+    measurements join it when the job ends."""
+
+    def __init__(self, kind: str, store_file: Path | None = None) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        self.model = new_xgb_model() if kind == "xgb" else ms.cost_model.RandomModel()
+        self.store_file = store_file
+        self.held: int | None = None  # measurements the store's model held; None: not read
+
+    def read_store(self, workloads: list, log: logging.Logger | None) -> None:
+        """Take the store's cost model when it has measured at least half of the job's
+        ``workloads`` (this model tuned before, or one sharing most layers with it: a
+        softmax that every classifier has is not enough); otherwise start cold. Once per
+        job; nothing without a file."""
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        if self.store_file is None or self.held is not None:
+            return
+        stored = new_xgb_model()
+        held = load_store_cost_model(stored, self.store_file, log)
+        mine = [shash2hex(workload) for workload in workloads]  # as the model groups them
+        if held and 2 * sum(key in stored.data for key in mine) >= len(mine):
+            self.model, self.held = stored, held
+        else:
+            self.held = 0
+
+    def is_cold(self) -> bool:
+        """Whether the model still predicts at random (XGBoost before it has its warm-up
+        samples): then evolving a population buys nothing."""
+        warmup = getattr(self.model, "num_warmup_samples", None)
+        return warmup is not None and self.model.data_size < warmup
+
+    def warm(self, context: Any, records: list) -> None:
+        """Train on the tuning ``records`` of the ``context``'s workload, unless the
+        model holds the workload's measurements already (the store's did)."""
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        if shash2hex(context.mod) not in getattr(self.model, "data", {}):
+            self.update(
+                context,
+                [r.as_measure_candidate() for r in records],
+                [RunnerResult(list(r.run_secs), None) for r in records],
+            )
+
+    def update(self, context: Any, candidates: list, results: list) -> None:
+        update_cost_model(self.model, context, candidates, results)
+
+    def save(self) -> None:
+        """Add what the job measured to the store's model, if it read it and measured."""
+        if self.held is not None and self.model.data_size > self.held:
+            save_store_cost_model(self.model, self.store_file)

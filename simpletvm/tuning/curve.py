@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from simpletvm.tuning.plan import built_estimate
+from simpletvm.tuning.estimate import built_estimate
 
 CURVE_COLUMNS = ["trials", "elapsed_s", "estimated_latency_ms"]
 

@@ -22,20 +22,24 @@ from typing import Any
 from simpletvm._process.interrupts import keep_interrupts
 from simpletvm._process.scratch import sweep_orphans
 from simpletvm.compiler.conv_forms import ConvForms
-from simpletvm.compiler.core_split import space_generator
 from simpletvm.compiler.winograd import register_schedule_rules
 from simpletvm.errors import error_gist
 from simpletvm.targets import ResolvedTarget, load_tensor_intrinsics, use_runtime_threads
 from simpletvm.tuning.candidate_check import mean_seconds, refuse_wrong_fastest
-from simpletvm.tuning.cost_model import (
-    load_store_cost_model,
-    new_xgb_model,
-    save_store_cost_model,
-    update_cost_model,
-)
+from simpletvm.tuning.cost_model import JobCostModel
+from simpletvm.tuning.estimate import built_estimate
 from simpletvm.tuning.options import TuningOptions
-from simpletvm.tuning.plan import StageSpec, TuningPlan, built_estimate
+from simpletvm.tuning.plan import StageSpec, TuningPlan
 from simpletvm.tuning.records import RecordStore
+from simpletvm.tuning.task_search import (
+    SearchSetup,
+    TaskSearch,
+    default_candidate,
+    log_task_end,
+    measured_modules,
+    search_strategy,
+    task_flops,
+)
 from simpletvm.tuning.tasks import TaskProgress
 from simpletvm.tuning.timing import (
     alloc_arguments,
@@ -103,8 +107,6 @@ class TuningJob:
         after_s: float = 0.0,
         budget_started: float | None = None,
     ):
-        from tvm.s_tir import meta_schedule as ms
-
         from simpletvm.compiler.lowering import extract_tasks, workload_key
         from simpletvm.tuning.database import RecordDatabase
 
@@ -120,22 +122,22 @@ class TuningJob:
         self.context = context
         self.run_id = run_id or uuid.uuid4().hex
         self._tvm_target = target.tvm_target()
-        self._num_threads = num_threads or "physical"
         forms = fused_mod if isinstance(fused_mod, ConvForms) else None
         self.tasks = extract_tasks(forms.modules() if forms else fused_mod, target)
+        self.searches = [TaskSearch(task) for task in self.tasks]
         self.cache_mode = resolve_cache_mode(
             options.cache_flush, device_type=target.device_type, local=runner is None
         )
         self.model_bytes = model_footprint_bytes(forms.default if forms else fused_mod)
         measured_before = records.run_counts(self.run_id)
-        self._keys = [workload_key(t.dispatched[0]) for t in self.tasks]
-        index = {key: i for i, key in enumerate(self._keys)}
+        keys = [workload_key(t.dispatched[0]) for t in self.tasks]
+        index = {key: i for i, key in enumerate(keys)}
         self.plan = TuningPlan(
             [t.task_name for t in self.tasks],
             [int(t.weight) for t in self.tasks],
             [task_flops(t) for t in self.tasks],
             options,
-            measured_before=[measured_before.get(key, 0) for key in self._keys],
+            measured_before=[measured_before.get(key, 0) for key in keys],
             rivals=[
                 ([index[k] for k in r.default_tasks], [index[k] for k in r.variant_tasks])
                 for r in (forms.rivalries if forms else [])
@@ -152,38 +154,34 @@ class TuningJob:
         self._own_records = RecordDatabase(
             records, self._tvm_target, scope="run", run_id=self.run_id
         )
-        self._cost_model = (
-            new_xgb_model() if options.cost_model == "xgb" else ms.cost_model.RandomModel()
+        self._setup = SearchSetup(
+            self._tvm_target,
+            num_threads or "physical",
+            self._database,
+            options.candidates_per_iteration,
         )
-        # the store's cost model (what earlier jobs on this target measured), read when
-        # the first task starts: a job answered from the store never reads it
-        self._cost_model_file = (
-            cost_model_file if options.cost_model == "xgb" and options.transfer_learning else None
+        # shared by every task's search; with transfer learning the store's, what earlier
+        # jobs on this target measured
+        self._cost_model = JobCostModel(
+            options.cost_model,
+            cost_model_file if options.cost_model == "xgb" and options.transfer_learning else None,
         )
-        self._cost_model_loaded: int | None = None  # measurements it held; None: not read
         self._builder = builder
         self._own_builder = builder is None  # ours to start and to close
         self._runner = runner
         self._runs_locally = runner is None
-        self._tune_contexts: dict[int, Any] = {}  # per started task: its search state
-        self._samplers: dict[int, Any] = {}  # per started task: its cold-start sampling
-        self._defaults: dict[int, Any] = {}  # per started task: its default, until selected
         self._sampled = False  # the current candidates came from the cold-start sampling
-        self._workloads: dict[int, Any] = {}
-        self._measured: dict[int, set[int]] = {}  # per started task: modules measured
-        # closing round, per task: traces of the records timed again (tried, succeeded)
-        self._remeasure_tried: dict[int, set[str]] = {}
-        self._remeasure_done: dict[int, set[str]] = {}
         self._best_records: list = []  # the records the closing round's iteration times
         self._last_error: str | None = None  # of the current iteration's candidates
-        self._candidates: list = []
+        self._candidates: list = []  # of the current iteration, and what they gave
         self._build_results: list = []
         self._run_results: list = []
         self._finalized = False
         if options.total_trials is not None and options.total_trials < len(self.tasks):
             warnings.warn(
                 f"total_trials={options.total_trials} cannot measure all {len(self.tasks)} "
-                "tasks of this model; the unmeasured ones keep naive default schedules. "
+                "tasks of this model; the unmeasured ones are built untuned, with SimpleTVM's "
+                "default schedules on CPUs (DLight's on GPUs). "
                 f"Give total_trials at least {len(self.tasks)} (several times more to tune "
                 "well).",
                 stacklevel=3,
@@ -255,14 +253,12 @@ class TuningJob:
         if self._finalized:
             return self.summary()
         self._finalized = True
-        for index in list(self._tune_contexts):
-            self._close_task(index)
+        for index, search in enumerate(self.searches):
+            if search.is_open:
+                self._close_task(index)
         if self._own_builder and self._builder is not None:
             self._builder.close()
-        if self._cost_model_loaded is not None and (
-            self._cost_model.data_size > self._cost_model_loaded
-        ):
-            save_store_cost_model(self._cost_model, self._cost_model_file)
+        self._cost_model.save()
         self.records.close()
         return self.summary()
 
@@ -288,21 +284,22 @@ class TuningJob:
         if self.plan.remeasuring:
             return self._select_best_records()
         index = self.plan.task
+        search = self.searches[index]
         try:
-            if index not in self._tune_contexts:
+            if not search.is_open:
                 if self.plan.task_spent():  # resumed after its budget was spent
                     self.plan.finish_task()
                     return {"candidates": 0}
                 self._start_task(index)
-            offered, fresh, self._sampled = self._offered(index)
-            fresh = self._with_default(index, fresh)  # the task's first batch only
+            offered, fresh, self._sampled = search.offered(self._cost_model.is_cold())
+            fresh = search.with_default(fresh)  # the task's first batch only
         except Exception as error:  # noqa: BLE001 - MetaSchedule cannot schedule this task
             self.plan.task_failed(f"{type(error).__name__}: {error_gist(error)}")
             return {"candidates": 0, "errors": 1}
         if offered and not fresh:  # all measured already: ask again
             return {"candidates": 0, "measured_before": offered}
         fresh = fresh[: self.plan.selected(len(fresh))]
-        self._measured[index].update(digest for digest, _ in fresh)
+        search.measured.update(digest for digest, _ in fresh)
         self._candidates = [candidate for _, candidate in fresh]
         return {"candidates": len(self._candidates), **({"sampled": True} if self._sampled else {})}
 
@@ -357,9 +354,9 @@ class TuningJob:
 
         if self.plan.remeasuring:
             return self._update_best_records()
-        index = self.plan.task
-        context, workload = self._tune_contexts[index], self._workloads[index]
-        source = self._samplers[index] if self._sampled else context
+        search = self.searches[self.plan.task]
+        context, workload = search.context, search.workload
+        source = search.sampler if self._sampled else context
         if self.target.device_type == "cpu" and self.target.runs_here:
             best = self._database.get_top_k(workload, 1)
             self._run_results, wrong = refuse_wrong_fastest(
@@ -371,7 +368,7 @@ class TuningJob:
             )
             self._note_errors(wrong)
         source.search_strategy.notify_runner_results(self._candidates, self._run_results)
-        update_cost_model(self._cost_model, context, self._candidates, self._run_results)
+        self._cost_model.update(context, self._candidates, self._run_results)
         args_info = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         latencies = []
         for candidate, result in zip(self._candidates, self._run_results):
@@ -392,22 +389,15 @@ class TuningJob:
         """The current task's best records of this run that were not timed again yet,
         as candidates for the build and profile stages."""
         index = self.plan.task
-        tried = self._remeasure_tried.setdefault(index, set())
         try:
-            workload = self._workload(index)
-            records = [
-                record
-                for record in self._own_records.get_top_k(
-                    workload, self.options.remeasure + len(tried)
-                )
-                if str(record.trace) not in tried
-            ][: self.options.remeasure]
+            records = self.searches[index].records_to_time_again(
+                self._own_records, self._workload(index), self.options.remeasure
+            )
             candidates = [record.as_measure_candidate() for record in records]
         except Exception as error:  # noqa: BLE001 - the task keeps its search's timings
             self._last_error = f"{type(error).__name__}: {error_gist(error)}"
             self.plan.finish_task()
             return {"candidates": 0, "errors": 1}
-        tried.update(str(record.trace) for record in records)
         self._best_records, self._candidates = records, candidates
         self.plan.selected(len(candidates))
         return {"candidates": len(candidates)}
@@ -415,224 +405,57 @@ class TuningJob:
     def _update_best_records(self) -> dict[str, Any]:
         """Replace the timed records' latencies by the new ones, and tell the plan the
         task's best now and whether it is a record timed again."""
-        from tvm.s_tir.meta_schedule.database import TuningRecord
-
         index = self.plan.task
-        done = self._remeasure_done.setdefault(index, set())
-        latencies = []
-        for record, result in zip(self._best_records, self._run_results):
-            latency = mean_seconds(result.run_secs)
-            latencies.append(latency)
-            if latency is not None:
-                self._own_records.commit_remeasured(
-                    TuningRecord(
-                        record.trace,
-                        record.workload,
-                        result.run_secs,
-                        record.target,
-                        record.args_info,
-                    )
-                )
-                done.add(str(record.trace))
-        best = self._own_records.get_top_k(self._workload(index), 1)
-        self._best_records, self._candidates, self._build_results, self._run_results = (
-            [],
-            [],
-            [],
-            [],
+        latencies, best_s, best_timed_again = self.searches[index].commit_timed_again(
+            self._own_records, self._workload(index), self._best_records, self._run_results
         )
-        self.plan.remeasured(
-            latencies,
-            mean_seconds(best[0].run_secs) if best else None,
-            bool(best) and str(best[0].trace) in done,
-        )
+        self._best_records, self._candidates = [], []
+        self._build_results, self._run_results = [], []
+        self.plan.remeasured(latencies, best_s, best_timed_again)
         return {"candidates": sum(1 for latency in latencies if latency is not None)}
 
     # ---- helpers --------------------------------------------------------------------
     def _workload(self, index: int):
         """The task's workload in the record database (committed once per task)."""
-        if index not in self._workloads:
-            self._workloads[index] = self._database.commit_workload(self.tasks[index].dispatched[0])
-        return self._workloads[index]
+        search = self.searches[index]
+        if search.workload is None:
+            search.workload = self._database.commit_workload(search.task.dispatched[0])
+        return search.workload
 
     def _start_task(self, index: int) -> None:
-        from tvm.s_tir import meta_schedule as ms
-
-        if self._cost_model_file is not None and self._cost_model_loaded is None:
-            self._start_from_store_cost_model()
-        task = self.tasks[index]
-        options = self.options
-        if options.search_strategy == "evolutionary":
-            strategy = ms.search_strategy.EvolutionarySearch(
-                population_size=options.population,
-                genetic_num_iters=options.genetic_iterations,
-                eps_greedy=options.eps_greedy,
-            )
-        else:
-            strategy = options.search_strategy
+        log = self.context.logger if self.context is not None else None
+        self._cost_model.read_store([task.dispatched[0] for task in self.tasks], log)
+        search, options, setup = self.searches[index], self.options, self._setup
         seed = -1 if options.seed is None else options.seed + index
-        context = ms.TuneContext(
-            mod=task.dispatched[0],
-            target=self._tvm_target,
-            space_generator=space_generator(task.dispatched[0], self._tvm_target),
-            search_strategy=strategy,
-            task_name=task.task_name,
-            rand_state=seed,
-            num_threads=self._num_threads,
+        context = setup.tune_context(
+            search.task.dispatched[0], search.task.task_name, search_strategy(options), seed
         )
         workload = self._workload(index)
-        self._measured[index] = self._modules_measured_before(index, workload)
-        spaces = context.generate_design_space()
-        context.pre_tuning(
-            max_trials=self.plan.task_budget(),
-            num_trials_per_iter=options.candidates_per_iteration,
-            design_spaces=spaces,
-            database=self._database,
-            cost_model=self._cost_model,
+        search.measured = measured_modules(
+            self._own_records, workload, self.plan.measured_before[index]
         )
-        self._tune_contexts[index] = context
-        self._defaults[index] = self._default_candidate(context)
+        spaces = context.generate_design_space()
+        setup.begin(context, spaces, self.plan.task_budget(), self._cost_model.model)
+        search.context = context
+        if self.target.device_type == "cpu":
+            search.default = default_candidate(context, self._tvm_target, log)
         if options.transfer_learning:
             self._warm_cost_model(context, workload)
-        if options.search_strategy == "evolutionary" and self._cost_model_is_cold():
-            self._samplers[index] = self._cold_sampler(index, context, spaces)
-
-    def _start_from_store_cost_model(self) -> None:
-        """Take the store's cost model when it has measured at least half of this job's
-        workloads (this model tuned before, or one sharing most layers with it: a softmax
-        that every classifier has is not enough); otherwise start cold (see
-        :mod:`simpletvm.tuning.cost_model`). Either way the job's measurements join the
-        store's model when it ends."""
-        from tvm.s_tir.meta_schedule.utils import shash2hex
-
-        stored = new_xgb_model()
-        log = self.context.logger if self.context is not None else None
-        held = load_store_cost_model(stored, self._cost_model_file, log)
-        mine = [shash2hex(task.dispatched[0]) for task in self.tasks]  # as the model groups
-        if held and 2 * sum(key in stored.data for key in mine) >= len(mine):
-            self._cost_model, self._cost_model_loaded = stored, held
-        else:
-            self._cost_model_loaded = 0
-
-    def _default_candidate(self, context):
-        """The task's default schedule as a candidate (None: it has none; the task is
-        tuned from the search's candidates alone)."""
-        if self.target.device_type != "cpu":
-            return None
-        from simpletvm.compiler.default_schedules import default_candidate
-
-        try:
-            return default_candidate(context.mod, self._tvm_target, context=context)
-        except Exception as error:  # noqa: BLE001 - the search still has its own
-            if self.context is not None:
-                self.context.logger.warning(
-                    "%s has no default schedule: %s", context.task_name, error_gist(error)
-                )
-            return None
-
-    def _with_default(self, index: int, fresh: list) -> list:
-        """``fresh`` with the task's default schedule first, in its first batch, so
-        tuning never ends worse than the untuned build (unless measured before)."""
-        default = self._defaults.pop(index, None)
-        if default is None:
-            return fresh
-        digest = _module_hash(default.sch.mod)
-        if digest in self._measured[index] or any(d == digest for d, _ in fresh):
-            return fresh
-        return [(digest, default), *fresh]
-
-    def _offered(self, index: int) -> tuple[int, list[tuple[int, Any]], bool]:
-        """How many candidates the task's search offered, those not measured yet (with
-        their digests), and whether they were drawn by its cold-start sampling: while the
-        cost model is cold, unless the draws repeat what was measured or each other (a
-        small design space, which the search enumerates and then ends)."""
-        sampler = self._samplers.get(index) if self._cost_model_is_cold() else None
-        if sampler is not None:
-            draws = list(sampler.search_strategy.generate_measure_candidates() or [])
-            fresh = self._not_measured_before(index, draws)
-            if draws and len(fresh) == len(draws):
-                return len(draws), fresh, True
-            self._samplers.pop(index).post_tuning()
-        offered = list(
-            self._tune_contexts[index].search_strategy.generate_measure_candidates() or []
-        )
-        return len(offered), self._not_measured_before(index, offered), False
-
-    def _cold_sampler(self, index: int, context, spaces: list):
-        """The task's design spaces sampled at random (MetaSchedule's ReplayTrace), what
-        the evolutionary search's first selects amount to while the cost model predicts at
-        random, at a fifth of their cost: they sample and mutate a whole population to keep
-        a batch picked by random scores (BENCHMARKS.md)."""
-        from tvm.s_tir import meta_schedule as ms
-
-        options = self.options
-        seed = -1 if options.seed is None else options.seed + len(self.tasks) + index
-        sampler = ms.TuneContext(
-            mod=context.mod,
-            target=self._tvm_target,
-            space_generator=space_generator(context.mod, self._tvm_target),
-            search_strategy=ms.search_strategy.ReplayTrace(),
-            task_name=context.task_name,
-            rand_state=seed,
-            num_threads=self._num_threads,
-        )
-        sampler.pre_tuning(
-            max_trials=self.plan.task_budget(),
-            num_trials_per_iter=options.candidates_per_iteration,
-            design_spaces=spaces,
-            database=self._database,
-            cost_model=self._cost_model,
-        )
-        return sampler
-
-    def _cost_model_is_cold(self) -> bool:
-        """Whether the cost model still predicts at random (XGBoost before it has its
-        warm-up samples): then evolving a population buys nothing."""
-        warmup = getattr(self._cost_model, "num_warmup_samples", None)
-        return warmup is not None and self._cost_model.data_size < warmup
-
-    def _modules_measured_before(self, index: int, workload) -> set[int]:
-        """Structural hashes of the modules a stopped run under this id measured for the
-        task. MetaSchedule's search only remembers what it measured itself (it picks the
-        database's best into each population), so a resumed search would offer them
-        again."""
-        count = self.plan.measured_before[index]
-        if not count:
-            return set()
-        return {
-            _module_hash(record.as_measure_candidate().sch.mod)
-            for record in self._own_records.get_top_k(workload, count)
-        }
-
-    def _not_measured_before(self, index: int, candidates: list) -> list[tuple[int, Any]]:
-        """The candidates neither this job nor a stopped run under its id measured, each
-        once, with their modules' digests (the search and the cold-start sampling do not
-        know each other's)."""
-        measured = self._measured[index]
-        fresh: dict[int, Any] = {}
-        for candidate in candidates:
-            digest = _module_hash(candidate.sch.mod)
-            if digest not in measured:
-                fresh.setdefault(digest, candidate)
-        return list(fresh.items())
+        if options.search_strategy == "evolutionary" and self._cost_model.is_cold():
+            # seeds apart from every task's search
+            seed = -1 if options.seed is None else options.seed + len(self.tasks) + index
+            search.sampler = setup.cold_sampler(
+                context, spaces, self.plan.task_budget(), seed, self._cost_model.model
+            )
 
     def _warm_cost_model(self, context, workload) -> None:
         """Train the cost model on the best records known for this workload (an index
         lookup: the store is never read whole), unless the store's cost model holds the
         workload's measurements already."""
-        from tvm.s_tir.meta_schedule.runner import RunnerResult
-        from tvm.s_tir.meta_schedule.utils import shash2hex
-
         records = self._database.get_top_k(workload, TRANSFER_RECORDS)
         if not records:
             return
-        if shash2hex(context.mod) not in getattr(self._cost_model, "data", {}):
-            update_cost_model(
-                self._cost_model,
-                context,
-                [r.as_measure_candidate() for r in records],
-                [RunnerResult(list(r.run_secs), None) for r in records],
-            )
+        self._cost_model.warm(context, records)
         self.plan.known_best(min(mean_seconds(r.run_secs) or math.inf for r in records))
 
     def _note_errors(self, messages) -> None:
@@ -642,45 +465,14 @@ class TuningJob:
 
     def _close_finished_tasks(self) -> None:
         """Close the search of every task the plan has finished (or skipped)."""
-        for index in list(self._tune_contexts):
-            if self.progress[index].done:
+        for index, search in enumerate(self.searches):
+            if search.is_open and self.progress[index].done:
                 self._close_task(index)
 
     def _close_task(self, index: int) -> None:
-        for context in filter(
-            None, (self._tune_contexts.pop(index), self._samplers.pop(index, None))
-        ):
-            try:
-                context.post_tuning()
-            except Exception:  # noqa: BLE001 - a skipped task's search state may be broken
-                pass
+        self.searches[index].close()
         if self.context is not None:
-            progress = self.progress[index]
-            if progress.skipped:
-                self.context.logger.warning(
-                    "task %d/%d %s skipped, it keeps TVM's default schedule: %s",
-                    index + 1,
-                    len(self.tasks),
-                    progress.name,
-                    progress.skipped,
-                    extra={"tuning_task": True},
-                )
-            else:
-                best = (
-                    f"{progress.best_latency_s * 1e3:.4f} ms"
-                    if math.isfinite(progress.best_latency_s)
-                    else "none"
-                )
-                self.context.logger.info(
-                    "task %d/%d %s tuned: %d trials, %d errors, best %s",
-                    index + 1,
-                    len(self.tasks),
-                    progress.name,
-                    progress.trials,
-                    progress.errors,
-                    best,
-                    extra={"tuning_task": True},
-                )  # a progress display may leave these out
+            log_task_end(self.context.logger, index, len(self.tasks), self.progress[index])
 
     def _ensure_runner(self):
         if self._runner is None:
@@ -698,23 +490,7 @@ class TuningJob:
         return self._runner
 
 
-def task_flops(task) -> float:
-    """FLOPs of one call of a task's PrimFunc (TVM's static estimate)."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return float(estimate_tir_flops(task.dispatched[0]))
-    except Exception:  # noqa: BLE001 - an unestimable task counts as small
-        return 0.0
-
-
 # best records per workload that warm the cost model: MetaSchedule decodes a record by
 # replaying its trace on the workload (tens of milliseconds for a convolution), at task
 # start, so more records delay every task's first select
 TRANSFER_RECORDS = 64
-
-
-def _module_hash(mod) -> int:
-    import tvm_ffi
-
-    return int(tvm_ffi.structural_hash(mod))

@@ -11,14 +11,16 @@ from model_factories import make_conv3x3_task, make_conv_task, make_matvec_task,
 from tir_inspection import blocks_in_loops, parallel_loops, split_axes
 
 from simpletvm.compiler.build import compile_fused
-from simpletvm.compiler.default_schedules import (
+from simpletvm.compiler.default_decisions import (
     PARALLEL_MIN_WORK,
     CpuShape,
+    register_tile,
+    vector_width,
+)
+from simpletvm.compiler.default_schedules import (
     apply_default_schedules,
     default_schedule,
     loop_kinds,
-    register_tile,
-    vector_width,
 )
 from simpletvm.compiler.lowering import fuse
 from simpletvm.targets import resolve_target
@@ -406,7 +408,7 @@ def test_a_stem_over_three_channels_unrolls_less():
     its taps unrolled deeper ran 1.29x slower."""
     import tvm
 
-    from simpletvm.compiler.default_schedules import FEW_CHANNELS_UNROLL_STEP, UNROLL_STEP
+    from simpletvm.compiler.default_decisions import FEW_CHANNELS_UNROLL_STEP, UNROLL_STEP
 
     znver4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
 
@@ -478,7 +480,7 @@ def test_the_cores_get_equal_shares_when_the_channel_tiles_do_not_split_evenly(t
     """A 7x7 projection of 960 channels to 160 (MobileNetV2's): its weights lead, and
     its 160 channels are 5 tiles of 32, which 4 cores cannot share evenly; the rows join
     the parallel jobs, so no core works more than a tenth longer than the average."""
-    from simpletvm.compiler.default_schedules import MAX_UNEVEN
+    from simpletvm.compiler.default_decisions import MAX_UNEVEN
 
     sch = default_schedule(make_conv_task(7, 960, 160, kernel=1), with_cores(target, 4))
     func = sch.mod["main"]
