@@ -9,19 +9,16 @@ from pathlib import Path
 import typer
 
 from simpletvm.cli.guard import refuse
-from simpletvm.cli.program import command
-from simpletvm.cli.reports import answer_text, print_unchecked, tuning_verdict
-from simpletvm.cli.session import (
+from simpletvm.cli.options import (
     DEVICE_KEY_HELP,
     INPUT_SHAPE_HELP,
     MODEL_HELP,
     TOLERANCE_OPTION,
     TRACKER_HELP,
-    model_options,
-    remote_target,
-    session,
-    where,
 )
+from simpletvm.cli.program import command
+from simpletvm.cli.reports import answer_text, print_unchecked, tuning_verdict
+from simpletvm.cli.session import model_options, remote_target, session, where
 from simpletvm.cli_options import STORE_HELP, THREADS_HELP
 from simpletvm.console import latency_text
 

@@ -8,6 +8,13 @@ from pathlib import Path
 import typer
 
 from simpletvm.cli.guard import refuse
+from simpletvm.cli.options import (
+    DEVICE_KEY_HELP,
+    INPUT_SHAPE_HELP,
+    MODEL_ARGUMENT,
+    TOLERANCE_OPTION,
+    TRACKER_HELP,
+)
 from simpletvm.cli.program import command
 from simpletvm.cli.reports import (
     answer_text,
@@ -17,17 +24,7 @@ from simpletvm.cli.reports import (
     tuning_progress,
     tuning_time,
 )
-from simpletvm.cli.session import (
-    DEVICE_KEY_HELP,
-    INPUT_SHAPE_HELP,
-    MODEL_ARGUMENT,
-    TOLERANCE_OPTION,
-    TRACKER_HELP,
-    model_options,
-    remote_target,
-    session,
-    where,
-)
+from simpletvm.cli.session import model_options, remote_target, session, where
 from simpletvm.cli_options import MIN_MINUTES, MINUTES_HELP, STORE_HELP, THREADS_HELP
 from simpletvm.console import clock_text, make_console
 

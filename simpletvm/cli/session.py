@@ -1,6 +1,6 @@
-"""What the commands on one model share: their options' words, the model's import options
-and remote target read from them, and the session a command works in (a console, its run
-and its SimpleTVM)."""
+"""What the commands on one model share: the model's import options and remote target
+read from their options, and the session a command works in (a console, its run and its
+SimpleTVM)."""
 
 from __future__ import annotations
 
@@ -11,24 +11,6 @@ import typer
 
 from simpletvm.cli.guard import active_contexts, refuse
 from simpletvm.console import make_console
-
-MODEL_HELP = (
-    "a model file (.onnx, .tflite, .pb, .keras, .h5), a SavedModel directory, a "
-    "TF Hub handle or a built-in name (mobilenet, mobilenetv2, resnet18, resnet50)"
-)
-MODEL_ARGUMENT = typer.Argument(..., metavar="MODEL", help=MODEL_HELP, show_default=False)
-INPUT_SHAPE_HELP = (
-    "the sizes of an input's unknown dimensions, its fixed ones as the model "
-    "has them: NAME:1,224,224,3 or, for one input, 1,224,224,3 (repeatable)"
-)
-TRACKER_HELP = "HOST:PORT of a TVM RPC tracker whose servers of --device-key are the target"
-TOLERANCE_OPTION = typer.Option(
-    None,
-    help="the largest relative error of a build's outputs against the model's own framework "
-    "(default: 1e-3 for float32, 1e-2 for float16, one step for quantized outputs); "
-    "a build over it is refused (exit 4)",
-)
-DEVICE_KEY_HELP = "the key the target device's RPC servers register under (with --tracker)"
 
 
 def remote_target(tracker: str | None, device_key: str | None) -> tuple[str, int] | None:
