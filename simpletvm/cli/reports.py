@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simpletvm.console import clock_text
+from simpletvm.console import clock_text, ms_text
 
 
 def tuning_verdict(untuned_ms: float, tuned_ms: float) -> str:
@@ -23,15 +23,16 @@ def tuning_verdict(untuned_ms: float, tuned_ms: float) -> str:
 def estimate_text(summary: dict) -> str:
     """The tuning estimate: timed inside the model when autotune did, else from its
     kernels timed alone (and the search's own when the closing round changed it)."""
-    text = f"estimate {summary['estimated_latency_s'] * 1e3:.3f} ms"
+    kernels = ms_text(summary["estimated_latency_s"])
     if summary.get("in_model_latency_s"):
-        text = (
-            f"estimate {summary['in_model_latency_s'] * 1e3:.3f} ms, timed inside the model "
-            f"(its kernels timed alone: {summary['estimated_latency_s'] * 1e3:.3f} ms)"
+        return (
+            f"estimate {ms_text(summary['in_model_latency_s'])} ms, timed inside the model "
+            f"(its kernels timed alone: {kernels} ms)"
         )
-    elif summary["remeasured"]:
+    text = f"estimate {kernels} ms"
+    if summary["remeasured"]:
         text += (
-            f" (the search's {summary['search_estimated_latency_s'] * 1e3:.3f} ms before "
+            f" (the search's {ms_text(summary['search_estimated_latency_s'])} ms before "
             f"its best {summary['remeasured']} records were timed again)"
         )
     return text
