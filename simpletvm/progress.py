@@ -308,7 +308,7 @@ class TuningProgress:
     ):
         self.console = make_console(stderr=True) if console is None else console
         self.name = name
-        self.terminal = console.is_terminal if terminal is None else terminal
+        self.terminal = self.console.is_terminal if terminal is None else terminal
         self.interval = plain_interval(minutes) if interval is None else interval
         self.last: ProgressSnapshot | None = None
         self.first_complete_s: float | None = None  # the estimate when it became whole
