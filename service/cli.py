@@ -1,6 +1,7 @@
-"""``simpletvm serve``, ``submit``, ``jobs`` and ``fetch``; simpletvm/cli.py registers
-these functions through function-level imports (simpletvm imports nothing of the
-service at module level)."""
+"""``simpletvm serve``, ``submit``, ``jobs`` and ``fetch``: a command group that
+``simpletvm`` finds through the ``simpletvm.commands`` entry point (pyproject.toml), as
+:mod:`simpletvm.cli.extensions` describes; simpletvm imports nothing of the service.
+``python -m service.cli`` runs the same commands."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ from typing import Annotated
 
 import typer
 
+from simpletvm.console import latency_text, make_console, print_error
+
 TOKEN_ENV = "SIMPLETVM_SERVICE_TOKEN"
+# the commands as `simpletvm --help` lists them
+COMMANDS = {
+    "serve": "Start a tuning service for many users (see --help).",
+    "submit": "Submit a model to a tuning service (see --help).",
+    "jobs": "List your jobs on a tuning service.",
+    "fetch": "Download a done job's module from a tuning service.",
+}
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -36,7 +46,7 @@ def run(args: list[str], prog_name: str) -> None:
     try:
         require_extra()
     except ImportError as error:
-        typer.echo(f"error: {error}", err=True)
+        print_error(make_console(stderr=True), str(error))
         raise SystemExit(ExitCode.BAD_INPUT) from None
     app(args, prog_name=prog_name)
 
@@ -79,8 +89,9 @@ def serve(
     from service.runner import BACKENDS
     from simpletvm.store import RunStore
 
+    errors = make_console(stderr=True)
     if backend not in BACKENDS:
-        typer.echo(f"error: --backend {backend!r} is unknown: choose processes or ray", err=True)
+        print_error(errors, f"--backend {backend!r} is unknown: choose processes or ray")
         raise typer.Exit(2)
     if backend == "ray":
         from simpletvm.extras import require
@@ -88,14 +99,14 @@ def serve(
         try:
             require("ray", ("ray",), "--backend ray")
         except ImportError as error:
-            typer.echo(f"error: {error}", err=True)
+            print_error(errors, str(error))
             raise typer.Exit(2) from None
     from scheduler.policies import policy_name
 
     try:
         policy = policy_name(policy)
     except ValueError as error:
-        typer.echo(f"error: --policy: {error}", err=True)
+        print_error(errors, f"--policy: {error}")
         raise typer.Exit(2) from None
     root = RunStore(store).root
     if add_user:
@@ -172,7 +183,9 @@ def submit(
             task = bar.add_task("queued", total=1.0)
             while True:
                 job = client.job(job_id)
-                estimate = f"  {job['estimate_ms']:.3f} ms" if job.get("estimate_ms") else ""
+                estimate = (
+                    f"  {latency_text(job['estimate_ms'])} ms" if job.get("estimate_ms") else ""
+                )
                 bar.update(
                     task,
                     completed=job.get("progress") or 0.0,
@@ -184,7 +197,11 @@ def submit(
                 time.sleep(1.0)
         typer.echo(
             f"{job['state']}: {job['trials_done']} trials"
-            + (f", estimate {job['estimate_ms']:.3f} ms" if job.get("estimate_ms") else "")
+            + (
+                f", estimate {latency_text(job['estimate_ms'])} ms"
+                if job.get("estimate_ms")
+                else ""
+            )
             + (f" ({job['error']})" if job.get("error") else "")
         )
         if job["state"] != "done":
@@ -204,7 +221,7 @@ def jobs(server: Server, token: Token = None) -> None:
             raise typer.Exit(2) from None
     typer.echo(f"{'id':32}  {'model':20}  {'state':9}  {'trials':>6}  estimate")
     for job in rows:
-        estimate = f"{job['estimate_ms']:.3f} ms" if job.get("estimate_ms") else "-"
+        estimate = f"{latency_text(job['estimate_ms'])} ms" if job.get("estimate_ms") else "-"
         typer.echo(
             f"{job['id']:32}  {job['model'][:20]:20}  {job['state']:9}  "
             f"{job['trials_done']:>6}  {estimate}"

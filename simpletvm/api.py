@@ -358,7 +358,7 @@ class SimpleTVM:
                 display.then("not timed inside the model")
             return
         if display is not None:
-            from simpletvm.progress import ms_text
+            from simpletvm.console import ms_text
 
             kernels = ms_text(self.tuning_summary["estimated_latency_s"])
             display.then(

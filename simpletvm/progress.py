@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from simpletvm.console import clock_text, make_console, ms_text
+
 # a plain (non-terminal) line comes at most every this many seconds, a sixth of a minutes
 # budget within these bounds, and whenever the run enters a new phase
 PLAIN_INTERVAL_MIN_S = 2.0
@@ -239,22 +241,6 @@ def _moved(snapshot: ProgressSnapshot, now: float) -> ProgressSnapshot:
     return replace(snapshot, now=max(now, snapshot.now))
 
 
-def ms_text(seconds: float) -> str:
-    """Seconds as milliseconds, three decimals, or three significant digits below 0.1 ms
-    (a small model's tasks take microseconds)."""
-    ms = seconds * 1e3
-    decimals = 3 if ms <= 0 or ms >= 0.1 else 2 - math.floor(math.log10(ms))
-    return f"{ms:.{decimals}f}"
-
-
-def clock_text(seconds: float) -> str:
-    """``m:ss`` (``h:mm:ss`` from an hour)."""
-    seconds = int(round(max(0.0, seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
 def snapshot(job_or_plan: Any) -> ProgressSnapshot:
     """What a TuningJob (or its TuningPlan) says of its progress now."""
     plan = getattr(job_or_plan, "plan", job_or_plan)
@@ -320,13 +306,9 @@ class TuningProgress:
         terminal: bool | None = None,
         interval: float | None = None,
     ):
-        if console is None:
-            from rich.console import Console
-
-            console = Console(stderr=True, markup=False, highlight=False)
-        self.console = console
+        self.console = make_console(stderr=True) if console is None else console
         self.name = name
-        self.terminal = console.is_terminal if terminal is None else terminal
+        self.terminal = self.console.is_terminal if terminal is None else terminal
         self.interval = plain_interval(minutes) if interval is None else interval
         self.last: ProgressSnapshot | None = None
         self.first_complete_s: float | None = None  # the estimate when it became whole

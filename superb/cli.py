@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import signal
 import sys
 from pathlib import Path
 
 import typer
 
 from simpletvm.cli_options import STORE_HELP
+from simpletvm.console import log_traceback, make_console, print_error, traceback_text
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c, relay_ctrl_c
 from simpletvm.extras import install_hint
 
+from .display import cell_text, print_frame, print_plan, print_summary
 from .grid import GridError
 
 app = typer.Typer(
@@ -40,20 +41,10 @@ PARAM = typer.Option(
 STORE = typer.Option(None, "--store", help=STORE_HELP + "; experiments go to <store>/superb/<name>")
 
 
-def _console(stderr: bool = False):
-    """Messages never wrap and print as written (no Rich markup); tables get 200 columns
-    when the output is not a terminal."""
-    from rich.console import Console
-
-    options = {"stderr": stderr, "highlight": False, "soft_wrap": True, "markup": False}
-    console = Console(**options)
-    return console if console.is_terminal else Console(**options, width=200)
-
-
 def _bad_input(problems) -> typer.Exit:
-    console = _console(stderr=True)
+    console = make_console(stderr=True, unwrapped=True)
     for problem in problems:
-        console.print(f"error: {problem}")
+        print_error(console, str(problem))
     return typer.Exit(ExitCode.BAD_INPUT)
 
 
@@ -61,40 +52,24 @@ def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> t
     """An error that is no bad input (a bug): the full traceback goes to a log file in
     ``log_dir`` (else the store's superb directory, else the temporary directory), the
     terminal gets one line naming the error and one saying where the traceback is."""
-    import tempfile
     import time
-    import traceback
 
-    text = (
-        f"{time.strftime('%Y-%m-%d %H:%M:%S')} superb {' '.join(sys.argv[1:])}\n"
-        + "".join(traceback.format_exception(error))
-        + "\n"
-    )
     candidates = [log_dir] if log_dir is not None else []
     with contextlib.suppress(Exception):
         from simpletvm.store import RunStore
 
         candidates.append(RunStore().superb_dir)
-    candidates.append(Path(tempfile.gettempdir()))
-    logged = None
-    for directory in candidates:
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / "superb-errors.log"
-            with open(path, "a", encoding="utf-8") as file:
-                file.write(text)
-            logged = path
-            break
-        except OSError:
-            continue
+    heading = f"{time.strftime('%Y-%m-%d %H:%M:%S')} superb {' '.join(sys.argv[1:])}\n"
+    logged = log_traceback(error, candidates, "superb-errors.log", heading)
     message = str(error).strip().splitlines()
-    console = _console(stderr=True)
-    console.print(
-        f"error: superb stopped on an unexpected error (a bug, not your input): "
-        f"{type(error).__name__}" + (f": {message[0]}" if message else "")
+    console = make_console(stderr=True, unwrapped=True)
+    print_error(
+        console,
+        f"superb stopped on an unexpected error (a bug, not your input): "
+        f"{type(error).__name__}" + (f": {message[0]}" if message else ""),
     )
     console.print(
-        (f"full traceback in {logged}" if logged else "traceback:\n" + text)
+        (f"full traceback in {logged}" if logged else "traceback:\n" + traceback_text(error))
         + (f"; {note}" if note else "")
     )
     return typer.Exit(ExitCode.UNEXPECTED)
@@ -150,28 +125,7 @@ def plan(
             run["done"] = run["key"] in done
         typer.echo(json.dumps(data, indent=2, default=str))
         return
-    from rich.table import Table
-    from rich.text import Text
-
-    console = _console()
-    shown = the_plan.varying or the_plan.grid.parameter_names
-    table = Table(title=f"{the_plan.grid.name}: {len(the_plan.runs)} runs", title_justify="left")
-    for column in (
-        ["#", "key"] + shown + (["rep"] if the_plan.grid.repetitions > 1 else []) + ["done"]
-    ):
-        table.add_column(column)
-    for run in the_plan.runs:
-        cells = [str(run.index), run.key] + [_text(run.params.get(name)) for name in shown]
-        cells += [str(run.repetition)] if the_plan.grid.repetitions > 1 else []
-        table.add_row(*[Text(c) for c in cells], "yes" if run.key in done else "")
-    console.print(table)
-    fixed = {n: v for n, v in the_plan.grid.fixed.items() if n not in shown}
-    if fixed:
-        console.print(Text("fixed: " + ", ".join(f"{n}={_text(v)}" for n, v in fixed.items())))
-    for i, removed in enumerate(the_plan.excluded):
-        note = " (matches no combination: check it)" if removed == 0 else ""
-        console.print(Text(f"exclude #{i + 1} removes {removed} runs{note}"))
-    console.print(Text(f"{len(the_plan.runs)} runs, {len(done)} already done"))
+    print_plan(make_console(unwrapped=True), the_plan, done)
 
 
 @app.command()
@@ -239,13 +193,14 @@ def run(
         ) from None
     _check_backend(backend, ray_address)
     the_plan = _load_plan(grid, param, check=True, tracker=address)
+    from .infra import sigterm_interrupts
     from .progress import make_progress
     from .results import ExperimentBusy
     from .sweep import run_sweep
 
-    console = _console()
+    console = make_console(unwrapped=True)
     try:
-        with _sigterm_interrupts():
+        with sigterm_interrupts():
             summary = run_sweep(
                 the_plan,
                 store=store,
@@ -261,11 +216,11 @@ def run(
                     make_progress(console, total, done, kinds, plain, jobs), the_plan, done
                 ),
             )
-        _print_summary(console, summary, the_plan)
+        print_summary(console, summary, the_plan)
     except ExperimentBusy as error:
         raise _bad_input([error]) from error
     except KeyboardInterrupt:
-        _console(stderr=True).print(
+        make_console(stderr=True, unwrapped=True).print(
             "interrupted: repeat the same command to resume; runs in flight continue "
             "under their run ids"
         )
@@ -316,38 +271,6 @@ def _announce(progress, the_plan, done: int):
     return progress
 
 
-def _print_summary(console, summary, the_plan) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    experiment = summary.experiment
-    ok = summary.total - len(summary.failures) - summary.not_started
-    console.print(
-        Text(
-            f"{summary.total} runs: {ok} ok, {len(summary.failures)} failed"
-            + (f", {summary.not_started} not started (--fail-fast)" if summary.not_started else "")
-            + f"; {summary.ran} ran now, {summary.skipped} done before"
-        )
-    )
-    if summary.failures:
-        table = Table(title="failed runs", title_justify="left")
-        for column in ("#", "key", "status", "error", "log"):
-            table.add_column(column, overflow="fold")
-        by_key = {run.key: run for run in the_plan.runs}
-        for row in sorted(summary.failures, key=lambda r: r["index"]):
-            run = by_key.get(row["run"])
-            log = experiment.log_file(run) if run else ""
-            table.add_row(
-                str(row["index"]),
-                row["run"],
-                row["status"],
-                Text(str(row["error"])),
-                Text(str(log)),
-            )
-        console.print(table)
-    console.print(Text(f"runs      {experiment.runs_csv}\naggregate {experiment.aggregate_csv}"))
-
-
 @app.command()
 def report(
     experiment: str = typer.Argument(..., help="experiment directory or name"),
@@ -366,15 +289,15 @@ def report(
         raise _bad_input([error]) from error
     from .report import for_display
 
-    console = _console()
+    console = make_console(unwrapped=True)
     shown, constant = for_display(the_report.aggregate)
-    _print_frame(
+    print_frame(
         console,
         shown,
         f"{the_report.experiment.dir.name}: {len(the_report.runs)} runs (means over ok runs)",
     )
     if constant:
-        console.print("all runs: " + ", ".join(f"{n}={_text(v)}" for n, v in constant.items()))
+        console.print("all runs: " + ", ".join(f"{n}={cell_text(v)}" for n, v in constant.items()))
     if "speedup" in the_report.aggregate.columns:
         console.print(
             "speed-up: the untuned twin's median over the tuned one's (below 1: tuning made "
@@ -416,12 +339,12 @@ def compare(
         raise _bad_input([error]) from error
     from .report import for_display
 
-    console = _console()
+    console = make_console(unwrapped=True)
     frame["change"] = [f"{c:+.1%}" if c == c else "?" for c in frame["change"]]
     shown, _ = for_display(
         frame, {f"{metric}_a": "A", f"{metric}_b": "B", "change": "change", "verdict": "verdict"}
     )
-    _print_frame(console, shown, f"{metric}: {a} -> {b} (noise threshold {threshold:.0%})")
+    print_frame(console, shown, f"{metric}: {a} -> {b} (noise threshold {threshold:.0%})")
     counts = shown["verdict"].value_counts().to_dict()
     console.print(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs matched")
     if unmatched["only_a"] or unmatched["only_b"]:
@@ -512,50 +435,6 @@ def _completed_keys(the_plan, store) -> set[str]:
         return set()
     rows = experiment.state().rows
     return {run.key for run in the_plan.runs if run.key in rows}
-
-
-def _print_frame(console, frame, title: str) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=title, title_justify="left")
-    for column in frame.columns:
-        table.add_column(
-            column, overflow="fold", justify="right" if frame[column].dtype.kind in "if" else "left"
-        )
-    for _, row in frame.iterrows():
-        table.add_row(*[Text(_text(value)) for value in row])
-    console.print(table)
-
-
-def _text(value) -> str:
-    import json
-
-    if isinstance(value, float):
-        if value != value:
-            return ""
-        return f"{value:.4g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return "" if value is None else str(value)
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM (a batch system, kill) stops the sweep like Ctrl-C does."""
-
-    def interrupt(*_):
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread (embedded use)
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main() -> None:

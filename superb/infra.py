@@ -1,4 +1,5 @@
-"""The RPC tracker and servers a sweep profiles through.
+"""The RPC tracker and servers a sweep profiles through, and the signals that stop them
+and a sweep.
 
 For a sweep, superb starts them in a helper process that dies with it
 (:class:`simpletvm.remote.local_devices.LocalDevices`). ``superb tracker`` and ``superb
@@ -8,6 +9,7 @@ multi-machine setup.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 
@@ -38,3 +40,21 @@ def serve_until_signalled(infrastructure: LocalRPC, announce) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM (a batch system, kill) stops the sweep like Ctrl-C does."""
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (embedded use)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -12,17 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from simpletvm.console import clock_text, latency_text
+
 from .results import RunStatus
 
 PLAIN_TUNING_EVERY_S = 15.0
 MIN_ETA_S = 1.0  # while work remains, the ETA never reads zero
-
-
-def clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 @dataclass
@@ -51,9 +46,9 @@ class RunView:
         text = f"{self.tasks_measured}/{self.num_tasks} tasks, {self.trials}{budget} trials"
         if self.estimated_ms is not None:
             if self.tasks_measured < self.num_tasks:
-                text += f", those tasks sum to {self.estimated_ms:.3f} ms"
+                text += f", those tasks sum to {latency_text(self.estimated_ms)} ms"
             else:
-                text += f", best estimate {self.estimated_ms:.3f} ms"
+                text += f", best estimate {latency_text(self.estimated_ms)} ms"
         return text
 
     def tuning_left(self, now: float) -> float | None:
@@ -207,7 +202,7 @@ class PlainProgress(SweepProgress):
         prefix = self._prefix(view) if view else f"[?/{self.total}]"
         self.message(
             f"{prefix} {status} in {wall_s:.1f} s{detail}  "
-            f"(elapsed {clock(self.elapsed)}, eta {clock(self.eta)})"
+            f"(elapsed {clock_text(self.elapsed)}, eta {clock_text(self.eta)})"
         )
 
 
@@ -238,7 +233,7 @@ class LiveProgress(SweepProgress):
             ProgressBar(total=self.total, completed=done),
             Text(
                 f"{done}/{self.total}  ok {self.ok} failed {self.failed}  "
-                f"elapsed {clock(self.elapsed)}  eta {clock(self.eta)}"
+                f"elapsed {clock_text(self.elapsed)}  eta {clock_text(self.eta)}"
             ),
         )
         now = time.monotonic()
@@ -246,7 +241,7 @@ class LiveProgress(SweepProgress):
             table.add_row(
                 f"run {view.position}",
                 Text(view.step),
-                Text(f"{view.label}  {clock(now - view.started)}"),
+                Text(f"{view.label}  {clock_text(now - view.started)}"),
             )
             if view.num_tasks is not None:
                 table.add_row(

@@ -42,3 +42,21 @@ def test_the_client_names_the_extra_without_httpx_and_simpletvm_imports_without_
         check=True,
     )
     assert lazy.stdout.strip() == "False"
+
+
+def test_without_their_entry_point_the_service_commands_say_how_to_get_them(monkeypatch):
+    """`simpletvm` finds the service's commands through the simpletvm.commands entry
+    point; an install that registered none (an editable one made before it existed) still
+    lists them, each naming the extra to install."""
+    import typer
+
+    from simpletvm.cli import extensions
+
+    monkeypatch.setattr(extensions, "entry_points", lambda group: [])
+    bare = typer.Typer()
+    extensions.add_command_groups(bare)
+    for command in ("serve", "submit", "jobs", "fetch"):
+        result = CliRunner().invoke(bare, [command, "--help"])
+        assert result.exit_code == 2, result.output
+        assert f"`simpletvm {command}` comes with the service extra" in result.output
+        assert "pip install 'simpletvm[service]'" in result.output

@@ -17,7 +17,8 @@ from model_factories import make_expand_dims_tflite
 from typer.testing import CliRunner
 
 from simpletvm import BenchmarkingContext
-from simpletvm.cli import app, tuning_verdict
+from simpletvm.cli import app
+from simpletvm.cli.reports import tuning_verdict
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c
 from simpletvm.remote.rpc import LocalRPC
 from simpletvm.store import RunStore

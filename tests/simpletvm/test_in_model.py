@@ -205,7 +205,7 @@ def test_autotune_times_every_parallel_kernel_inside_the_model(tuning):
 
 
 def test_a_minutes_budget_keeps_the_rounds_time_and_the_display_tells_it(tuning):
-    from simpletvm.progress import ms_text
+    from simpletvm.console import ms_text
 
     stvm, printed, first = tuning
     # 10 s and 1 s a kernel, at most half the budget: the search ends that much earlier

@@ -8,7 +8,7 @@ import re
 import pytest
 from rich.console import Console
 
-from simpletvm.progress import TuningProgress, clock_text, snapshot
+from simpletvm.progress import TuningProgress, snapshot
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.plan import Phase, TuningPlan
 
@@ -136,22 +136,6 @@ def test_a_terminal_gets_a_live_line_and_the_final_state_stays():
         assert show.terminal
         drive(plan, clock, show.on_stage)
     assert re.search(r"tuning m: \d+ trials, estimate [\d.]+ ms", out.getvalue())
-
-
-def test_clock_text():
-    assert [clock_text(s) for s in (0, 59.6, 61, 3725)] == ["0:00", "1:00", "1:01", "1:02:05"]
-
-
-def test_small_latencies_keep_their_digits():
-    from simpletvm.progress import ms_text
-
-    assert [ms_text(s) for s in (0, 2.18e-4, 1.234e-5, 4.1e-8, 0.1234)] == [
-        "0.000",
-        "0.218",
-        "0.0123",
-        "0.0000410",
-        "123.400",
-    ]
 
 
 def test_latencies_known_from_earlier_runs_count_but_the_budget_still_waits_for_each_task():

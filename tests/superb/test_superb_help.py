@@ -8,9 +8,15 @@ import sys
 from superb_helpers import REPO, superb_command, superb_env
 
 HEAVY = ("tvm", "tensorflow", "pandas", "numpy", "simpletvm", "onnx", "keras")
-# the exit codes, the option vocabulary and the extras' names both CLIs share (standard
-# library only)
-LIGHT = ("simpletvm", "simpletvm.exit_codes", "simpletvm.cli_options", "simpletvm.extras")
+# the exit codes, the option vocabulary, the extras' names and the console plumbing the
+# CLIs share (standard library only)
+LIGHT = (
+    "simpletvm",
+    "simpletvm.exit_codes",
+    "simpletvm.cli_options",
+    "simpletvm.extras",
+    "simpletvm.console",
+)
 
 
 def test_cli_import_is_light():

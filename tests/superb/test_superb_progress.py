@@ -33,7 +33,7 @@ def test_plain_lines_when_not_a_terminal():
     assert lines[1] == "[2/3]   tune"
     # a partial sum, said as one: it grows as tasks are added
     assert lines[2] == "[2/3]   tune 1/3 tasks, 4/24 trials, those tasks sum to 1.500 ms"
-    assert lines[3].startswith("[2/3] ok in 10.0 s (median 1.000 ms)  (elapsed 0:00:00, eta ")
+    assert lines[3].startswith("[2/3] ok in 10.0 s (median 1.000 ms)  (elapsed 0:00, eta ")
     assert len(lines) == 4
     assert progress.eta is not None and 9.0 <= progress.eta <= 10.0  # one run left
 
