@@ -45,7 +45,7 @@ class ProgressSnapshot:
     tasks: int
     measured: int  # tasks with a latency (measured, or known from an earlier run)
     first_left: int  # tasks still to be measured once in this run (the budget waits for them)
-    skipped: int  # tasks that cannot be tuned (they keep TVM's default schedule)
+    skipped: int  # tasks that cannot be tuned (they are built with their default schedules)
     estimate_s: float  # the search's: over the measured tasks, the whole model once complete
     iterations: int  # finished iterations (search and closing round)
     remeasuring: bool
@@ -63,7 +63,7 @@ class ProgressSnapshot:
     @property
     def unmeasured(self) -> int:
         """Tasks the job has still to measure once: it runs past its budget for them (a
-        task never measured would keep TVM's naive schedule)."""
+        task never measured would be built with its default schedule)."""
         return self.first_left
 
     @property

@@ -50,7 +50,7 @@ def print_skipped(console, summary: dict) -> None:
         console.print(
             Text.assemble(
                 ("skipped", "yellow"),
-                f" {skipped['task']} (keeps TVM's default schedule): {skipped['error']}",
+                f" {skipped['task']} (built with its default schedule): {skipped['error']}",
             ),
             highlight=False,
         )

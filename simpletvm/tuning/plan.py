@@ -249,8 +249,8 @@ class TuningPlan:
 
     def budget_left(self) -> float:
         """Trials the job may still measure; 0 once its wall-clock budget is over and
-        every task has been measured (a task never measured keeps TVM's naive schedule,
-        which can cost more than all the others together)."""
+        every task has been measured (a task never measured is built with its default
+        schedule, which no measurement has compared with any other)."""
         if self._past_deadline() and all(p.history or p.done for p in self.progress):
             return 0
         if self.options.total_trials is None:
@@ -369,7 +369,7 @@ class TuningPlan:
             self.task = self._choose_task()
 
     def task_failed(self, reason: str) -> None:
-        """The current task cannot be tuned: it keeps TVM's default schedule, the reason
+        """The current task cannot be tuned: it is built with its default schedule, the reason
         goes to the summary, and the budget to the other tasks."""
         self.progress[self.task].skipped = reason
         self.finish_task()

@@ -211,7 +211,7 @@ def log_task_end(logger, index: int, count: int, progress) -> None:
     display may leave these out)."""
     if progress.skipped:
         logger.warning(
-            "task %d/%d %s skipped, it keeps TVM's default schedule: %s",
+            "task %d/%d %s skipped, it is built with its default schedule: %s",
             index + 1,
             count,
             progress.name,

@@ -33,7 +33,9 @@ class TaskProgress:
     iterations: int = 0
     done: bool = False
     history: list[float] = field(default_factory=list)  # best latency after each iteration
-    skipped: str | None = None  # why the task could not be tuned (it keeps TVM's default)
+    skipped: str | None = (
+        None  # why the task could not be tuned (it is built with its default schedule)
+    )
     last_error: str | None = None  # of its most recent failed candidate
     search_best_s: float | None = None  # its best when the search ended
     remeasured: int = 0  # of its best records, timed again in the closing round
