@@ -104,7 +104,7 @@ class TuningOptions:
     )
     # Timed again, the build and the estimate rest on timings that were not picked for
     # being lucky; a minutes budget keeps the time this is expected to take, at most a
-    # tenth. 2: the round's choice runs as fast as the search's (bench/closing_round.py,
+    # tenth. 2: the round's choice runs as fast as the search's (bench/archive/closing_round.py,
     # BENCHMARKS.md)
     remeasure: int = option(
         2, "each task's best records timed again when the search is over (0: off)"

@@ -182,7 +182,7 @@ def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
     on this thread. MetaSchedule's random fill runs on TVM's own pool: its woken workers
     spin on the cores the timed kernel needs, and quieting that pool instead (one thread)
     binds the caller to one core; either way kernels would time slower than they run in
-    the model (bench/estimate_fidelity.py, BENCHMARKS.md)."""
+    the model (bench/diagnostics/kernels_in_situ.py --fidelity, BENCHMARKS.md)."""
     from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 
     return alloc_argument_common(_fill_on_this_thread, device, args_info, alloc_repeat)
