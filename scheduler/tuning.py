@@ -233,7 +233,7 @@ class TuningJobAdapter(SimpleTVMJob):
 
 def measured_records(tuning) -> dict[str, Any]:
     """A stage's details with the records its job measured, when they go to the driver."""
-    from simpletvm.tuning.records import RecordBuffer
+    from simpletvm.tuning.record_buffer import RecordBuffer
 
     records = tuning.records
     return {"records": records.drain()} if isinstance(records, RecordBuffer) else {}

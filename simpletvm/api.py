@@ -443,7 +443,7 @@ class SimpleTVM:
         same job stage by stage instead, passing a :class:`~.rpc.DeviceGrant` as
         ``device_key`` that it points at each profile stage's device. ``buffer_records``:
         the job's records wait in ``job.records`` (a
-        :class:`~.tuning.records.RecordBuffer`) for the caller to drain and hand to the
+        :class:`~.tuning.record_buffer.RecordBuffer`) for the caller to drain and hand to the
         store's single writer. ``after_s``: seconds of a ``minutes`` budget kept for what
         follows the job; ``budget_started``: when the budget began (default: at the
         job's first stage)."""
@@ -451,7 +451,8 @@ class SimpleTVM:
         from simpletvm.remote.rpc import DeviceGrant
         from simpletvm.remote.runner import DeviceRunner, rpc_runner
         from simpletvm.tuning.job import TuningJob
-        from simpletvm.tuning.records import RecordBuffer, tvm_target_key
+        from simpletvm.tuning.record_buffer import RecordBuffer
+        from simpletvm.tuning.records import tvm_target_key
 
         device = device_key if isinstance(device_key, DeviceGrant) else DeviceGrant(device_key)
         runner = (

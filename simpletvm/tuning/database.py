@@ -17,6 +17,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
 from simpletvm.compiler.lowering import workload_key
 from simpletvm.errors import RunNotFoundError
+from simpletvm.tuning.in_model_store import InModelStore
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, canonical_json, tvm_target_key
 from simpletvm.tuning.verdicts import StoredVerdicts
@@ -74,6 +75,7 @@ class RecordDatabase(PyDatabase):
         self.target = target
         self.in_model = in_model
         self.planned = planned or {}
+        self.in_model_store = InModelStore(records)
         self._workloads: dict[str, Workload] = {}
         self._workload_json: dict[str, Any] = {}
         self._stored_names: dict[str, list[str]] = {}  # by key: the stored workload's blocks
@@ -151,7 +153,7 @@ class RecordDatabase(PyDatabase):
         return self._stored_names[key]
 
     def _in_model_answer(self, key: str, rows: list[list]) -> list[list]:
-        choice = self.records.in_model_choice(key, self.target_key)
+        choice = self.in_model_store.choice(key, self.target_key)
         planned = self.planned.get(key)
         if self.in_model == "incumbent" or planned is False:
             return [choice.chosen] if choice is not None and choice.chosen else []
@@ -230,8 +232,8 @@ class RecordDatabase(PyDatabase):
         rows = self._top_json(key, 1)
         if not rows:
             return False
-        choice = self.records.in_model_choice(key, self.target_key)
-        self.records.note_in_model(
+        choice = self.in_model_store.choice(key, self.target_key)
+        self.in_model_store.note_choice(
             key,
             self.target_key,
             rows[0],
@@ -247,11 +249,13 @@ class RecordDatabase(PyDatabase):
         """A contested layer's last round inside the model (``layer``: its key,
         :func:`~simpletvm.compiler.conv_forms.layer_key`): the form the kernels' estimate
         favoured then and the form chosen (Winograd tile size, None: direct), or None."""
-        return self.records.in_model_form(layer, self.target_key)
+        return self.in_model_store.form(layer, self.target_key)
 
     def note_form(self, layer: str, estimated: int | None, chosen: int | None) -> None:
         """Keep a round's form for a contested layer, as :meth:`kept_form` reads it."""
-        self.records.note_form(layer, self.target_key, estimated, chosen, run_id=self.run_id)
+        self.in_model_store.note_form(
+            layer, self.target_key, estimated, chosen, run_id=self.run_id
+        )
 
     def _top_json(self, key: str, limit: int) -> list[list]:
         return self.records.top(
