@@ -253,9 +253,7 @@ class RecordDatabase(PyDatabase):
 
     def note_form(self, layer: str, estimated: int | None, chosen: int | None) -> None:
         """Keep a round's form for a contested layer, as :meth:`kept_form` reads it."""
-        self.in_model_store.note_form(
-            layer, self.target_key, estimated, chosen, run_id=self.run_id
-        )
+        self.in_model_store.note_form(layer, self.target_key, estimated, chosen, run_id=self.run_id)
 
     def _top_json(self, key: str, limit: int) -> list[list]:
         return self.records.top(

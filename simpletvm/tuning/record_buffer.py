@@ -99,5 +99,3 @@ class RecordBuffer(RecordStore):
         if run_id is None or best_only or self._own is None:
             return found
         return max(found, self._own.count(run_id=run_id, target=target))
-
-
