@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from simpletvm.errors import SimpleTVMError
 
 if TYPE_CHECKING:
-    from simpletvm.api import SimpleTVM
     from simpletvm.tuning.in_model import InModelTiming
 
 # a search this long (or a minutes budget this long) is followed by the round: for a
@@ -44,7 +43,7 @@ class InModelRound:
 
     def __init__(
         self,
-        stvm: SimpleTVM,
+        stvm,
         minutes: float | None = None,
         asked: bool | None = None,
         *,
@@ -108,7 +107,7 @@ class InModelRound:
             warnings.warn(
                 f"the tuned kernels were not timed inside the model ({error}); "
                 "build() applies every record",
-                stacklevel=3,
+                stacklevel=4,
             )
             if display is not None:
                 display.then("not timed inside the model")
@@ -157,4 +156,3 @@ class InModelRound:
             stvm.tuning_summary["in_model_latency_s"] = timing.chosen_model_ms / 1e3
             context.tuning["in_model_latency_s"] = timing.chosen_model_ms / 1e3
         return timing
-
