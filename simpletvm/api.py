@@ -198,8 +198,9 @@ class SimpleTVM:
         model runs on this machine's CPU and the search took (or ``minutes`` gives it) a
         minute or more. A ``minutes`` budget covers autotune()'s whole wait from its call:
         finding the tasks, the search, its closing round and the round inside the model,
-        whose time it keeps (:attr:`InModelRound.reserve_s <simpletvm.in_model_round.InModelRound.reserve_s>`): the search ends that much
-        earlier. Where the time went is in ``tuning_summary["spent_s"]``.
+        whose time it keeps (:class:`~simpletvm.in_model_round.InModelRound`): the
+        search ends that much earlier. Where the time went is in
+        ``tuning_summary["spent_s"]``.
         """
         budget_started = time.time()
         self._require("autotune()", FlowState.IMPORTED, FlowState.BUILT)
