@@ -154,13 +154,9 @@ class RecordDatabase(PyDatabase):
         return self._stored_names[key]
 
     def _in_model_answer(self, key: str, rows: list[list]) -> list[list]:
-        choice = self.in_model_store.choice(key, self.target_key)
-        planned = self.planned.get(key)
-        if self.in_model == "incumbent" or planned is False:
-            return [choice.chosen] if choice is not None and choice.chosen else []
-        if planned or choice is None or not choice.answers(rows[0]):
-            return rows
-        return [choice.chosen] if choice.chosen else []
+        return self.in_model_store.answer(
+            key, self.target_key, rows, self.in_model, self.planned.get(key)
+        )
 
     def in_model_schedule(self, mod) -> str | None:
         """What a build reading this database applies to workload ``mod`` after timing

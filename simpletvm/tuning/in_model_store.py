@@ -115,6 +115,27 @@ class InModelStore:
         challenger, chosen = rows[0]
         return InModelChoice(challenger, None if chosen is None else json.loads(chosen))
 
+    def answer(
+        self,
+        workload_key: str,
+        target: str,
+        fastest: list[list],
+        reading: str,
+        planned: bool | None = None,
+    ) -> list[list]:
+        """The records a build applies to a workload whose fastest records are
+        ``fastest`` (none: the default schedule). ``reading`` ``"chosen"``: what its last
+        round chose, where that round timed its fastest record (a faster record not yet
+        timed is applied as it is); ``"incumbent"``: what its last round chose, the
+        schedule the next round times against. ``planned``: a round's choice not kept
+        yet (True: the fastest record, False: the incumbent)."""
+        choice = self.choice(workload_key, target)
+        if reading == "incumbent" or planned is False:
+            return [choice.chosen] if choice is not None and choice.chosen else []
+        if planned or choice is None or not choice.answers(fastest[0]):
+            return fastest
+        return [choice.chosen] if choice.chosen else []
+
     def note_form(
         self,
         layer: str,
