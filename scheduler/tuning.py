@@ -57,9 +57,8 @@ class TuningJobSpec:
 TUNE = "tune"
 """The step of a :class:`SimpleTVMJob` whose stages are those of its TuningJob."""
 IN_MODEL = "in_model"
-"""The step after ``tune`` that times the tuned kernels inside the built model
-(:meth:`SimpleTVM.choose_in_model`), on the device: when the devices are this machine's
-and the search was long enough (:meth:`SimpleTVM.in_model_due`)."""
+"""The step after ``tune`` that times the tuned kernels inside the built model, on the
+device, when the job's :class:`~simpletvm.in_model_round.InModelRound` is due."""
 
 
 class SimpleTVMJob(Job):
@@ -108,24 +107,36 @@ class SimpleTVMJob(Job):
         self.device = DeviceGrant(device_key)
         self.devices_here = devices_here
         self.tuning = None
-        self.in_model: bool | None = None  # as autotune(in_model=...) takes it
+        self.in_model_round = None  # the round inside the model after the tuning
 
-    def start_tuning(self, options, buffer_records: bool, in_model: bool | None = None) -> None:
-        """Make the run's TuningJob (:meth:`SimpleTVM.tuning_job`); each of its profile
-        stages reaches the device the scheduler granted it. A run resumed after its
-        last tuning stage finishes its tuning here. ``in_model`` as for autotune(); a
-        job whose records go to the driver (``buffer_records``) is never timed inside
-        the model: its store is elsewhere."""
-        self.in_model = False if buffer_records else in_model
-        self.tuning = self.simpletvm.tuning_job(
+    def prepare_tuning(self, options, buffer_records: bool = False, in_model: bool | None = None):
+        """The run's TuningJob (:func:`simpletvm.tuning_session.tuning_job`), each of its
+        profile stages reaching the device the scheduler granted it, and the round inside
+        the model that may follow it, whose time a ``minutes`` budget keeps. ``in_model``
+        as for autotune(); a job whose records go to the driver (``buffer_records``) is
+        never timed inside the model: its store is elsewhere."""
+        from simpletvm.in_model_round import InModelRound
+        from simpletvm.tuning_session import tuning_job
+
+        self.in_model_round = InModelRound(
+            self.simpletvm,
+            options.minutes,
+            False if buffer_records else in_model,
+            devices_here=self.devices_here,
+        )
+        return tuning_job(
+            self.simpletvm,
             options,
             self.tracker,
             self.device,
             buffer_records=buffer_records,
-            after_s=self.simpletvm.in_model_reserve_s(
-                options.minutes, self.in_model, devices_here=self.devices_here
-            ),
+            after_s=self.in_model_round.reserve_s,
         )
+
+    def start_tuning(self, options, buffer_records: bool, in_model: bool | None = None) -> None:
+        """Start the run's tuning (:meth:`prepare_tuning`); a run resumed after its last
+        tuning stage finishes its tuning here."""
+        self.tuning = self.prepare_tuning(options, buffer_records, in_model)
         if self.tuning.is_complete():
             self._finish_tuning()
 
@@ -177,19 +188,17 @@ class SimpleTVMJob(Job):
             self._finish_tuning()
 
     def _finish_tuning(self) -> None:
-        searched_s = self.simpletvm.finish_scheduled_tuning(
-            self.tuning, self.tracker, self.device_key
+        from simpletvm.tuning_session import finish_scheduled_tuning
+
+        searched_s = finish_scheduled_tuning(
+            self.simpletvm, self.tuning, self.tracker, self.device_key
         )
-        if self.simpletvm.in_model_due(
-            self.in_model, self.tuning.options.minutes, searched_s, devices_here=self.devices_here
-        ):
+        if self.in_model_round.due(searched_s):
             self.steps.insert(1, IN_MODEL)
         self.step_done()
 
     def _in_model(self, stage: Stage) -> None:
-        self.simpletvm.time_in_model_after_search(
-            strict=self.in_model is True, devices_here=self.devices_here
-        )
+        self.in_model_round.after_search()
         self.step_done()
 
     def _failed(self, error: str) -> StageResult:
@@ -231,9 +240,37 @@ class TuningJobAdapter(SimpleTVMJob):
         return self.spec.job_id
 
 
+def tuning_details(tuning) -> dict[str, Any]:
+    """What a stage tells of its job's tuning: tasks (and those measured so far), trials,
+    the trial budget (the total, or the per-task cap over the tasks, whichever is
+    smaller; None when only ``minutes`` bound the job), the minutes, and the model's best
+    estimate (ms; None before every task has a record)."""
+    from simpletvm.tuning.options import UNCAPPED_TRIALS
+
+    summary, options = tuning.summary(), tuning.options
+    per_task = options.per_task_trials()
+    budgets = [
+        budget
+        for budget in (
+            options.total_trials,
+            None if per_task >= UNCAPPED_TRIALS else per_task * summary["num_tasks"],
+        )
+        if budget
+    ]
+    estimate_s = summary["estimated_latency_s"]
+    return {
+        "num_tasks": summary["num_tasks"],
+        "trials": summary["trials"],
+        "tasks_measured": sum(1 for task in summary["tasks"] if task["trials"]),
+        "trial_budget": min(budgets) if budgets else None,
+        "minutes": options.minutes,
+        "estimated_ms": estimate_s * 1e3 if estimate_s else None,
+    }
+
+
 def measured_records(tuning) -> dict[str, Any]:
     """A stage's details with the records its job measured, when they go to the driver."""
-    from simpletvm.tuning.records import RecordBuffer
+    from simpletvm.tuning.record_buffer import RecordBuffer
 
     records = tuning.records
     return {"records": records.drain()} if isinstance(records, RecordBuffer) else {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.base import Job, Stage
-from scheduler.tuning import TUNE, SimpleTVMJob
+from scheduler.tuning import TUNE, SimpleTVMJob, tuning_details
 
 IMPORT, SAVE = "import", "save"
 
@@ -79,15 +79,7 @@ class ServiceJob(SimpleTVMJob):
 
         spec = self.spec
         self.simpletvm.from_model(spec.model)
-        options = TuningOptions.from_mapping(spec.tuning)
-        tuning = self.simpletvm.tuning_job(
-            options,
-            spec.tracker,
-            self.device,
-            after_s=self.simpletvm.in_model_reserve_s(
-                options.minutes, devices_here=spec.devices_here
-            ),
-        )
+        tuning = self.prepare_tuning(TuningOptions.from_mapping(spec.tuning))
         known_s = tuning.known_estimate_s()  # None: some task has no record
         self.known_ms = None if known_s is None else known_s * 1e3
         target_met = (
@@ -125,23 +117,11 @@ class ServiceJob(SimpleTVMJob):
             "answered_from_store": self.answered_from_store,
         }
         if self.tuning is not None:
-            summary = self.tuning.summary()
-            details["trials"] = self.tuning.trials
-            details["estimate_ms"] = _estimate_ms(summary)
-            details["progress"] = _fraction(self.tuning)
+            tuning = tuning_details(self.tuning)
+            budget = tuning["trial_budget"]
+            details["trials"] = tuning["trials"]
+            details["estimate_ms"] = tuning["estimated_ms"]
+            details["progress"] = min(1.0, tuning["trials"] / budget) if budget else None
         if not self.steps:
             details["module"] = str(self.simpletvm.store.module_dir(self.spec.job_id))
         return details
-
-
-def _estimate_ms(summary: dict[str, Any]) -> float | None:
-    seconds = summary.get("estimated_latency_s")
-    return float(seconds) * 1e3 if seconds else None
-
-
-def _fraction(tuning) -> float | None:
-    try:
-        budget = tuning.options.total_trials
-        return min(1.0, tuning.trials / budget) if budget else None
-    except Exception:  # noqa: BLE001 - progress is a display hint
-        return None

@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simpletvm.api import FlowState, SimpleTVM
+    from simpletvm.api import SimpleTVM
     from simpletvm.context import BenchmarkingContext, new_run_id
     from simpletvm.errors import (
         FlowError,
@@ -20,12 +20,13 @@ if TYPE_CHECKING:
         SimpleTVMError,
         WrongAnswerError,
     )
+    from simpletvm.flow import FlowState
     from simpletvm.store import RunStore
 
 _HOMES = {
     "BenchmarkingContext": "simpletvm.context",
     "FlowError": "simpletvm.errors",
-    "FlowState": "simpletvm.api",
+    "FlowState": "simpletvm.flow",
     "FrontendError": "simpletvm.errors",
     "IncompatibleModuleError": "simpletvm.errors",
     "ModelImportError": "simpletvm.errors",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.base import Job, Stage
-from scheduler.tuning import TUNE, SimpleTVMJob
+from scheduler.tuning import TUNE, SimpleTVMJob, tuning_details
 
 IMPORT, COMPILE, EVALUATE = "import", "compile", "evaluate"
 
@@ -104,28 +104,7 @@ class RunJob(SimpleTVMJob):
             **super().stage_details(),
         }
         if self.tuning is not None:
-            from simpletvm.tuning.options import UNCAPPED_TRIALS
-
-            summary, options = self.tuning.summary(), self.tuning.options
-            per_task = options.per_task_trials()
-            budgets = [
-                budget
-                for budget in (
-                    options.total_trials,
-                    None if per_task >= UNCAPPED_TRIALS else per_task * summary["num_tasks"],
-                )
-                if budget
-            ]
-            details.update(
-                num_tasks=summary["num_tasks"],
-                trials=summary["trials"],
-                tasks_measured=sum(1 for task in summary["tasks"] if task["trials"]),
-                trial_budget=min(budgets) if budgets else None,
-                minutes=options.minutes,
-                estimated_ms=(
-                    summary["estimated_latency_s"] * 1e3 if summary["estimated_latency_s"] else None
-                ),
-            )
+            details.update(tuning_details(self.tuning))
         return details
 
     # ---- the steps other than tuning ---------------------------------------------------

@@ -101,7 +101,9 @@ def tune(
 
 def _print_budget(console, stvm, minutes: float) -> None:
     """What a --minutes budget covers, said before anything runs."""
-    inside = stvm.in_model_due(None, minutes, 0.0)
+    from simpletvm.in_model_round import InModelRound
+
+    inside = InModelRound(stvm, minutes).due(0.0)
     console.print(
         f"budget   {clock_text(minutes * 60)} of tuning from the end of the import (not "
         f"counted): finding the tasks, the search, its closing round"

@@ -9,14 +9,16 @@ records, one run's, or the best per workload only.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from simpletvm.compiler.lowering import workload_key
+from simpletvm.compiler.lowering import extract_tasks, workload_key
 from simpletvm.errors import RunNotFoundError
+from simpletvm.tuning.in_model_store import InModelStore
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, canonical_json, tvm_target_key
 from simpletvm.tuning.verdicts import StoredVerdicts
@@ -74,6 +76,7 @@ class RecordDatabase(PyDatabase):
         self.target = target
         self.in_model = in_model
         self.planned = planned or {}
+        self.in_model_store = InModelStore(records)
         self._workloads: dict[str, Workload] = {}
         self._workload_json: dict[str, Any] = {}
         self._stored_names: dict[str, list[str]] = {}  # by key: the stored workload's blocks
@@ -151,13 +154,9 @@ class RecordDatabase(PyDatabase):
         return self._stored_names[key]
 
     def _in_model_answer(self, key: str, rows: list[list]) -> list[list]:
-        choice = self.records.in_model_choice(key, self.target_key)
-        planned = self.planned.get(key)
-        if self.in_model == "incumbent" or planned is False:
-            return [choice.chosen] if choice is not None and choice.chosen else []
-        if planned or choice is None or not choice.answers(rows[0]):
-            return rows
-        return [choice.chosen] if choice.chosen else []
+        return self.in_model_store.answer(
+            key, self.target_key, rows, self.in_model, self.planned.get(key)
+        )
 
     def in_model_schedule(self, mod) -> str | None:
         """What a build reading this database applies to workload ``mod`` after timing
@@ -230,8 +229,8 @@ class RecordDatabase(PyDatabase):
         rows = self._top_json(key, 1)
         if not rows:
             return False
-        choice = self.records.in_model_choice(key, self.target_key)
-        self.records.note_in_model(
+        choice = self.in_model_store.choice(key, self.target_key)
+        self.in_model_store.note_choice(
             key,
             self.target_key,
             rows[0],
@@ -247,11 +246,11 @@ class RecordDatabase(PyDatabase):
         """A contested layer's last round inside the model (``layer``: its key,
         :func:`~simpletvm.compiler.conv_forms.layer_key`): the form the kernels' estimate
         favoured then and the form chosen (Winograd tile size, None: direct), or None."""
-        return self.records.in_model_form(layer, self.target_key)
+        return self.in_model_store.form(layer, self.target_key)
 
     def note_form(self, layer: str, estimated: int | None, chosen: int | None) -> None:
         """Keep a round's form for a contested layer, as :meth:`kept_form` reads it."""
-        self.records.note_form(layer, self.target_key, estimated, chosen, run_id=self.run_id)
+        self.in_model_store.note_form(layer, self.target_key, estimated, chosen, run_id=self.run_id)
 
     def _top_json(self, key: str, limit: int) -> list[list]:
         return self.records.top(
@@ -376,3 +375,54 @@ def records_database(records: str, store: RecordStore, target, run_id: str) -> R
         f"{store.path}, and no such path; use 'global', 'best', 'run', a run id, a "
         "records file or store directory, or none (untuned)"
     )
+
+
+def applied_records(forms, records: str | None, store: RecordStore, target, run_id: str):
+    """What a build applies, by ``records`` as build() takes it (None: untuned): the
+    fused module, each contested layer in its chosen form, the database answering as
+    the in-model round chose (None: untuned), and what the build step records of them
+    (``conv_forms`` and :func:`records_match`'s)."""
+    if records is None:
+        return forms.default, None, {}
+    database = records_database(records, store, target.tvm_target(), run_id)
+    fused, choices = forms.choose(partial(best_latency_s, database), kept=database.kept_form)
+    found = {"conv_forms": [choice.describe() for choice in choices]} if choices else {}
+    database = database.with_in_model_choices()
+    found.update(records_match(fused, target, database))
+    return fused, database, found
+
+
+def records_match(fused, target, database: RecordDatabase) -> dict[str, Any]:
+    """What a build found in its records: how many records were there for this target
+    (``records_loaded``), how many of the built module's tasks have one applied
+    (``tasks_with_records`` of ``tasks``), how many records lost inside the model to the
+    default schedule (``tasks_on_default_in_model``) or to an earlier record
+    (``tasks_on_earlier_record_in_model``), and, when none has, why as far as the store
+    tells (``records_mismatch``: ``"empty"``, no records at all; ``"target"``, records
+    only for other targets or CPUs, named in ``records_targets``; ``"workloads"``,
+    records for this target but of other tasks: another model or input shape)."""
+    tasks = extract_tasks(fused, target)
+    loaded = len(database)
+    found = {
+        "records_loaded": loaded,
+        "tasks": len(tasks),
+        "tasks_with_records": sum(best_latency_s(database, task) is not None for task in tasks),
+    }
+    if database.in_model:
+        applied = [database.in_model_schedule(task.dispatched[0]) for task in tasks]
+        found["tasks_on_default_in_model"] = applied.count("default")
+        found["tasks_on_earlier_record_in_model"] = applied.count("earlier record")
+    if found["tasks_with_records"] or found.get("tasks_on_default_in_model") or not tasks:
+        return found
+    if loaded:
+        found["records_mismatch"] = "workloads"
+        return found
+    run_id = database.run_id if database.scope == "run" else None
+    targets = (
+        database.records.target_keys(run_id) if hasattr(database.records, "target_keys") else []
+    )
+    found["records_mismatch"] = "target" if targets else "empty"
+    if targets:
+        found["records_targets"] = targets
+        found["target_key"] = database.target_key
+    return found

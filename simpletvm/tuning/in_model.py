@@ -1,34 +1,35 @@
-"""Each task's fastest record against the schedule chosen before it, timed inside the
-built model.
+"""The in-model round: each task's fastest record against the schedule chosen before it,
+timed inside the built model.
 
 The search ranks a task's candidates by their time alone. Inside the model a kernel finds
 its input just written by the layer before and its weights where the rest of the model
 left them, and there the fastest record alone can lose to the task's default schedule
-(:mod:`simpletvm.compiler.default_schedules`) or to a record chosen earlier: on
-MobileNetV2 the default ran faster in 14 of 31 kernels of a 15-minute tuning
-(BENCHMARKS.md). :func:`choose_in_model` builds the model twice, with the fastest records
-(the challengers) and with the schedules chosen before (the incumbents: each task's
-default schedule before its first round), times every kernel of both builds in the same
-alternating rounds (:func:`simpletvm.runtime.in_situ.time_builds`), and keeps each
-round's choice in the record store. A challenger is chosen only when it ran faster by
-more than :data:`IN_MODEL_MARGIN`, and only when the model built from the round's choices
-is faster as a whole than the incumbents' build, by more than :data:`MODEL_MARGIN` (its
-kernels' gains can be noise, lost between the loops, or paid by a neighbour that finds
-its data elsewhere): when the choices mix challengers and incumbents, that model is
-built and timed against the incumbents' build too. When the challengers short of the
-kernel margin save time in sum (many kernels a little faster), the challengers' build as
-a whole is the model: every challenger is chosen when that build ran faster than the
-incumbents' by :data:`MODEL_MARGIN`. So each round keeps or improves the model, as far
-as the timing can tell. A build then applies the choices
-(:meth:`RecordDatabase.with_in_model_choices`). A kernel without parallel loops is not
-seen by the timing: it follows the model, taking its fastest record when the build the
-round keeps was timed with it, so the module built afterwards is the one timed.
+(:mod:`simpletvm.compiler.default_schedules`) or to a record chosen earlier
+(BENCHMARKS.md). The round's terms:
 
-The layer forms (:mod:`simpletvm.compiler.conv_forms`) are chosen the same way: the
-challengers' build has each contested layer in the form its kernels' estimate favours,
-the incumbents' build in the form the last round chose (the default form before any),
-and a layer whose form differs is one contest: the tasks only one form has against the
-tasks only the other has. So a new form, too, must beat the model as it was.
+- **challenger**: a task's fastest record (a contested layer's form the kernels'
+  estimate favours); **incumbent**: what the last round chose (the default schedule, or
+  the default form, before any round).
+- **contest**: what the round times apart, one task in both builds, or one contested
+  layer whose form differs between them (the tasks only one form has against those
+  only the other has).
+- **kept as a whole**: the round keeps every incumbent, because the model its choices
+  make was not faster than the incumbents' build.
+
+:func:`choose_in_model` builds the model twice, with the challengers and with the
+incumbents, times every kernel of both builds in the same alternating rounds
+(:func:`simpletvm.runtime.in_situ.time_builds`), decides (:func:`round_choices`) and
+keeps each contest's choice in the record store (:mod:`simpletvm.tuning.in_model_store`).
+A challenger is chosen only when it ran faster by more than :data:`IN_MODEL_MARGIN`, and
+only when the model built from the round's choices is faster as a whole than the
+incumbents' build, by more than :data:`MODEL_MARGIN`: when the choices mix challengers
+and incumbents, that model is built and timed against the incumbents' build too. When
+the challengers short of the kernel margin save time in sum, the challengers' build as a
+whole is the model. So each round keeps or improves the model, as far as the timing can
+tell. A build then applies the choices (:meth:`RecordDatabase.with_in_model_choices`). A
+kernel without parallel loops is not seen by the timing: it follows the model, so the
+module built afterwards is the one timed. When the round is due, and what a budget keeps
+for it: :class:`simpletvm.in_model_round.InModelRound`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from simpletvm.compiler.build import compile_fused
 from simpletvm.compiler.conv_forms import ConvForms, form_name, layer_key, tasks_by_key
@@ -46,12 +48,11 @@ from simpletvm.runtime.in_situ import WHOLE, time_builds
 from simpletvm.targets import ResolvedTarget
 from simpletvm.tuning.database import RecordDatabase, best_latency_s
 
-# a record replaces the schedule chosen before it only when it ran this much faster inside
-# the model: within it, the two are alike as far as the timing can tell
+# a challenger replaces its incumbent only when it ran this much faster inside the model:
+# within it, the two are alike as far as the timing can tell
 IN_MODEL_MARGIN = 0.03
-# and the round's choices only when the model built from them ran this much faster as a
-# whole: a smaller gain is what two timings of one module differ by, and keeping the
-# incumbents then leaves the module as it was, so a later round is never slower
+# and the round's choices stand only when the model built from them ran this much faster
+# as a whole: a smaller gain is what two timings of one module differ by
 MODEL_MARGIN = 0.01
 
 
@@ -113,19 +114,43 @@ class InModelTiming:
         """The findings whose incumbent was kept (the challenger not faster enough)."""
         return [f for f in self.findings if not f.challenger_chosen]
 
+    def step_fields(self) -> dict[str, Any]:
+        """What the context's ``in_model`` step records of the round."""
+        return {
+            "kernels": len(self.findings),
+            "threads": self.threads,
+            "incumbents_kept": [f.task for f in self.kept],
+            "challengers_model_ms": self.challengers_model_ms,
+            "incumbents_model_ms": self.incumbents_model_ms,
+            "chosen_model_ms": self.chosen_model_ms,
+            "kept_as_a_whole": self.kept_as_a_whole,
+            "unseen_kernels": self.unseen,
+            "mixed_model_ms": self.mixed_model_ms,
+            "mixed_against_ms": self.mixed_against_ms,
+            "form_switches": self.form_switches,
+        }
+
+
+class RoundDecision(NamedTuple):
+    """What :func:`round_choices` decides: by contest, whether its challenger is chosen,
+    and whether the round kept every incumbent as a whole."""
+
+    chosen: dict[str, bool]
+    kept_as_a_whole: bool
+
 
 @dataclass(frozen=True)
 class _Contest:
     """What a round times apart: one task in both builds (its name in each), or a
     contested layer whose form differs between them (the names of the tasks only each
-    form has). ``noted``: the tasks whose fastest record the challenger's side runs;
-    ``held``: the tasks only the incumbent's form has, kept as they were timed when that
-    form stays."""
+    form has). ``challenger_tasks``: the tasks whose fastest record the challenger's side
+    runs; ``incumbent_only_tasks``: the tasks only the incumbent's form has, kept as they
+    were timed when that form stays."""
 
     challenger_names: tuple[str, ...]
     incumbent_names: tuple[str, ...]
-    noted: tuple
-    held: tuple = ()
+    challenger_tasks: tuple
+    incumbent_only_tasks: tuple = ()
     layer: ConvSignature | None = None
     form: int | None = None  # the layer's form on the challenger's side
 
@@ -198,18 +223,18 @@ def choose_in_model(
                 timed[label] = both
         unseen = [label for label in contests if label not in timed]
         before = {label: _on_default(incumbents, contests[label]) for label in timed}
-        wins, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept_model_ms)
+        choices, kept_as_a_whole = round_choices(timed, unseen, challengers[WHOLE], kept_model_ms)
 
         mixed_model_ms = mixed_against_ms = None
         # what the build the round keeps runs fastest on
-        promised_threads = first.threads if any(wins.values()) else kept_threads
-        if any(wins.values()) and not all(wins.values()):
+        chosen_threads = first.threads if any(choices.values()) else kept_threads
+        if any(choices.values()) and not all(choices.values()):
             # a model neither build was: built from the choices, it must beat the
             # incumbents' build as a whole, or the round keeps every incumbent
             mixed = export(
                 "chosen",
-                forms.module(_chosen_forms(contests, wins, incumbent_forms)),
-                database.with_planned_choices(_planned(contests, wins)),
+                forms.module(_chosen_forms(contests, choices, incumbent_forms)),
+                database.with_planned_choices(_planned(contests, choices)),
             )
             again = time_builds(
                 [mixed, libraries[1]],
@@ -223,29 +248,33 @@ def choose_in_model(
                 again.fastest(build) for build in (0, 1)
             )
             if _faster(mixed_model_ms, mixed_against_ms):
-                promised_threads = mixed_threads
+                chosen_threads = mixed_threads
             else:
-                wins, kept_as_a_whole = dict.fromkeys(wins, False), True
-                promised_threads = against_threads
+                choices, kept_as_a_whole = dict.fromkeys(choices, False), True
+                chosen_threads = against_threads
     # an unseen kernel is noted with the timings of the two models it was chosen by
     chosen_ms = mixed_model_ms if mixed_model_ms is not None else challengers[WHOLE]
     against_ms = mixed_against_ms if mixed_against_ms is not None else kept_model_ms
-    for label, win in wins.items():
+    for label, challenger_chosen in choices.items():
         challenger_ms, incumbent_ms = timed.get(label, (chosen_ms, against_ms))
         contest = contests[label]
-        for task in contest.noted:
+        for task in contest.challenger_tasks:
             database.note_in_model(
-                task.dispatched[0], challenger_ms / 1e3, incumbent_ms / 1e3, challenger_chosen=win
+                task.dispatched[0],
+                challenger_ms / 1e3,
+                incumbent_ms / 1e3,
+                challenger_chosen=challenger_chosen,
             )
-        for task in () if win else contest.held:  # the form stays, its tasks as timed
+        # a layer's form that stays keeps its tasks as timed
+        for task in () if challenger_chosen else contest.incumbent_only_tasks:
             database.note_in_model(
                 task.dispatched[0], challenger_ms / 1e3, incumbent_ms / 1e3, challenger_chosen=False
             )
-    chosen_forms = _chosen_forms(contests, wins, incumbent_forms)
+    chosen_forms = _chosen_forms(contests, choices, incumbent_forms)
     for choice in estimate:
         database.note_form(layer_key(choice.layer), choice.estimated, chosen_forms[choice.layer])
     findings = [
-        KernelFinding(label, challenger_ms, incumbent_ms, before[label], wins[label])
+        KernelFinding(label, challenger_ms, incumbent_ms, before[label], choices[label])
         for label, (challenger_ms, incumbent_ms) in timed.items()
     ]
     return InModelTiming(
@@ -253,11 +282,11 @@ def choose_in_model(
         challengers[WHOLE],
         kept_model_ms,
         kept_as_a_whole,
-        {label: wins[label] for label in unseen},
-        promised_threads,
+        {label: choices[label] for label in unseen},
+        chosen_threads,
         mixed_model_ms,
         mixed_against_ms,
-        {label: wins[label] for label, c in contests.items() if c.layer is not None},
+        {label: choices[label] for label, c in contests.items() if c.layer is not None},
     )
 
 
@@ -301,7 +330,7 @@ def _contests(
 
 def _on_default(incumbents: RecordDatabase, contest: _Contest) -> bool:
     """Whether the incumbent's side of a contest runs default schedules only."""
-    tasks = contest.held if contest.layer is not None else contest.noted
+    tasks = contest.incumbent_only_tasks if contest.layer is not None else contest.challenger_tasks
     return all(
         not incumbents.has_record(task.dispatched[0])
         or incumbents.in_model_schedule(task.dispatched[0]) == "default"
@@ -309,20 +338,24 @@ def _on_default(incumbents: RecordDatabase, contest: _Contest) -> bool:
     )
 
 
-def _chosen_forms(contests: dict[str, _Contest], wins: dict[str, bool], incumbent_forms: dict):
+def _chosen_forms(contests: dict[str, _Contest], choices: dict[str, bool], incumbent_forms: dict):
     """Each contested layer's form after the round: the challenger's where its contest
     won, else the incumbent's."""
-    won = {c.layer: c.form for label, c in contests.items() if c.layer is not None and wins[label]}
+    won = {
+        c.layer: c.form for label, c in contests.items() if c.layer is not None and choices[label]
+    }
     return {**incumbent_forms, **won}
 
 
-def _planned(contests: dict[str, _Contest], wins: dict[str, bool]) -> dict:
+def _planned(contests: dict[str, _Contest], choices: dict[str, bool]) -> dict:
     """Workload module -> whether its fastest record is chosen, as a build of the round's
     choices reads them before they are kept."""
     planned = {}
-    for label, win in wins.items():
-        planned.update({task.dispatched[0]: win for task in contests[label].noted})
-        planned.update({task.dispatched[0]: False for task in contests[label].held})
+    for label, challenger_chosen in choices.items():
+        planned.update(
+            {task.dispatched[0]: challenger_chosen for task in contests[label].challenger_tasks}
+        )
+        planned.update({task.dispatched[0]: False for task in contests[label].incumbent_only_tasks})
     return planned
 
 
@@ -331,36 +364,40 @@ def round_choices(
     unseen: list[str],
     challengers_model_ms: float,
     incumbents_model_ms: float,
-) -> tuple[dict[str, bool], bool]:
+) -> RoundDecision:
     """Whether each kernel's challenger is chosen, from its (challenger, incumbent) ms a
     model run: when faster by :data:`IN_MODEL_MARGIN`, and only if the model built from
     those choices, as the two builds' timings estimate it (the challengers' build less
     what each incumbent kept saves), runs faster than the incumbents' build by
-    :data:`MODEL_MARGIN`; otherwise the round keeps every incumbent. Also returns whether
-    it did so. When the challengers short of the kernel margin save time in sum (many
+    :data:`MODEL_MARGIN`; otherwise the round keeps every incumbent, as a whole. When the challengers short of the kernel margin save time in sum (many
     kernels a little faster), the challengers' build as a whole is that model: every
     challenger is chosen when it ran faster than the incumbents' by :data:`MODEL_MARGIN`,
     none otherwise. A kernel of ``unseen`` (not timed apart) follows the model: its
     challenger is chosen when any timed one is (the build kept was timed with it), or,
     with none timed, when the challengers' build was faster by :data:`MODEL_MARGIN`."""
-    wins = {
+    choices = {
         name: _faster(challenger, incumbent, IN_MODEL_MARGIN)
         for name, (challenger, incumbent) in timed.items()
     }
     chosen_model_ms = challengers_model_ms - sum(
-        challenger - incumbent for name, (challenger, incumbent) in timed.items() if not wins[name]
+        challenger - incumbent
+        for name, (challenger, incumbent) in timed.items()
+        if not choices[name]
     )
     if timed and challengers_model_ms < chosen_model_ms:
         # the challengers short of the kernel margin gain in sum: their build as a whole
         # is the model to beat the incumbents' with
         every = _faster(challengers_model_ms, incumbents_model_ms)
-        return dict.fromkeys([*timed, *unseen], every), any(wins.values()) and not every
-    if any(wins.values()) and not _faster(chosen_model_ms, incumbents_model_ms):
-        return dict.fromkeys([*timed, *unseen], False), True
+        return RoundDecision(
+            dict.fromkeys([*timed, *unseen], every), any(choices.values()) and not every
+        )
+    if any(choices.values()) and not _faster(chosen_model_ms, incumbents_model_ms):
+        return RoundDecision(dict.fromkeys([*timed, *unseen], False), True)
     if not timed:
-        return dict.fromkeys(unseen, _faster(challengers_model_ms, incumbents_model_ms)), False
-    follows = any(wins.values())
-    return {**wins, **dict.fromkeys(unseen, follows)}, False
+        whole = _faster(challengers_model_ms, incumbents_model_ms)
+        return RoundDecision(dict.fromkeys(unseen, whole), False)
+    follows = any(choices.values())
+    return RoundDecision({**choices, **dict.fromkeys(unseen, follows)}, False)
 
 
 def _faster(challenger_ms: float, incumbent_ms: float, margin: float = MODEL_MARGIN) -> bool:

@@ -5,39 +5,31 @@ Its tables. ``workloads``: one row per tuned PrimFunc, keyed by its structural h
 time, the record's JSON and an identity, of the run and the record, that makes a record
 committed twice one row while two runs' equal measurements stay two).
 ``best``: each workload's fastest record per target, updated in the transaction that
-inserts (or re-measures) a record, so it is never stale. ``in_model_choices``: per
-workload and target, the last round of timing inside the built model
-(:mod:`simpletvm.tuning.in_model`): the fastest record then (its trace), the schedule it
-was timed against (the one chosen before; NULL: the default schedule), both times, and
-the one chosen. ``refused``: records whose schedule computed a wrong answer, which no query answers;
-``schedule_checks``: each schedule's check against TVM's naive one, per target
-(:mod:`simpletvm.tuning.verdicts`). ``in_model_forms``: per contested layer (:mod:`simpletvm.compiler.conv_forms`)
-and target, the last round's form: the one the kernels' estimate favoured then and the
-one chosen (NULL: direct). A record measured again by its run (tuning's closing round) replaces its
-row's measurement. A run's records, all
-records and the best ones are queries, and a job reads the best N records of its workloads through an index
-instead of reading the whole store. WAL mode lets readers go on while a writer commits;
-a busy timeout queues writers. This module needs no TVM: MetaSchedule reads the store
-through :class:`simpletvm.tuning.database.RecordDatabase`.
+inserts (or re-measures) a record, so it is never stale. ``refused``: records whose
+schedule computed a wrong answer, which no query answers. The same file holds the tables
+of the schedule checks (:mod:`simpletvm.tuning.verdicts`) and of the round inside the
+model (:mod:`simpletvm.tuning.in_model_store`), created with these. A record measured
+again by its run (tuning's closing round) replaces its row's measurement. A run's
+records, all records and the best ones are queries, and a job reads the best N records
+of its workloads through an index instead of reading the whole store. WAL mode lets
+readers go on while a writer commits; a busy timeout queues writers. This module needs
+no TVM: MetaSchedule reads the store through
+:class:`simpletvm.tuning.database.RecordDatabase`; a job on another machine writes
+through a :class:`~simpletvm.tuning.record_buffer.RecordBuffer`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from simpletvm._process.scratch import make_scratch_dir
 
 IDENTITIES = "record_identities"  # meta key: set once identities include the run
 BUSY_TIMEOUT_S = 120  # a legacy import holds the write lock for a while; writers wait
@@ -68,27 +60,6 @@ CREATE TABLE IF NOT EXISTS best (
     PRIMARY KEY (workload_id, target_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS in_model_choices (
-    workload_id INTEGER NOT NULL REFERENCES workloads(id),
-    target_key TEXT NOT NULL,
-    challenger TEXT NOT NULL,
-    challenger_s REAL NOT NULL,
-    incumbent TEXT,
-    incumbent_s REAL NOT NULL,
-    chosen TEXT,
-    run_id TEXT,
-    time REAL NOT NULL,
-    PRIMARY KEY (workload_id, target_key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS in_model_forms (
-    layer TEXT NOT NULL,
-    target_key TEXT NOT NULL,
-    estimated INTEGER,
-    chosen INTEGER,
-    run_id TEXT,
-    time REAL NOT NULL,
-    PRIMARY KEY (layer, target_key)
-) WITHOUT ROWID;
 -- records whose schedule computed a wrong answer (simpletvm.compiler.schedule_check):
 -- no query answers them, and no best is one of them
 CREATE TABLE IF NOT EXISTS refused (
@@ -96,20 +67,6 @@ CREATE TABLE IF NOT EXISTS refused (
     reason TEXT NOT NULL,
     time REAL NOT NULL
 );
--- each schedule's check against the naive one, per target (simpletvm.tuning.verdicts)
-CREATE TABLE IF NOT EXISTS schedule_checks (
-    workload TEXT NOT NULL,
-    target_key TEXT NOT NULL,
-    schedule TEXT NOT NULL,
-    ok INTEGER NOT NULL,
-    error REAL,
-    detail TEXT NOT NULL,
-    time REAL NOT NULL,
-    PRIMARY KEY (workload, target_key, schedule)
-) WITHOUT ROWID;
--- in_model held an older layout's findings (a record against its default only): they
--- choose nothing now, and the next round times every task again
-DROP TABLE IF EXISTS in_model;
 """
 
 _UPDATE_BEST = """
@@ -131,6 +88,15 @@ SET record_id = excluded.record_id, latency_s = excluded.latency_s
 
 
 _NOT_REFUSED = "r.id NOT IN (SELECT record_id FROM refused)"
+
+
+def schemas() -> tuple[str, ...]:
+    """The tables a store's database holds: the records' own, the schedule checks' and
+    the round inside the model's (their modules build on this one, so they are read
+    here when a connection opens)."""
+    from simpletvm.tuning import in_model_store, verdicts
+
+    return SCHEMA, verdicts.SCHEMA, in_model_store.SCHEMA
 
 
 def target_key(target_json: Any) -> str:
@@ -232,84 +198,6 @@ class RecordStore:
     def read(self, sql: str, *args: Any) -> list[tuple]:
         """The rows of a read-only query (tables: the module's docstring)."""
         return self._connection().execute(sql, args).fetchall()
-
-    def note_in_model(
-        self,
-        workload_key: str,
-        target: str,
-        challenger: list,
-        challenger_s: float,
-        incumbent: list | None,
-        incumbent_s: float,
-        *,
-        challenger_chosen: bool,
-        run_id: str | None = None,
-    ) -> None:
-        """Keep a round of timing inside the model for a workload: ``challenger`` (its
-        fastest record then) took ``challenger_s`` a model run, ``incumbent`` (the record
-        chosen before; None: the default schedule) ``incumbent_s``, and the round chose
-        the challenger or kept the incumbent (:func:`simpletvm.tuning.in_model.round_choices`
-        decides). Replaces the workload's earlier round."""
-        chosen = challenger if challenger_chosen else incumbent
-        with self.transaction() as connection:
-            workload_id = _workload_id(connection, workload_key, None)
-            connection.execute(
-                "INSERT OR REPLACE INTO in_model_choices (workload_id, target_key, challenger, "
-                "challenger_s, incumbent, incumbent_s, chosen, run_id, time) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    workload_id,
-                    target,
-                    canonical_json(challenger[0]),
-                    challenger_s,
-                    None if incumbent is None else canonical_json(incumbent),
-                    incumbent_s,
-                    None if chosen is None else canonical_json(chosen),
-                    run_id,
-                    time.time(),
-                ),
-            )
-
-    def in_model_choice(self, workload_key: str, target: str) -> InModelChoice | None:
-        """The workload's last round of timing inside the model on ``target``, if any."""
-        row = self._one(
-            "SELECT i.challenger, i.chosen FROM in_model_choices i "
-            "JOIN workloads w ON w.id = i.workload_id WHERE w.key = ? AND i.target_key = ?",
-            workload_key,
-            target,
-        )
-        if row is None:
-            return None
-        return InModelChoice(row[0], None if row[1] is None else json.loads(row[1]))
-
-    def note_form(
-        self,
-        layer: str,
-        target: str,
-        estimated: int | None,
-        chosen: int | None,
-        *,
-        run_id: str | None = None,
-    ) -> None:
-        """Keep a round's form for a contested ``layer`` (its key): the Winograd tile size
-        the kernels' estimate favoured (None: direct) and the one the round chose.
-        Replaces the layer's earlier round."""
-        with self.transaction() as connection:
-            connection.execute(
-                "INSERT OR REPLACE INTO in_model_forms (layer, target_key, estimated, chosen, "
-                "run_id, time) VALUES (?, ?, ?, ?, ?, ?)",
-                (layer, target, estimated, chosen, run_id, time.time()),
-            )
-
-    def in_model_form(self, layer: str, target: str) -> tuple[int | None, int | None] | None:
-        """A contested layer's last round on ``target``: (the form the estimate favoured
-        then, the form chosen), or None before any round."""
-        row = self._one(
-            "SELECT estimated, chosen FROM in_model_forms WHERE layer = ? AND target_key = ?",
-            layer,
-            target,
-        )
-        return None if row is None else (row[0], row[1])
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -448,100 +336,14 @@ class RecordStore:
             # the busy timeout, when another process does the same: set up one at a time
             with file_lock(self.path):
                 connection.execute("PRAGMA journal_mode = WAL")
-                connection.executescript(SCHEMA)
+                for schema in schemas():
+                    connection.executescript(schema)
                 _scope_identities_by_run(connection)
             # WAL + NORMAL: a killed process loses nothing committed; only a power cut can
             # drop the last transactions, and never corrupts the file
             connection.execute("PRAGMA synchronous = NORMAL")
             local.connection, local.pid = connection, os.getpid()
         return local.connection
-
-
-class RecordBuffer(RecordStore):
-    """A store whose writes wait to be collected (:meth:`drain`) instead of reaching its
-    database: a job on another machine hands its measured records to the process that
-    owns the store with each stage's outcome, so that process is the single writer and
-    no shared file system is needed for records.
-
-    Reads go to ``path`` as usual, except a run's own records (what its build and a
-    resumed search ask for), which a private copy in this process answers too."""
-
-    def __init__(self, path: str | os.PathLike):
-        super().__init__(path)
-        self._pending: list[tuple[str, Any, list[list], str | None, bool]] = []
-        self._own: RecordStore | None = None
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
-
-    def add(
-        self,
-        workload_key: str,
-        workload_json: Any,
-        records: Iterable[list],
-        run_id: str | None = None,
-        remeasured: bool = False,
-    ) -> int:
-        records = list(records)
-        self._pending.append((workload_key, workload_json, records, run_id, remeasured))
-        if self._own is None:
-            self._own = RecordStore(Path(make_scratch_dir("records")) / "own.sqlite")
-        return self._own.add(workload_key, workload_json, records, run_id, remeasured)
-
-    def drain(self) -> list[tuple[str, Any, list[list], str | None, bool]]:
-        """The writes since the last drain, as :meth:`RecordStore.add`'s arguments."""
-        pending, self._pending = self._pending, []
-        return pending
-
-    def close(self) -> None:
-        """Close this thread's connections, to the store and to the private copy (the
-        next use opens them again: a build still reads the run's records)."""
-        super().close()
-        if self._own is not None:
-            self._own.close()
-
-    def discard(self) -> None:
-        """Close the connections and delete the private copy, once nothing reads the
-        run's records through this buffer any more (the writes not drained yet stay to
-        be drained)."""
-        self.close()
-        if self._own is not None:
-            shutil.rmtree(self._own.path.parent, ignore_errors=True)
-            self._own = None
-
-    def top(
-        self,
-        workload_key: str,
-        target: str,
-        limit: int,
-        *,
-        run_id: str | None = None,
-        best_only: bool = False,
-    ) -> list[list]:
-        found = super().top(workload_key, target, limit, run_id=run_id, best_only=best_only)
-        if run_id is None or self._own is None:
-            return found
-        own = self._own.top(workload_key, target, limit, run_id=run_id)
-        # by trace: the own copy of a record re-measured since the last drain is newer
-        merged = {canonical_json(record[0]): record for record in found + own}
-        return sorted(merged.values(), key=lambda r: record_latency(r) or math.inf)[:limit]
-
-    def workload_json(self, key: str) -> Any | None:
-        found = super().workload_json(key)
-        return found if found is not None or self._own is None else self._own.workload_json(key)
-
-    def has_run(self, run_id: str) -> bool:
-        return super().has_run(run_id) or (self._own is not None and self._own.has_run(run_id))
-
-    def count(
-        self, *, run_id: str | None = None, target: str | None = None, best_only: bool = False
-    ) -> int:
-        """The store's count, or for the run's own records the copy's when it has more
-        (those not drained, or on a machine whose store never gets them)."""
-        found = super().count(run_id=run_id, target=target, best_only=best_only)
-        if run_id is None or best_only or self._own is None:
-            return found
-        return max(found, self._own.count(run_id=run_id, target=target))
 
 
 def insert(
@@ -614,20 +416,6 @@ def replace_measurements(
         )
         connection.execute(_RECOMPUTE_BEST, (workload_id, target))
     return added
-
-
-@dataclass(frozen=True)
-class InModelChoice:
-    """A workload's last round inside the model: the trace (canonical JSON) of the record
-    it timed as challenger, and the record chosen (None: the default schedule)."""
-
-    challenger_trace: str
-    chosen: list | None
-
-    def answers(self, fastest: list) -> bool:
-        """Whether the round was about ``fastest`` (a record's JSON); a later, faster
-        record has not been timed inside the model yet."""
-        return self.challenger_trace == canonical_json(fastest[0])
 
 
 def _identity(key: str, run_id: str | None, text: str) -> bytes:

@@ -9,6 +9,21 @@ import time
 from simpletvm.compiler.schedule_check import Verdict
 from simpletvm.tuning.records import RecordStore
 
+# each schedule's check against the naive one, per target: created with the records'
+# tables (:func:`simpletvm.tuning.records.schemas`)
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schedule_checks (
+    workload TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    schedule TEXT NOT NULL,
+    ok INTEGER NOT NULL,
+    error REAL,
+    detail TEXT NOT NULL,
+    time REAL NOT NULL,
+    PRIMARY KEY (workload, target_key, schedule)
+) WITHOUT ROWID;
+"""
+
 
 class StoredVerdicts:
     """The verdicts of ``store`` on the target key ``target``."""

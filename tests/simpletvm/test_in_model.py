@@ -24,6 +24,7 @@ from simpletvm.runtime.in_situ import BETWEEN, WHOLE, BuildTimings, time_builds
 from simpletvm.tuning import in_model
 from simpletvm.tuning.database import RecordDatabase, record_as_json
 from simpletvm.tuning.in_model import IN_MODEL_MARGIN, MODEL_MARGIN, round_choices
+from simpletvm.tuning.in_model_store import InModelStore
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore, target_key
 
@@ -41,20 +42,21 @@ def test_a_choice_holds_for_the_record_it_was_made_with(tmp_path):
     key = target_key(SKYLAKE)
     older, newer = _record(1, 2e-5), _record(2, 1e-5)
     store.add("w", ["w", "{}"], [older], run_id="r")
-    assert store.in_model_choice("w", key) is None
+    rounds = InModelStore(store)
+    assert rounds.choice("w", key) is None
     # the first round keeps the default schedule
-    store.note_in_model("w", key, older, 0.98e-4, None, 1e-4, challenger_chosen=False)
-    assert store.in_model_choice("w", key).chosen is None
+    rounds.note_choice("w", key, older, 0.98e-4, None, 1e-4, challenger_chosen=False)
+    assert rounds.choice("w", key).chosen is None
     # the next one chooses the record
-    store.note_in_model("w", key, older, 0.9e-4, None, 1e-4, challenger_chosen=True)
-    assert store.in_model_choice("w", key).chosen == older
+    rounds.note_choice("w", key, older, 0.9e-4, None, 1e-4, challenger_chosen=True)
+    assert rounds.choice("w", key).chosen == older
     # a later, faster record has not been timed: a build applies it; the next round
     # times it against the record chosen before, which stays when it loses
     store.add("w", ["w", "{}"], [newer], run_id="r")
-    choice = store.in_model_choice("w", key)
+    choice = rounds.choice("w", key)
     assert choice.answers(older) and not choice.answers(newer)
-    store.note_in_model("w", key, newer, 1.2e-4, older, 1e-4, challenger_chosen=False)
-    choice = store.in_model_choice("w", key)
+    rounds.note_choice("w", key, newer, 1.2e-4, older, 1e-4, challenger_chosen=False)
+    choice = rounds.choice("w", key)
     assert choice.answers(newer) and choice.chosen == older
 
 
@@ -111,7 +113,7 @@ def test_a_kernel_the_timing_cannot_see_follows_the_model():
 def test_a_finding_for_a_workload_the_store_lacks_is_refused(tmp_path):
     store = RecordStore(tmp_path / "records.sqlite")
     with pytest.raises(KeyError, match="not in the record store"):
-        store.note_in_model(
+        InModelStore(store).note_choice(
             "absent", "llvm/x/", _record(1, 1e-5), 1e-4, None, 1e-4, challenger_chosen=True
         )
 

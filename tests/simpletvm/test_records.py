@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simpletvm.tuning.record_buffer import RecordBuffer
 from simpletvm.tuning.record_files import open_records
-from simpletvm.tuning.records import RecordBuffer, RecordStore, canonical_json, target_key
+from simpletvm.tuning.records import RecordStore, canonical_json, target_key
 
 SKYLAKE = {"kind": "llvm", "mcpu": "skylake", "keys": ["cpu"]}
 ZNVER3 = {"kind": "llvm", "mcpu": "znver3", "keys": ["cpu"]}

@@ -15,6 +15,7 @@ from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.record_files import open_records
 from simpletvm.tuning.records import RecordStore
+from simpletvm.tuning_session import finish_scheduled_tuning, tuning_job
 
 FAST_SEARCH = {"population": 64, "genetic_iterations": 1}
 
@@ -420,7 +421,8 @@ def test_a_buffered_job_builds_from_its_own_records_when_the_store_never_gets_th
     run applies them."""
     store = tmp_path / "node-store"
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(tiny_onnx)
-    job = stvm.tuning_job(
+    job = tuning_job(
+        stvm,
         TuningOptions(
             trials=4,
             candidates_per_iteration=4,
@@ -432,7 +434,7 @@ def test_a_buffered_job_builds_from_its_own_records_when_the_store_never_gets_th
         buffer_records=True,
     )
     job.run()
-    stvm.finish_scheduled_tuning(job, None, "local")
+    finish_scheduled_tuning(stvm, job, None, "local")
     assert job.records.drain()  # what the driver writes into its own store
     assert open_records(store).count(run_id=stvm.context.run_id) == 0
     stvm.build(records="run")

@@ -15,6 +15,7 @@ from simpletvm.tuning.cost_model import load_store_cost_model
 from simpletvm.tuning.job import TuningJob
 from simpletvm.tuning.options import TuningOptions
 from simpletvm.tuning.records import RecordStore, tvm_target_key
+from simpletvm.tuning_session import tuning_job
 
 pytestmark = pytest.mark.slow  # MetaSchedule's search runs for real
 
@@ -182,13 +183,13 @@ def test_a_store_model_of_other_workloads_leaves_the_job_cold_and_takes_its_meas
 
 
 def test_autotune_starts_from_the_store_cost_model_of_its_target(fused, tiny_onnx, tmp_path):
-    """``SimpleTVM.tuning_job`` (what autotune() and the schedulers run) finds the model
+    """``tuning_session.tuning_job`` (what autotune() and the schedulers run) finds the model
     the store keeps for its target: its first select evolves on predictions."""
     stvm = SimpleTVM(BenchmarkingContext("cpu", store=tmp_path / "store")).from_model(tiny_onnx)
     file = stvm.store.cost_model_path(tvm_target_key(stvm.target.tvm_target()))
     first, _ = store_job(fused, tmp_path, "5" * 32, file, 112)
     first.run()
-    job = stvm.tuning_job(TuningOptions(total_trials=16, seed=0))
+    job = tuning_job(stvm, TuningOptions(total_trials=16, seed=0))
     try:
         job.run_stage()
     finally:

@@ -14,7 +14,8 @@ import pytest
 
 from scheduler import Stage, StageStatus
 from scheduler.tuning import TuningJobAdapter, TuningJobSpec
-from simpletvm import SimpleTVM
+from simpletvm import SimpleTVM, tuning_session
+from simpletvm.in_model_round import InModelRound
 from simpletvm.tuning import TuningOptions
 from simpletvm.tuning.plan import STAGES, StageSpec
 from superb import run_job
@@ -89,9 +90,9 @@ def tuning(monkeypatch):
     monkeypatch.setattr(SimpleTVM, "from_model", lambda self, *args, **kwargs: self)
     monkeypatch.setattr(SimpleTVM, "build", lambda self, *args, **kwargs: self)
     monkeypatch.setattr(
-        SimpleTVM,
+        tuning_session,
         "tuning_job",
-        lambda self, *args, **kwargs: FakeTuningJob(self.context, **options),
+        lambda stvm, *args, **kwargs: FakeTuningJob(stvm.context, **options),
     )
     monkeypatch.setattr(run_job, "_write_output_to", lambda log: None)  # keep pytest's output
     return options
@@ -192,9 +193,9 @@ def test_a_run_asked_to_time_inside_the_model_does_so_on_the_device_before_compi
 ):
     rounds = []
     monkeypatch.setattr(
-        SimpleTVM,
-        "choose_in_model",
-        lambda self, records="run", *, devices_here=False: rounds.append((records, devices_here)),
+        InModelRound,
+        "run",
+        lambda self, records="run": rounds.append((records, self.devices_here)),
     )  # what the step's round runs: the timing itself is tested in test_in_model.py
     job = RunSpec(
         "run",
