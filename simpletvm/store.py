@@ -20,6 +20,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +154,18 @@ class RunStore:
 
     @property
     def zoo_dir(self) -> Path:
-        """Where built-in models are kept once converted (TFLite or ONNX files)."""
-        return self.root / "zoo"
+        """Where built-in models are kept once converted (TFLite or ONNX files): this
+        machine's cache, shared by every store, since a file depends only on the model's
+        configuration and on the Keras that made its seeded weights."""
+        return user_cache_dir() / "zoo" / f"keras-{_version('keras')}"
 
     def run_ids(self) -> list[str]:
         runs = self.root / "runs"
         return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "none"

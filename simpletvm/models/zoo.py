@@ -10,6 +10,7 @@ stay NHWC (the layout that tunes fastest on CPUs); a model the TFLite route reje
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,9 @@ def _cache(cached: Path | None, suffix: str, config: dict, write: Callable[[Path
     if cached is None:
         return
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _cached_file(cached, suffix + ".tmp")
+    # a name of this process's: processes converting the same model at once each
+    # replace the file with a whole one of their own
+    tmp = _cached_file(cached, f"{suffix}.{os.getpid()}.tmp")
     write(tmp)
     tmp.replace(_cached_file(cached, suffix))
     atomic_write_text(_cached_file(cached, ".json"), json.dumps(config, indent=2))

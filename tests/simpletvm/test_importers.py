@@ -169,7 +169,7 @@ def test_builtin_models_match_keras(store, name, options, monkeypatch):
     expected = reference(x).numpy()
     assert expected.std() > 1e-4 * expected.mean()  # outputs that depend on the input
     np.testing.assert_allclose(stvm.run(x), expected, atol=ATOL)
-    # the second import comes from the store's cache, without building the Keras model
+    # the second import comes from the machine's cache, without building the Keras model
     # again: the same module, weights included (constants compare by value)
     monkeypatch.setattr(zoo, "build_keras_model", _not_again)
     cached = SimpleTVM(BenchmarkingContext("cpu", store=store)).from_model(
