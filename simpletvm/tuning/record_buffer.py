@@ -28,9 +28,6 @@ class RecordBuffer(RecordStore):
         self._pending: list[tuple[str, Any, list[list], str | None, bool]] = []
         self._own: RecordStore | None = None
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
-
     def add(
         self,
         workload_key: str,
