@@ -5,8 +5,9 @@ lines start without numpy, pandas or TVM (``superb --help`` is instant)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from simpletvm.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from simpletvm.api import SimpleTVM
@@ -54,12 +55,7 @@ __all__ = [  # the names of _HOMES, spelled out for linters and type checkers
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'simpletvm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes("simpletvm", _HOMES, globals())
 
 
 def __dir__() -> list[str]:

@@ -61,6 +61,7 @@ class MachineVerdicts:
     def __init__(self, target: str, path: Path | None = None):
         self.target = target
         self.path = path or user_cache_dir() / FILE_NAME
+        self._ready = False  # the journal mode and the table are set up once per book
 
     def schedule_verdict(self, workload: str, schedule: str) -> Verdict | None:
         try:
@@ -95,8 +96,10 @@ class MachineVerdicts:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)) as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(SCHEMA)
+            if not self._ready:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(SCHEMA)
+                self._ready = True
             with connection:  # one transaction, committed on leaving
                 yield connection
 

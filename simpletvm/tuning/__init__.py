@@ -5,8 +5,9 @@ are read without TVM: superb's grid parameters are made from them."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from simpletvm.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from simpletvm.tuning.curve import tuning_curve
@@ -26,9 +27,4 @@ _HOMES = {
 __all__ = ["STAGES", "RecordStore", "StageSpec", "TuningJob", "TuningOptions", "tuning_curve"]
 
 
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'simpletvm.tuning' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes("simpletvm.tuning", _HOMES, globals())

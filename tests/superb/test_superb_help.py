@@ -8,14 +8,15 @@ import sys
 from superb_helpers import REPO, superb_command, superb_env
 
 HEAVY = ("tvm", "tensorflow", "pandas", "numpy", "simpletvm", "onnx", "keras")
-# the exit codes, the option vocabulary, the extras' names and the console plumbing the
-# CLIs share (standard library only)
+# the exit codes, the option vocabulary, the extras' names, the console plumbing the
+# CLIs share and the package's loader of names on first use (standard library only)
 LIGHT = (
     "simpletvm",
     "simpletvm.exit_codes",
     "simpletvm.cli_options",
     "simpletvm.extras",
     "simpletvm.console",
+    "simpletvm.lazy",
 )
 
 
