@@ -8,13 +8,6 @@ pyproject.toml); these hooks decide what may run side by side.
   (hence the pin in pyproject.toml).
   The groups with the most slow tests go out first, so that the last minutes do not find
   one worker busy with a long module and the other idle.
-- ``@pytest.mark.exclusive``: the test times the machine (a tuned build against an
-  untuned one), so no other test runs while it does. A readers-writer file lock around
-  each phase of a test (setup, call, teardown), in a directory the controlling process
-  makes for the session and hands its workers through the environment; only an exclusive
-  test's call takes it alone, so that its fixtures (a tuning shared with the module's
-  other tests) are made while the other workers go on. A single process (``-n 0``)
-  takes no lock.
 - ``@pytest.mark.image``: builds and runs the container images, minutes of work beyond
   the suite's time. Left out (deselected) unless the run's ``-m`` names the marker:
   ``pytest tests/docker -m image -n 0``, a step of its own in .ci/run.
@@ -26,18 +19,13 @@ pyproject.toml); these hooks decide what may run side by side.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-LOCKS_VARIABLE = "SIMPLETVM_TEST_LOCKS"
 CACHE_VARIABLE = "SIMPLETVM_CACHE_DIR"
 # the user's own cache directory, put back when the session ends
 _users_cache: list[str | None] = []
@@ -45,9 +33,7 @@ _users_cache: list[str | None] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     if "PYTEST_XDIST_WORKER" in os.environ:
-        return  # the controlling process made the directories; the workers inherit them
-    if config.getoption("numprocesses", None):
-        os.environ[LOCKS_VARIABLE] = tempfile.mkdtemp(prefix="simpletvm-test-locks-")
+        return  # the controlling process made the directory; the workers inherit it
     _users_cache.append(os.environ.get(CACHE_VARIABLE))
     os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="simpletvm-test-cache-")
 
@@ -55,8 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "PYTEST_XDIST_WORKER" in os.environ:
         return
-    if LOCKS_VARIABLE in os.environ:
-        shutil.rmtree(os.environ.pop(LOCKS_VARIABLE), ignore_errors=True)
     if _users_cache:
         shutil.rmtree(os.environ.pop(CACHE_VARIABLE), ignore_errors=True)
         if _users_cache[0] is not None:
@@ -98,52 +82,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _group(item: pytest.Item) -> str:
     return item.get_closest_marker("xdist_group").args[0]
-
-
-@contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, mode)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _machine(locks: Path, exclusive: bool) -> Iterator[None]:
-    """Every test shares the machine, an exclusive one owns it. The turnstile makes it
-    fair: while an exclusive test waits for the running ones to end, no new one starts."""
-    with contextlib.ExitStack() as stack:
-        with _flock(locks / "turnstile.lock", fcntl.LOCK_EX):
-            stack.enter_context(
-                _flock(locks / "machine.lock", fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            )
-        yield
-
-
-@contextlib.contextmanager
-def _phase(exclusive: bool) -> Iterator[None]:
-    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing runs beside a test
-        yield
-        return
-    with _machine(Path(os.environ[LOCKS_VARIABLE]), exclusive):
-        yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item: pytest.Item):
-    with _phase(exclusive=False):
-        yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    with _phase(exclusive=item.get_closest_marker("exclusive") is not None):
-        yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    with _phase(exclusive=False):
-        yield
