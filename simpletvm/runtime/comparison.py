@@ -17,6 +17,9 @@ from simpletvm.runtime.evaluation import MIN_WARMUP_S, warm_up
 from simpletvm.runtime.reference import tflite_interpreter
 
 Runner = Callable[[], np.ndarray]
+# the warm-up's floor of a turn after a runner's first: the machine has not idled since
+# the turn before, so the runner only needs its own data back in the caches
+RETURN_WARMUP_S = 0.02
 
 
 def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runner:
@@ -138,17 +141,19 @@ def time_side_by_side(
     """Per-call seconds of every runner, the runners taking turns round by round, so
     drift on a shared machine hits all alike.
 
-    Each turn starts with ``warmup`` untimed calls, and at least ``warmup_s`` of them:
-    the runner before it leaves the caches holding its own data (a long untuned TVM
-    call slows the tuned one after it by about a quarter, BENCHMARKS.md), a machine
+    Each turn starts with ``warmup`` untimed calls: the runner before it leaves the
+    caches holding its own data (a long untuned TVM call slows the tuned one after it by
+    about a quarter, BENCHMARKS.md), and a runner is timed in its steady state, not in its
+    neighbour's. A runner's first turn warms up for at least ``warmup_s`` too: a machine
     that idled runs its first 20-50 ms of calls slowly
-    (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`), and a runner is timed in its
-    steady state, not in its neighbour's. ``before_each_call`` runs, untimed, before
-    every timed call (a benchmark evicting the caches)."""
+    (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`); the turns after it follow
+    another runner's without a pause, so they need only :data:`RETURN_WARMUP_S`.
+    ``before_each_call`` runs, untimed, before every timed call (a benchmark evicting the
+    caches)."""
     samples: dict[Hashable, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
+    for index in range(rounds):
         for name, infer in runners.items():
-            warm_up(infer, warmup, warmup_s)
+            warm_up(infer, warmup, warmup_s if index == 0 else min(warmup_s, RETURN_WARMUP_S))
             for _ in range(calls):
                 if before_each_call is not None:
                     before_each_call()
