@@ -139,19 +139,19 @@ def create_app(settings: Settings) -> FastAPI:
 
         def request() -> dict[str, Any]:
             """The job's row as the client asked for it (name, path and digest once known)."""
-            return dict(
-                id=job_id,
-                user=who,
-                model=name,
-                model_path=str(path),
-                model_sha256=digest,
-                target=target,
-                device_key=key,
-                minutes=minutes,
-                trials=trials,
-                latency_ms=latency_ms,
-                known_only=int(known_only),
-            )
+            return {
+                "id": job_id,
+                "user": who,
+                "model": name,
+                "model_path": str(path),
+                "model_sha256": digest,
+                "target": target,
+                "device_key": key,
+                "minutes": minutes,
+                "trials": trials,
+                "latency_ms": latency_ms,
+                "known_only": int(known_only),
+            }
 
         if file is not None:
             name, path, digest = await _save_upload(
