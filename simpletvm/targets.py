@@ -57,14 +57,21 @@ class ResolvedTarget:
         return tvm.device(self.device_type, index)
 
     @property
+    def llvm_triple(self) -> str | None:
+        """The LLVM triple the CPU code is for, when the target names one (None: this
+        host's)."""
+        llvm = self.spec if self.spec["kind"] == "llvm" else self.spec.get("host")
+        triple = llvm.get("mtriple") if isinstance(llvm, dict) else None
+        return str(triple) if triple else None
+
+    @property
     def cross_triple(self) -> str | None:
         """The LLVM triple of another CPU the code is for (None: this host's kind), e.g.
         ``aarch64-linux-gnu``: such code builds here but runs only on a remote device."""
-        llvm = self.spec if self.spec["kind"] == "llvm" else self.spec.get("host")
-        triple = llvm.get("mtriple") if isinstance(llvm, dict) else None
+        triple = self.llvm_triple
         if not triple or _arch(triple) == _arch(host_triple()):
             return None
-        return str(triple)
+        return triple
 
     @property
     def runs_here(self) -> bool:
@@ -213,12 +220,14 @@ def use_runtime_threads(count: int) -> None:
     os.environ[RUNTIME_THREADS_VARIABLE] = str(count)
 
 
-def load_tensor_intrinsics(kind: str) -> None:
+def load_tensor_intrinsics(kind: str, triple: str | None = None) -> None:
     """Register the tensor intrinsics a target of ``kind`` can use, and no others.
 
-    For LLVM targets the x86 and Arm sets are enough; they take about a second instead
-    of the tens of seconds TVM's all-backends import costs. CUDA targets get TVM's full
-    set. Safe to call repeatedly.
+    For LLVM targets the set of the CPU family the code is for (``triple``, by default
+    this host's): x86's or Arm's, a second at most instead of the tens of seconds TVM's
+    all-backends import costs (Arm's alone takes seconds, which every tuning worker of an
+    x86 target would pay for nothing). CUDA targets get TVM's full set. Safe to call
+    repeatedly.
     """
     name = "tvm.s_tir.tensor_intrin"
     if kind != "llvm":
@@ -232,5 +241,6 @@ def load_tensor_intrinsics(kind: str) -> None:
         package.__spec__ = spec
         package.__package__ = name
         sys.modules[name] = package
-    importlib.import_module(f"{name}.x86")
-    importlib.import_module(f"{name}.arm_cpu")
+    arch = _arch(triple or host_triple())
+    family = "arm_cpu" if arch.startswith(("aarch64", "arm")) else "x86"
+    importlib.import_module(f"{name}.{family}")

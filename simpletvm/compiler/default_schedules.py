@@ -43,7 +43,8 @@ def _context(task_mod, target):
 
     # TuneContext imports every backend's tensor intrinsics unless they are loaded: tens
     # of seconds per process (docs/architecture.md)
-    load_tensor_intrinsics(str(target.kind.name))
+    triple = target.attrs.get("mtriple") if target.kind.name == "llvm" else None
+    load_tensor_intrinsics(str(target.kind.name), str(triple) if triple else None)
     register_schedule_rules()
     # a fixed seed: what a formula leaves to the space's own draw is drawn alike each time
     return ms.TuneContext(

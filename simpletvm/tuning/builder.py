@@ -22,12 +22,12 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from simpletvm._process.scratch import make_scratch_dir
 
 
-def _worker_init(target_kind: str, parent: int) -> None:
+def _worker_init(target_kind: str, triple: str | None, parent: int) -> None:
     from simpletvm._process.orphans import exit_with_parent
     from simpletvm.targets import load_tensor_intrinsics
 
     exit_with_parent(parent=parent)
-    load_tensor_intrinsics(target_kind)
+    load_tensor_intrinsics(target_kind, triple)
 
 
 def compile_candidate(mod, target):
@@ -61,6 +61,7 @@ class PersistentBuilder(PyBuilder):
 
     Args:
         target_kind: ``"llvm"`` or ``"cuda"``: which tensor intrinsics workers load.
+        triple: an LLVM target's triple (None: this host's), for the same reason.
         max_workers: parallel compilations (default: CPU cores).
         timeout_sec: per-candidate build timeout; the worker is replaced after one.
         link: link each candidate into a shared library here, for a runner on this
@@ -73,6 +74,7 @@ class PersistentBuilder(PyBuilder):
     def __init__(
         self,
         target_kind: str = "llvm",
+        triple: str | None = None,
         max_workers: int | None = None,
         timeout_sec: float = 60.0,
         link: bool = False,
@@ -86,7 +88,7 @@ class PersistentBuilder(PyBuilder):
             max_workers=self.max_workers,
             timeout=timeout_sec,
             initializer=_worker_init,
-            initargs=(target_kind, os.getpid()),
+            initargs=(target_kind, triple, os.getpid()),
         )
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:

@@ -110,7 +110,7 @@ class TuningJob:
         from simpletvm.compiler.lowering import extract_tasks, workload_key
         from simpletvm.tuning.database import RecordDatabase
 
-        load_tensor_intrinsics(target.kind)
+        load_tensor_intrinsics(target.kind, target.llvm_triple)
         register_schedule_rules()  # the Winograd operator's transform blocks name them
         use_runtime_threads(target.host_cores())  # the runner processes measure with them
         sweep_orphans()  # the scratch directories of killed jobs before this one
@@ -311,6 +311,7 @@ class TuningJob:
 
             self._builder = PersistentBuilder(
                 self.target.kind,
+                self.target.llvm_triple,
                 max_workers=min(self.options.candidates_per_iteration, os.cpu_count() or 1),
                 timeout_sec=self.options.build_timeout,
                 link=self._runs_locally,  # the local runner loads a linked library as it is
