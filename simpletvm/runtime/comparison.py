@@ -13,13 +13,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from simpletvm.runtime.evaluation import MIN_WARMUP_S, warm_up
+from simpletvm.runtime.evaluation import MIN_WARMUP_S, RETURN_WARMUP_S, warm_up
 from simpletvm.runtime.reference import tflite_interpreter
 
 Runner = Callable[[], np.ndarray]
-# the warm-up's floor of a turn after a runner's first: the machine has not idled since
-# the turn before, so the runner only needs its own data back in the caches
-RETURN_WARMUP_S = 0.02
 
 
 def tflite_runner(flatbuffer: bytes, example: np.ndarray, threads: int) -> Runner:
@@ -147,7 +144,8 @@ def time_side_by_side(
     neighbour's. A runner's first turn warms up for at least ``warmup_s`` too: a machine
     that idled runs its first 20-50 ms of calls slowly
     (:data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`); the turns after it follow
-    another runner's without a pause, so they need only :data:`RETURN_WARMUP_S`.
+    another runner's without a pause, so they need only
+    :data:`~simpletvm.runtime.evaluation.RETURN_WARMUP_S`.
     ``before_each_call`` runs, untimed, before every timed call (a benchmark evicting the
     caches)."""
     samples: dict[Hashable, list[float]] = {name: [] for name in runners}

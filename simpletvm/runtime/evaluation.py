@@ -46,6 +46,10 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
 # would report the slow start, not the model (BENCHMARKS.md). The warm-up runs at least
 # this long.
 MIN_WARMUP_S = 0.2
+# the floor of a warm-up that follows another timed call at once (the next turn of
+# alternating rounds): the machine has not idled, so only the callee's own data has to
+# come back into the caches
+RETURN_WARMUP_S = 0.02
 
 
 def warm_up(call, calls: int, seconds: float = MIN_WARMUP_S) -> None:
@@ -57,15 +61,23 @@ def warm_up(call, calls: int, seconds: float = MIN_WARMUP_S) -> None:
         done += 1
 
 
-def vm_timer(vm, device, inputs: list, warmup: int, repeat: int, number: int):
+def vm_timer(
+    vm,
+    device,
+    inputs: list,
+    warmup: int,
+    repeat: int,
+    number: int,
+    warmup_s: float = MIN_WARMUP_S,
+):
     """Set ``inputs`` on ``vm``'s ``main`` and run it ``warmup`` times and for at least
-    MIN_WARMUP_S; returns a timer whose every call gives ``repeat`` samples (seconds),
+    ``warmup_s``; returns a timer whose every call gives ``repeat`` samples (seconds),
     each the mean of ``number`` runs.
 
     Timing happens inside TVM's C++ time evaluator, so Python overhead is not counted.
     """
     vm.set_input("main", *inputs)
-    warm_up(lambda: vm.invoke_stateful("main"), warmup)
+    warm_up(lambda: vm.invoke_stateful("main"), warmup, warmup_s)
     device.sync()
     timer = vm.time_evaluator(
         "invoke_stateful", device, number=number, repeat=repeat, min_repeat_ms=0

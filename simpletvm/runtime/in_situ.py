@@ -78,7 +78,12 @@ def kernel_names() -> Callable[[int], str]:
 
 
 def kernel_ms(
-    machine, device, arguments: list, runs: int, name_of: Callable[[int], str] | None = None
+    machine,
+    device,
+    arguments: list,
+    runs: int,
+    name_of: Callable[[int], str] | None = None,
+    warmup_s: float | None = None,
 ) -> dict[str, list[float]]:
     """``runs`` timed runs of a model's ``main`` (a VirtualMachine ``machine`` on
     ``device``, given ``arguments``; warmed up first): per kernel name its ms in each run,
@@ -86,11 +91,14 @@ def kernel_ms(
     evaluator times them, as ``evaluate()`` times a model: a call from Python (about 5 us
     a run) and the recording (2-5% of a 0.2 ms model of 55 kernels) would otherwise be
     counted in what the model is promised to run in. ``name_of``: a
-    :func:`kernel_names` resolver to reuse across calls. Needs the recording pool."""
-    from simpletvm.runtime.evaluation import vm_timer
+    :func:`kernel_names` resolver to reuse across calls; ``warmup_s``: the warm-up's
+    floor (by default :data:`~simpletvm.runtime.evaluation.MIN_WARMUP_S`). Needs the
+    recording pool."""
+    from simpletvm.runtime.evaluation import MIN_WARMUP_S, vm_timer
     from simpletvm.runtime.fork_join import launches_recorded
 
-    timer = vm_timer(machine, device, arguments, warmup=5, repeat=runs, number=1)
+    floor = MIN_WARMUP_S if warmup_s is None else warmup_s
+    timer = vm_timer(machine, device, arguments, warmup=5, repeat=runs, number=1, warmup_s=floor)
     with launches_recorded() as launches:
         recorded_ms = [seconds * 1e3 for seconds in timer()]
     whole_ms = [seconds * 1e3 for seconds in timer()]
@@ -186,6 +194,7 @@ def _worker() -> None:
     import tvm
     from tvm import relax
 
+    from simpletvm.runtime.evaluation import MIN_WARMUP_S, RETURN_WARMUP_S
     from simpletvm.runtime.fork_join import use_for_loaded_kernels
     from simpletvm.runtime.threads import set_runtime_threads, thread_counts_to_time
 
@@ -206,14 +215,19 @@ def _worker() -> None:
         counts = thread_counts_to_time(lambda: first(*arguments), request["threads"])
     name_of = kernel_names()  # every library is loaded: one resolver for all rounds
     samples = {count: [{} for _ in machines] for count in counts}
+    # the first round follows the load and the thread-count choice: each build warms up
+    # as after an idle machine; later turns follow another build's at once
     for round_ in range(request["rounds"]):
         order = list(range(len(machines)))
         if round_ % 2:
             order.reverse()
+        floor = MIN_WARMUP_S if round_ == 0 else RETURN_WARMUP_S
         for count in counts:
             set_runtime_threads(count)
             for index in order:
-                spent = kernel_ms(machines[index], device, arguments, request["runs"], name_of)
+                spent = kernel_ms(
+                    machines[index], device, arguments, request["runs"], name_of, floor
+                )
                 for name, values in spent.items():
                     samples[count][index].setdefault(name, []).extend(values)
     medians = {

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from simpletvm.cli import app
-from simpletvm.runtime.comparison import RETURN_WARMUP_S, time_side_by_side
+from simpletvm.runtime.comparison import time_side_by_side
+from simpletvm.runtime.evaluation import RETURN_WARMUP_S
 
 
 def test_runners_take_turns_and_each_turn_opens_with_untimed_calls():
