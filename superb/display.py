@@ -88,3 +88,43 @@ def cell_text(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return "" if value is None else str(value)
+
+
+FINAL_COLUMNS = {
+    "kind": "kind",
+    "peer": "peer",
+    "median_ms": "median ms",
+    "low_ms": "low",
+    "high_ms": "high",
+    "samples": "calls",
+    "vs_best": "vs best",
+}
+
+
+def print_final(console, final, path) -> None:
+    """The closing round's cells by median (:func:`superb.verdicts.ranked`), the ones not
+    timed with why, and what it ran on."""
+    from rich.text import Text
+
+    from .report import for_display
+    from .verdicts import ranked
+
+    frame = ranked(final)
+    shown, _ = for_display(frame, FINAL_COLUMNS)
+    first = final.iloc[0] if len(final) else {}
+    rounds = int(final["rounds"].max()) if len(final) else 0
+    print_frame(
+        console, shown, f"closing round: {rounds} rounds side by side, median and 95% interval"
+    )
+    for _, row in frame[frame["status"] != "ok"].iterrows():
+        what = row["peer"] if row["kind"] == "peer" else row["cell"]
+        console.print(Text(f"not timed: {what}: {row['error']}"), soft_wrap=True)
+    if len(final) and "host" in final.columns:
+        console.print(
+            Text(
+                f"host {first['host']} (LLVM {first['llvm_cpu']}), {first['threads']} threads, "
+                f"commit {first['commit']}, load {first['load_before']:.2f} -> {first['load_after']:.2f}"
+            ),
+            soft_wrap=True,
+        )
+    console.print(Text(f"final     {path}"))
