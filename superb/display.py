@@ -110,7 +110,11 @@ def print_final(console, final, path) -> None:
     from .verdicts import ranked
 
     frame = ranked(final)
-    shown, _ = for_display(frame, FINAL_COLUMNS)
+    modules = frame[frame["kind"] == "simpletvm"]
+    constant = [
+        c for c in frame.columns if c.startswith("param:") and modules[c].nunique(dropna=False) <= 1
+    ]
+    shown, _ = for_display(frame.drop(columns=constant), FINAL_COLUMNS)
     first = final.iloc[0] if len(final) else {}
     rounds = int(final["rounds"].max()) if len(final) else 0
     print_frame(

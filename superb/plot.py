@@ -12,13 +12,13 @@ PLOT_PNG = "final.png"
 
 
 def require_matplotlib() -> None:
-    """Raise ImportError naming the install when matplotlib is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
+    """Raise ImportError naming the install when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401 - only whether it imports
+    except ImportError as error:
         raise ImportError(
             f"--plot needs matplotlib: {install_hint('analysis')} (or pip install matplotlib)"
-        )
+        ) from error
 
 
 def plot_final(final, path: Path, title: str) -> Path:

@@ -81,14 +81,18 @@ def regressions(frame, fail_pct: float) -> list[str]:
 def cell_label(row, columns: list[str] | None = None) -> str:
     """A cell as a person names it: its peer, or its parameters (``columns``: only these)."""
     columns = columns if columns is not None else [c for c in row.index if c.startswith("param:")]
-    params = [f"{c[6:]}={row[c]}" for c in columns if c in row.index and row[c] == row[c]]
+    from .display import cell_text
+
+    params = [
+        f"{c[6:]}={cell_text(row[c])}" for c in columns if c in row.index and row[c] == row[c]
+    ]
     head = f"{row['peer']} on " if row.get("kind") == "peer" else ""
     return head + (", ".join(params) or "all")
 
 
 def _keyed(frame, keys: list[str]):
     work = frame.copy()
-    work["_key"] = work[keys].astype(str).agg("|".join, axis=1) if keys else "all"
+    work["_key"] = work[keys].map(str).agg("|".join, axis=1) if keys else "all"
     return work
 
 
