@@ -205,8 +205,9 @@ def run(
             [f"--policy {policy!r} is unknown: choose one of {', '.join(sorted(POLICIES))}"]
         ) from None
     _check_backend(backend, ray_address)
+    named_peers = _named_peers(peers)
     the_plan = _load_plan(grid, param, check=True, tracker=address)
-    all_peers = _peers(the_plan.grid.peers, peers)
+    all_peers = list(dict.fromkeys(the_plan.grid.peers + named_peers))
     from .infra import sigterm_interrupts
     from .progress import make_progress
     from .results import ExperimentBusy
@@ -248,14 +249,14 @@ def run(
     raise typer.Exit(ExitCode.OK if summary.ok else ExitCode.FAILED)
 
 
-def _peers(from_grid: list[str], option: str | None) -> list[str]:
-    """The grid's peers and --peers', once each; an unknown name is bad input."""
+def _named_peers(option: str | None) -> list[str]:
+    """--peers' names; an unknown one is bad input."""
     from .grid import peer_problem
 
     named = [p.strip() for p in option.split(",") if p.strip()] if option else []
     if why := peer_problem(named):
         raise bad_input([f"--peers: {why}"])
-    return list(dict.fromkeys(from_grid + named))
+    return named
 
 
 def _closing_round(console, the_plan, store, finalists, peers, rounds) -> None:

@@ -175,7 +175,7 @@ def run_final_round(
         if done:
             say(f"closing round: resuming at round {len(done) + 1} of {rounds}")
         with open_contestants(cells, seed) as contestants:
-            runners = _with_slowdown(cells, contestants.runners)
+            runners = planted_slowdown(cells, contestants.runners)
             names = [cell.name for cell in cells if cell.name in runners]
             for number in range(len(done), rounds):
                 load_before = os.getloadavg()[0]
@@ -201,7 +201,7 @@ def run_final_round(
     return frame
 
 
-def _with_slowdown(cells: list[Cell], runners: dict[str, Callable]) -> dict[str, Callable]:
+def planted_slowdown(cells: list[Cell], runners: dict[str, Callable]) -> dict[str, Callable]:
     """``runners``, the one of the cell :data:`SLOWDOWN_ENV` names made slower."""
     planted = os.environ.get(SLOWDOWN_ENV)
     if not planted:

@@ -75,7 +75,9 @@ def self_band(final, min_effect_pct: float = MIN_EFFECT_PCT):
 def regressions(frame, fail_pct: float) -> list[str]:
     """The cells of a comparison found slower beyond noise and by more than ``fail_pct``."""
     slower = frame[(frame["verdict"] == "slower") & (frame["change"] * 100 > fail_pct)]
-    return [cell_label(row) for _, row in slower.iterrows()]
+    params = [c for c in frame.columns if c.startswith("param:")]
+    varying = [c for c in params if frame[c].nunique(dropna=False) > 1]
+    return [cell_label(row, varying) for _, row in slower.iterrows()]
 
 
 def cell_label(row, columns: list[str] | None = None) -> str:
