@@ -263,3 +263,35 @@ def test_unknown_peers_and_bad_finalists_are_refused(cli, write_grid, store, tin
     for finalists in ("-1", "0"):
         assert cli("run", good, "--store", store, "--finalists", finalists).exit_code == 2
     assert not (store / "superb").exists()
+
+
+@pytest.mark.slow
+def test_a_real_sweep_closes_with_its_modules_and_a_peer_side_by_side(
+    cli, write_grid, store, tiny_onnx, monkeypatch
+):
+    """Two untuned runs of the tiny model, then their modules and ONNX Runtime timed in
+    turns; OpenVINO made impossible to import is named with its install, and the sweep
+    still exits 0."""
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    grid = write_grid(f"""
+        name: closing
+        fixed: {{model: {tiny_onnx}, autotune: false, evaluate_repeat: 3, evaluate_warmup: 1,
+                 peers: [onnxruntime]}}
+        grid:
+          evaluate_number: [1, 2]
+    """)
+    result = cli("run", grid, "--store", store, "--peers", "openvino", "--rounds", "2")
+    assert result.exit_code == 0, result.output
+    assert "openvino not run on tiny.onnx: openvino is not installed" in result.stdout
+    assert "pip install" in result.stdout and "closing round 2/2" in result.stdout
+    final = pd.read_csv(store / "superb" / "closing" / FINAL_CSV)
+    timed = final[final["status"] == "ok"]
+    assert sorted(timed["kind"]) == ["peer", "simpletvm", "simpletvm"]
+    assert (timed["low_ms"] <= timed["median_ms"]).all()
+    assert (timed["median_ms"] <= timed["high_ms"]).all()
+    assert set(timed["samples"]) == {20} and timed["peer_version"].notna().sum() == 1
+    assert timed["max_rel_error"].dropna().le(1e-3).all()
+    for column in ("host", "llvm_cpu", "commit", "tvm_version", "simpletvm_version", "seed"):
+        assert final[column].notna().all(), column
+    again = cli("run", grid, "--store", store, "--rounds", "2", "--peers", "openvino")
+    assert again.exit_code == 0 and "closing round 1/2" not in again.stdout
