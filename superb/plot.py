@@ -1,6 +1,8 @@
 """The closing round as a picture: each cell's median with its interval as an error bar,
-the peers as horizontal lines across, written beside the experiment's CSVs. matplotlib
-(Agg: no display needed) is optional: without it, ImportError names what to install."""
+the peers as horizontal lines across, written beside the experiment's CSVs (and shown by
+notebooks/superb_analysis.ipynb). matplotlib is optional: without it, ImportError names
+what to install. Drawn on a figure of its own (Agg canvas), so no pyplot backend is set
+or needed."""
 
 from __future__ import annotations
 
@@ -25,16 +27,16 @@ def plot_final(final, path: Path, title: str) -> Path:
     """Draw ``final`` (final.csv's frame) to ``path``: the SimpleTVM cells in the order
     given, their medians with [low, high] error bars, each timed peer a dashed line."""
     require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     from .verdicts import cell_label
 
     cells = final[(final["kind"] == "simpletvm") & final["median_ms"].notna()]
     peers = final[(final["kind"] == "peer") & final["median_ms"].notna()]
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(cells) + 2), 4.5))
+    figure = Figure(figsize=(max(6.0, 1.2 * len(cells) + 2), 4.5), layout="tight")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
     x = range(len(cells))
     axes.errorbar(
         list(x),
@@ -60,9 +62,7 @@ def plot_final(final, path: Path, title: str) -> Path:
     axes.set_ylim(bottom=0)
     axes.set_title(title)
     axes.legend(fontsize="small")
-    figure.tight_layout()
     figure.savefig(path, dpi=100)
-    plt.close(figure)
     return path
 
 
