@@ -172,8 +172,8 @@ def run(
     final_round: bool = typer.Option(
         True,
         "--final-round/--no-final-round",
-        help="after the runs, time their modules (and --peers) side by side in turns in "
-        "this process: final.csv",
+        help="after the runs, time the modules they saved (and --peers) side by side in "
+        "turns in this process: final.csv",
     ),
     finalists: int | None = typer.Option(
         None, min=1, metavar="N", help="the closing round times only the N fastest cells"
@@ -227,6 +227,7 @@ def run(
                 policy=policy,
                 backend=backend,
                 ray_address=ray_address,
+                save_modules=final_round,
                 progress_factory=lambda total, done, kinds: _announce(
                     make_progress(console, total, done, kinds, plain, jobs), the_plan, done
                 ),
