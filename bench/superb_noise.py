@@ -21,7 +21,6 @@ Prints the counts; ``--minutes`` stops starting repetitions once that long has p
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -56,14 +55,6 @@ def parse_args() -> argparse.Namespace:
     if args.cells < 2 or args.repetitions < 1:
         parser.error("--cells must be at least 2 and --repetitions at least 1")
     return args
-
-
-def tiny_model(path: Path) -> Path:
-    source = REPO / "tests" / "simpletvm" / "model_factories.py"
-    spec = importlib.util.spec_from_file_location("model_factories", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_tiny_cnn_onnx(path)
 
 
 def sweep(store: Path, name: str, model: str, args, slowdown: float | None) -> Path:
@@ -107,7 +98,11 @@ def main() -> None:
     counts = {"repetitions": 0, "identical_flagged": 0, "planted_found": 0, "others_flagged": 0}
     with tempfile.TemporaryDirectory(prefix="superb-noise-") as scratch:
         store = Path(scratch)
-        model = args.model or str(tiny_model(store / "tiny.onnx"))
+        model = args.model
+        if model is None:
+            from simpletvm.testing import tiny_cnn_onnx
+
+            model = str(tiny_cnn_onnx(store / "tiny.onnx"))
         for repetition in range(args.repetitions):
             if time.monotonic() - started > args.minutes * 60:
                 print(f"--minutes {args.minutes:g} passed: stopping", flush=True)
