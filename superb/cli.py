@@ -1,9 +1,10 @@
 """The ``superb`` command: sweep a grid of SimpleTVM runs without a human watching.
 
 Exit codes (:class:`simpletvm.exit_codes.ExitCode`, shared with ``simpletvm``): 0 every
-run ok, 1 some run failed, 2 bad input (nothing ran), 3 an unexpected error (a bug: one
-line on stderr, the traceback in a log file; what was recorded stays and the same command
-resumes), 130 stopped by Ctrl-C or SIGTERM (run the same command again to resume).
+run ok, 1 some run failed (``compare --fail-on-regression``: a cell slower), 2 bad input
+(nothing ran), 3 an unexpected error (a bug: one line on stderr, the traceback in a log
+file; what was recorded stays and the same command resumes), 130 stopped by Ctrl-C or
+SIGTERM (run the same command again to resume; the closing round too).
 
 Only Typer, the grid reader and the exit codes are imported here; SimpleTVM, TVM and
 pandas are imported when a command needs them, so ``superb --help`` is instant. Messages
