@@ -1,6 +1,6 @@
 """The contestants of the closing round (:mod:`superb.final_round`) in this process: each
-cell's module, loaded when its run saved it and otherwise built again by the run's own
-calls (its records: the same module), and each peer on the model it was asked for,
+cell's module, loaded from what its run saved (a sweep with a closing round has every run
+save its build) or else built again by the run's own calls, and each peer on the model it was asked for,
 checked against the model's reference first. Everything runs on one seeded input and on
 one thread count, the machine's physical cores.
 
