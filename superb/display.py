@@ -26,6 +26,8 @@ def print_plan(console, the_plan, done: set[str]) -> None:
     fixed = {n: v for n, v in the_plan.grid.fixed.items() if n not in shown}
     if fixed:
         console.print(Text("fixed: " + ", ".join(f"{n}={cell_text(v)}" for n, v in fixed.items())))
+    if the_plan.grid.peers:
+        console.print(Text("peers in the closing round: " + ", ".join(the_plan.grid.peers)))
     for i, removed in enumerate(the_plan.excluded):
         note = " (matches no combination: check it)" if removed == 0 else ""
         console.print(Text(f"exclude #{i + 1} removes {removed} runs{note}"))
