@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
-from bench.common.host import host_description
 from bench.common.models import BUILTIN, unknown_models
+from simpletvm.hostinfo import host_description
 
 WAYS = ("unchecked", "first checked", "second checked")
 

@@ -58,9 +58,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
 
-from bench.common.host import fma_peak, fma_peak_program, host_description, sgemm_rate
-from bench.common.models import keras_to_onnx, model_flops
-from bench.common.peers import (
+from bench.common.host import fma_peak, fma_peak_program, sgemm_rate
+from bench.common.models import model_flops
+from simpletvm.hostinfo import host_description
+from simpletvm.runtime.peers import (
+    keras_to_onnx,
     onnxruntime_runner,
     openvino_runner,
     tensorflow_runner,

@@ -60,11 +60,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
 
-from bench.common.host import SLOW_ABOVE_NS, host_description, ping_pong_program, round_trip_ns
+from bench.common.host import SLOW_ABOVE_NS, ping_pong_program, round_trip_ns
 from bench.common.models import BUILTIN, import_model
 from bench.common.peers import checked_outputs, peer_runners
 from bench.common.rounds import round_medians_ms, same_state_ratio
 from bench.common.saved_runs import carry_in_model_choices, copy_records, warm_store
+from simpletvm.hostinfo import host_description
 
 PEERS = ("tflite", "onnxruntime", "openvino")
 

@@ -6,6 +6,7 @@ import hashlib
 import os
 import platform
 import socket
+import subprocess
 from functools import lru_cache
 from importlib import metadata
 
@@ -109,3 +110,30 @@ def cache_bytes() -> dict[int, int]:
 def _size_bytes(text: str) -> int:
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
+
+
+def host_description() -> dict:
+    """The CPU as ``lscpu`` names it and as LLVM (so TVM's ``-mcpu``) detects it: what a
+    benchmark's results and superb's closing round name their host by."""
+    cpu = None
+    try:
+        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in listing.splitlines()
+                if line.startswith("Model name:")
+            ),
+            None,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    if cpu is None:
+        cpu = _cpu_model()
+    from tvm.target import codegen
+
+    return {
+        "cpu": cpu,
+        "llvm_cpu": str(codegen.llvm_get_system_cpu()),
+        "logical_cores": os.cpu_count(),
+    }

@@ -1,9 +1,10 @@
 """The ``superb`` command: sweep a grid of SimpleTVM runs without a human watching.
 
 Exit codes (:class:`simpletvm.exit_codes.ExitCode`, shared with ``simpletvm``): 0 every
-run ok, 1 some run failed, 2 bad input (nothing ran), 3 an unexpected error (a bug: one
-line on stderr, the traceback in a log file; what was recorded stays and the same command
-resumes), 130 stopped by Ctrl-C or SIGTERM (run the same command again to resume).
+run ok, 1 some run failed (``compare --fail-on-regression``: a cell slower), 2 bad input
+(nothing ran), 3 an unexpected error (a bug: one line on stderr, the traceback in a log
+file; what was recorded stays and the same command resumes), 130 stopped by Ctrl-C or
+SIGTERM (run the same command again to resume; the closing round too).
 
 Only Typer, the grid reader and the exit codes are imported here; SimpleTVM, TVM and
 pandas are imported when a command needs them, so ``superb --help`` is instant. Messages
@@ -19,12 +20,13 @@ from pathlib import Path
 
 import typer
 
-from simpletvm.cli_options import STORE_HELP
 from simpletvm.console import log_traceback, make_console, print_error, traceback_text
 from simpletvm.exit_codes import ExitCode, honour_ctrl_c, relay_ctrl_c
 from simpletvm.extras import install_hint
 
-from .display import cell_text, print_frame, print_plan, print_summary
+from . import results_cli
+from .cli_support import STORE, bad_input
+from .display import print_plan, print_summary
 from .grid import GridError
 
 app = typer.Typer(
@@ -38,14 +40,6 @@ GRID = typer.Argument(..., metavar="GRID", help="the grid file (YAML)", show_def
 PARAM = typer.Option(
     None, "--param", "-p", metavar="NAME=V1,V2", help="add or replace an axis (repeatable)"
 )
-STORE = typer.Option(None, "--store", help=STORE_HELP + "; experiments go to <store>/superb/<name>")
-
-
-def _bad_input(problems) -> typer.Exit:
-    console = make_console(stderr=True, unwrapped=True)
-    for problem in problems:
-        print_error(console, str(problem))
-    return typer.Exit(ExitCode.BAD_INPUT)
 
 
 def _unexpected(error: BaseException, log_dir: Path | None, note: str = "") -> typer.Exit:
@@ -91,7 +85,7 @@ def _load_plan(
         if check:
             preflight(plan, tracker)
     except GridError as error:
-        raise _bad_input(error.problems) from error
+        raise bad_input(error.problems) from error
     return plan
 
 
@@ -176,23 +170,45 @@ def run(
         help="with --backend ray: join this Ray cluster "
         "('auto', 'ray://head:10001') instead of starting a local Ray instance",
     ),
+    final_round: bool = typer.Option(
+        True,
+        "--final-round/--no-final-round",
+        help="after the runs, time the modules they saved (and --peers) side by side in "
+        "turns in this process: final.csv",
+    ),
+    finalists: int | None = typer.Option(
+        None, min=1, metavar="N", help="the closing round times only the N fastest cells"
+    ),
+    peers: str | None = typer.Option(
+        None,
+        metavar="P1,P2",
+        help="also time these frameworks on each model in the closing round "
+        "(tflite, onnxruntime, openvino, tensorflow; adds to the grid's peers)",
+    ),
+    rounds: int = typer.Option(
+        5, min=2, help="rounds of the closing round (each contestant's turn: 10 timed calls)"
+    ),
 ):
     """Run every combination of GRID, each one scheduler job in its own process.
 
     Runs already recorded in the experiment are skipped and a run that was stopped
     continues under its run id, so the same command resumes a sweep. Writes runs.csv
-    and aggregate.csv as runs end."""
+    and aggregate.csv as runs end, then final.csv: the closing round, every ok cell's
+    module timed in turns with the others (median and bootstrap 95% interval), which
+    the same command also resumes."""
     address = _parse_tracker(tracker)
     from scheduler.policies import POLICIES, policy_name
 
     try:
         policy = policy_name(policy)
     except ValueError:
-        raise _bad_input(
+        raise bad_input(
             [f"--policy {policy!r} is unknown: choose one of {', '.join(sorted(POLICIES))}"]
         ) from None
     _check_backend(backend, ray_address)
+    named_peers = _named_peers(peers)
     the_plan = _load_plan(grid, param, check=True, tracker=address)
+    all_peers = list(dict.fromkeys(the_plan.grid.peers + named_peers))
     from .infra import sigterm_interrupts
     from .progress import make_progress
     from .results import ExperimentBusy
@@ -212,13 +228,16 @@ def run(
                 policy=policy,
                 backend=backend,
                 ray_address=ray_address,
+                save_modules=final_round,
                 progress_factory=lambda total, done, kinds: _announce(
                     make_progress(console, total, done, kinds, plain, jobs), the_plan, done
                 ),
             )
-        print_summary(console, summary, the_plan)
+            print_summary(console, summary, the_plan)
+            if final_round:
+                _closing_round(console, the_plan, store, finalists, all_peers, rounds)
     except ExperimentBusy as error:
-        raise _bad_input([error]) from error
+        raise bad_input([error]) from error
     except KeyboardInterrupt:
         make_console(stderr=True, unwrapped=True).print(
             "interrupted: repeat the same command to resume; runs in flight continue "
@@ -230,6 +249,28 @@ def run(
     except Exception as error:  # noqa: BLE001 - a bug: keep what was measured
         raise _unexpected(error, *_keep_recorded(the_plan, store)) from None
     raise typer.Exit(ExitCode.OK if summary.ok else ExitCode.FAILED)
+
+
+def _named_peers(option: str | None) -> list[str]:
+    """--peers' names; an unknown one is bad input."""
+    from .grid import peer_problem
+
+    named = [p.strip() for p in option.split(",") if p.strip()] if option else []
+    if why := peer_problem(named):
+        raise bad_input([f"--peers: {why}"])
+    return named
+
+
+def _closing_round(console, the_plan, store, finalists, peers, rounds) -> None:
+    from .display import print_final
+    from .final_round import FINAL_CSV, closing_round
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    final = closing_round(the_plan, store, finalists=finalists, peers=peers, rounds=rounds, say=say)
+    if final is not None:
+        print_final(console, final, final.attrs.get("path", FINAL_CSV))
 
 
 def _keep_recorded(the_plan, store) -> tuple[Path, str]:
@@ -254,13 +295,13 @@ def _keep_recorded(the_plan, store) -> tuple[Path, str]:
 
 def _check_backend(backend: str, ray_address: str | None) -> None:
     if backend not in ("processes", "ray"):
-        raise _bad_input([f"--backend {backend!r} is unknown: choose processes or ray"])
+        raise bad_input([f"--backend {backend!r} is unknown: choose processes or ray"])
     if backend != "ray":
         if ray_address is not None:
-            raise _bad_input(["--ray-address needs --backend ray"])
+            raise bad_input(["--ray-address needs --backend ray"])
         return
     if importlib.util.find_spec("ray") is None:
-        raise _bad_input([f"--backend ray needs Ray: {install_hint('ray')}"])
+        raise bad_input([f"--backend ray needs Ray: {install_hint('ray')}"])
 
 
 def _announce(progress, the_plan, done: int):
@@ -271,86 +312,8 @@ def _announce(progress, the_plan, done: int):
     return progress
 
 
-@app.command()
-def report(
-    experiment: str = typer.Argument(..., help="experiment directory or name"),
-    store: Path | None = STORE,
-    by: str | None = typer.Option(
-        None, metavar="P1,P2", help="group by these parameters only (default: all)"
-    ),
-):
-    """Print a summary per parameter combination and write aggregate.csv."""
-    from .report import make_report
-    from .results import Experiment
-
-    try:
-        the_report = make_report(Experiment.find(experiment, store), by.split(",") if by else None)
-    except (FileNotFoundError, ValueError) as error:
-        raise _bad_input([error]) from error
-    from .report import for_display
-
-    console = make_console(unwrapped=True)
-    shown, constant = for_display(the_report.aggregate)
-    print_frame(
-        console,
-        shown,
-        f"{the_report.experiment.dir.name}: {len(the_report.runs)} runs (means over ok runs)",
-    )
-    if constant:
-        console.print("all runs: " + ", ".join(f"{n}={cell_text(v)}" for n, v in constant.items()))
-    if "speedup" in the_report.aggregate.columns:
-        console.print(
-            "speed-up: the untuned twin's median over the tuned one's (below 1: tuning made "
-            "it slower); flag: slower beyond the timing's noise (its 95% interval, runs and "
-            "their calls resampled, below 1), or within it"
-            + (
-                "; one run a side cannot show the host's drift between runs "
-                "(repetitions: 3 in the grid does)"
-                if (the_report.aggregate["runs"] < 2).any()
-                else ""
-            ),
-            soft_wrap=True,
-        )
-    failures = the_report.failures
-    for _, row in failures.iterrows():
-        console.print(f"failed #{row['index']} {row['run']}: {row['error']}")
-    console.print(f"aggregate {the_report.experiment.aggregate_csv}")
-
-
-@app.command()
-def compare(
-    a: str = typer.Argument(..., help="baseline experiment (directory or name)"),
-    b: str = typer.Argument(..., help="experiment to compare with it"),
-    store: Path | None = STORE,
-    metric: str = typer.Option("eval_median_ms", help="the column to compare"),
-    threshold: float = typer.Option(
-        0.05, min=0, help="relative change below which a difference is noise"
-    ),
-):
-    """Compare two experiments run by run (matched on their parameters)."""
-    from .report import compare as compare_experiments
-    from .results import Experiment
-
-    try:
-        frame, unmatched = compare_experiments(
-            Experiment.find(a, store), Experiment.find(b, store), metric, threshold
-        )
-    except (FileNotFoundError, ValueError) as error:
-        raise _bad_input([error]) from error
-    from .report import for_display
-
-    console = make_console(unwrapped=True)
-    frame["change"] = [f"{c:+.1%}" if c == c else "?" for c in frame["change"]]
-    shown, _ = for_display(
-        frame, {f"{metric}_a": "A", f"{metric}_b": "B", "change": "change", "verdict": "verdict"}
-    )
-    print_frame(console, shown, f"{metric}: {a} -> {b} (noise threshold {threshold:.0%})")
-    counts = shown["verdict"].value_counts().to_dict()
-    console.print(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs matched")
-    if unmatched["only_a"] or unmatched["only_b"]:
-        console.print(
-            f"unmatched: {unmatched['only_a']} only in A, {unmatched['only_b']} only in B"
-        )
+app.command()(results_cli.report)
+app.command()(results_cli.compare)
 
 
 @app.command()
@@ -409,7 +372,7 @@ def server(
     try:
         serve_until_signalled(LocalRPC([key], count, host, tracker=address), announce)
     except SimpleTVMError as error:
-        raise _bad_input([error]) from error
+        raise bad_input([error]) from error
 
 
 @app.command()

@@ -26,6 +26,8 @@ def print_plan(console, the_plan, done: set[str]) -> None:
     fixed = {n: v for n, v in the_plan.grid.fixed.items() if n not in shown}
     if fixed:
         console.print(Text("fixed: " + ", ".join(f"{n}={cell_text(v)}" for n, v in fixed.items())))
+    if the_plan.grid.peers:
+        console.print(Text("peers in the closing round: " + ", ".join(the_plan.grid.peers)))
     for i, removed in enumerate(the_plan.excluded):
         note = " (matches no combination: check it)" if removed == 0 else ""
         console.print(Text(f"exclude #{i + 1} removes {removed} runs{note}"))
@@ -88,3 +90,47 @@ def cell_text(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return "" if value is None else str(value)
+
+
+FINAL_COLUMNS = {
+    "kind": "kind",
+    "peer": "peer",
+    "median_ms": "median ms",
+    "low_ms": "low",
+    "high_ms": "high",
+    "samples": "calls",
+    "vs_best": "vs best",
+}
+
+
+def print_final(console, final, path) -> None:
+    """The closing round's cells by median (:func:`superb.verdicts.ranked`), the ones not
+    timed with why, and what it ran on."""
+    from rich.text import Text
+
+    from .report import for_display
+    from .verdicts import ranked
+
+    frame = ranked(final)
+    modules = frame[frame["kind"] == "simpletvm"]
+    constant = [
+        c for c in frame.columns if c.startswith("param:") and modules[c].nunique(dropna=False) <= 1
+    ]
+    shown, _ = for_display(frame.drop(columns=constant), FINAL_COLUMNS)
+    first = final.iloc[0] if len(final) else {}
+    rounds = int(final["rounds"].max()) if len(final) else 0
+    print_frame(
+        console, shown, f"closing round: {rounds} rounds side by side, median and 95% interval"
+    )
+    for _, row in frame[frame["status"] != "ok"].iterrows():
+        what = row["peer"] if row["kind"] == "peer" else row["cell"]
+        console.print(Text(f"not timed: {what}: {row['error']}"), soft_wrap=True)
+    if len(final) and "host" in final.columns:
+        console.print(
+            Text(
+                f"host {first['host']} (LLVM {first['llvm_cpu']}), {first['threads']} threads, "
+                f"commit {first['commit']}, load {first['load_before']:.2f} -> {first['load_after']:.2f}"
+            ),
+            soft_wrap=True,
+        )
+    console.print(Text(f"final     {path}"))

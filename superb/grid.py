@@ -66,6 +66,17 @@ class GridError(SuperbError):
         return type(self), (self.problems,)
 
 
+def peer_problem(peers: Any) -> str | None:
+    """Why ``peers`` (a grid's, or --peers') is no list of peer names, or None."""
+    from simpletvm.runtime.peers import PEERS, unknown_peers
+
+    if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+        return f"peers must be a list of names, e.g. [tflite, onnxruntime]: got {peers!r}"
+    if unknown := unknown_peers(peers):
+        return f"unknown peer(s) {', '.join(unknown)}: the peers are {', '.join(PEERS)}"
+    return None
+
+
 def _file_order(problem: Problem) -> tuple[str, int]:
     """Problems in the order of their lines in the file."""
     name, _, line = problem.where.partition(":")
@@ -89,6 +100,7 @@ class Grid:
     exclude: list[dict[str, Any]] = field(default_factory=list)
     repetitions: int = 1
     places: dict[tuple, str] = field(default_factory=dict)
+    peers: list[str] = field(default_factory=list)  # fixed's `peers`: no run parameter
 
     @property
     def base_dir(self) -> Path:
@@ -168,6 +180,8 @@ class Grid:
         problems += self._zip_problems() + self._exclude_problems()
         if self.repetitions < 1:
             problems.append(Problem("repetitions must be at least 1", self.where("repetitions")))
+        if why := peer_problem(self.peers):
+            problems.append(Problem(why, self.where("fixed", "peers")))
         if problems:
             raise GridError(problems)
 
@@ -346,7 +360,8 @@ def parse_grid(text: str, path: Path | None = None, validate: bool = True) -> Gr
             return default
         return value
 
-    fixed = section("fixed", dict, {})
+    fixed = dict(section("fixed", dict, {}))
+    peers = fixed.pop("peers", None) or []
     axes = section("grid", dict, {})
     zips = section("zip", list, [])
     exclude = section("exclude", list, [])
@@ -401,6 +416,7 @@ def parse_grid(text: str, path: Path | None = None, validate: bool = True) -> Gr
         exclude=exclude,
         repetitions=repetitions,
         places=places,
+        peers=peers,
     )
     grid, renaming = _with_current_names(grid)
     problems += renaming

@@ -7,11 +7,9 @@ from dataclasses import dataclass
 
 from .parameters import PARAMETERS
 from .results import AGGREGATE_MEANS, Experiment, RunStatus, aggregate, read_context
+from .statistics import bootstrap_medians, interval
 
 COMPARE_METRICS = AGGREGATE_MEANS
-# the speed-up's interval: a two-level bootstrap (runs, then each run's timed calls)
-SPEEDUP_RESAMPLES = 2000
-SPEEDUP_CONFIDENCE = 0.95
 
 
 @dataclass
@@ -90,27 +88,15 @@ def _samples(ok_runs, row, keys: list[str]) -> list[list[float]]:
 
 
 def speedup_interval(before: list[list[float]], after: list[list[float]], seed: int = 0):
-    """A SPEEDUP_CONFIDENCE interval of median(before) / median(after), each side a list
-    of runs' timed calls: runs resampled, then each run's calls (a host's drift between
-    runs shows only with several runs a side). (nan, nan) without samples."""
+    """A CONFIDENCE interval of median(before) / median(after), each side a list of runs'
+    timed calls: runs resampled, then each run's calls (a host's drift between runs
+    shows only with several runs a side). (nan, nan) without samples."""
     import numpy as np
 
     if not before or not after:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-
-    def medians(side: list[list[float]]):
-        runs = [np.asarray(calls, dtype=float) for calls in side]
-        picks = rng.integers(0, len(runs), size=(SPEEDUP_RESAMPLES, len(runs)))
-        out = np.empty(SPEEDUP_RESAMPLES)
-        for b, chosen in enumerate(picks):
-            pooled = np.concatenate([rng.choice(runs[i], size=len(runs[i])) for i in chosen])
-            out[b] = np.median(pooled)
-        return out
-
-    ratios = medians(before) / medians(after)
-    tail = (1 - SPEEDUP_CONFIDENCE) / 2 * 100
-    return float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))
+    return interval(bootstrap_medians(before, rng) / bootstrap_medians(after, rng))
 
 
 def compare(a: Experiment, b: Experiment, metric: str = "eval_median_ms", threshold: float = 0.05):

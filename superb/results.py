@@ -202,6 +202,10 @@ class Experiment:
     def record_finished(self, row: dict[str, Any]) -> None:
         self._append({"event": "finished", "run": row["run"], "row": row, "time": time.time()})
 
+    def record_final_round(self, event: dict[str, Any]) -> None:
+        """One round of the closing round (:mod:`superb.final_round`): no run's event."""
+        self._append(event)
+
     def _append(self, event: dict[str, Any]) -> None:
         append_lines(self.log_path, [json.dumps(event, default=str, separators=(",", ":"))])
 

@@ -41,6 +41,7 @@ class RunSpec:
     tracker: tuple[str, int] | None = None
     records_to_driver: bool = False  # return measured records with each stage (Ray)
     devices_here: bool = False  # the tracker's servers run on this machine (the sweep's own)
+    save_module: bool = False  # save the build for the sweep's closing round, whatever `save`
 
     @property
     def job_id(self) -> str:
@@ -132,7 +133,7 @@ class RunJob(SimpleTVMJob):
         if self.timed_here:
             self.simpletvm.rpc_tracker = None  # tuned already: the rest runs here
         self.simpletvm.build(**self.calls["build"])
-        if self.calls["save"]:
+        if self.calls["save"] or self.spec.save_module:
             self.simpletvm.save()
         self.step_done()
 

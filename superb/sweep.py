@@ -47,6 +47,7 @@ def run_sweep(
     backend: Any = "processes",
     ray_address: str | None = None,
     job_factory: Callable = RunSpec,
+    save_modules: bool = False,
 ) -> SweepSummary:
     """Run what is left of ``plan``; KeyboardInterrupt stops the runs in flight and
     propagates (the same command resumes them). Failures are in the summary, never raised.
@@ -58,6 +59,8 @@ def run_sweep(
     evaluation overlaps another run's profile. ``backend="ray"`` runs the jobs as Ray
     actors: on a local Ray instance started for the sweep, or on the cluster at
     ``ray_address``. ``job_factory(**fields)`` makes each run's job (tests pass fakes).
+    ``save_modules``: every run saves its build, for the closing round to time
+    (:mod:`superb.final_round`).
     """
     from scheduler.tuning import record_writer
     from simpletvm.remote.local_devices import LocalDevices
@@ -117,6 +120,7 @@ def run_sweep(
             fail_fast,
             record_writer(str(run_store.root)) if backend == "ray" else None,
             devices_here=devices_here,
+            save_modules=save_modules,
         )
         stack.callback(sweep.stop_timers)
         sweep.start_more()
@@ -168,6 +172,7 @@ class _Sweep:
     fail_fast: bool
     records: Callable | None = None  # writes the records jobs return (Ray: no shared FS)
     devices_here: bool = False  # the sweep started the devices, on this machine
+    save_modules: bool = False  # every run saves its build (for the closing round)
     in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
     timers: dict[str, threading.Timer] = field(default_factory=dict)
     stopped: bool = False
@@ -196,6 +201,7 @@ class _Sweep:
             tracker=tuple(self.tracker) if self.tracker else None,
             records_to_driver=self.records is not None,
             devices_here=self.devices_here,
+            save_module=self.save_modules,
         )
         self.in_flight[run.key] = {
             "run": run,

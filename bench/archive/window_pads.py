@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
-from bench.common.host import host_description
 from bench.common.models import BUILTIN
 from simpletvm.api import MODULE_FILE
+from simpletvm.hostinfo import host_description
 
 
 def untuned_build(name: str, window_pads: bool, threads: int, scratch: Path, example):

@@ -240,31 +240,3 @@ def sgemm_rate(threads: int, n: int = 2048, repeats: int = 10) -> dict:
         "blas": measured["blas"],
         "numpy": measured["numpy"],
     }
-
-
-def host_description() -> dict:
-    """The CPU as ``lscpu`` names it and as LLVM (so TVM's ``-mcpu``) detects it."""
-    cpu = None
-    try:
-        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        cpu = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in listing.splitlines()
-                if line.startswith("Model name:")
-            ),
-            None,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    if cpu is None:
-        from simpletvm.hostinfo import host_facts
-
-        cpu = host_facts()["cpu_model"]
-    from tvm.target import codegen
-
-    return {
-        "cpu": cpu,
-        "llvm_cpu": str(codegen.llvm_get_system_cpu()),
-        "logical_cores": os.cpu_count(),
-    }

@@ -4,8 +4,6 @@ read it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 BUILTIN = {  # name -> (built-in model, its options)
@@ -13,7 +11,6 @@ BUILTIN = {  # name -> (built-in model, its options)
     "resnet18": ("resnet18", {"image_size": 224}),
     "quickstart": ("mobilenetv2", {"image_size": 96, "alpha": 0.35}),
 }
-ONNX_OPSET = 17
 
 
 def unknown_models(names: list[str]) -> str | None:
@@ -32,19 +29,6 @@ def import_model(name: str, context):
         return SimpleTVM(context).from_model(name)
     model, options = BUILTIN[name]
     return SimpleTVM(context).from_model(model, **options)
-
-
-def keras_to_onnx(keras_model, shape: tuple[int, ...], path: Path) -> Path:
-    """The Keras model as ONNX (tf2onnx, opset 17) for ONNX Runtime and OpenVINO."""
-    import tensorflow as tf
-    import tf2onnx
-
-    signature = [tf.TensorSpec(shape, tf.float32, name="input")]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tf2onnx.convert.from_keras(
-        keras_model, input_signature=signature, opset=ONNX_OPSET, output_path=str(path)
-    )
-    return path
 
 
 def model_flops(keras_model) -> int:

@@ -1,6 +1,6 @@
-"""The peers' runners: each framework a user would otherwise pick, as a call that runs the
-model once on a fixed input and returns its output (what a user's inference loop does),
-and the check that every runner agrees with the reference before anything is timed."""
+"""The peers the benchmarks time on a model by its short name (the runners themselves are
+:mod:`simpletvm.runtime.peers`), and the check that every runner agrees with the
+reference before anything is timed."""
 
 from __future__ import annotations
 
@@ -9,65 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common.models import BUILTIN, keras_to_onnx
-
-
-def first_output(output) -> np.ndarray:
-    return np.asarray(output[0] if isinstance(output, (list, tuple)) else output)
-
-
-def tensorflow_runner(keras_model, example: np.ndarray) -> Callable[[], np.ndarray]:
-    """The Keras model in graph mode (a concrete ``tf.function``)."""
-    import tensorflow as tf
-
-    concrete = tf.function(keras_model).get_concrete_function(
-        tf.TensorSpec(example.shape, tf.float32)
-    )
-    tensor = tf.constant(example)
-    return lambda: concrete(tensor).numpy()
-
-
-def tflite_keras_runner(keras_model, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
-    """The Keras model converted to TFLite, run with its default XNNPACK delegate."""
-    from simpletvm.models.tflite import keras_to_tflite
-    from simpletvm.runtime.comparison import tflite_runner
-
-    return tflite_runner(keras_to_tflite(keras_model), example, threads)
-
-
-def onnxruntime_runner(
-    onnx_path: Path, example: np.ndarray, threads: int
-) -> Callable[[], np.ndarray]:
-    """ONNX Runtime on its CPU provider (every graph optimization, its default)."""
-    from simpletvm.runtime.reference import onnxruntime_session
-
-    session = onnxruntime_session(str(onnx_path), threads)
-    name = session.get_inputs()[0].name
-    return lambda: session.run(None, {name: example})[0]
-
-
-def openvino_runner(onnx_path: Path, example: np.ndarray, threads: int) -> Callable[[], np.ndarray]:
-    """OpenVINO's CPU plugin for one caller: latency hint, one stream, one infer request.
-
-    The precision is pinned to float32: on a CPU with AVX512_BF16 the plugin otherwise
-    computes in bfloat16, not the float32 every other framework here runs, and the
-    cross-check against TensorFlow does not catch that."""
-    import openvino
-
-    core = openvino.Core()
-    compiled = core.compile_model(
-        core.read_model(str(onnx_path)),
-        "CPU",
-        {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-            "NUM_STREAMS": 1,
-            "INFERENCE_PRECISION_HINT": "f32",
-        },
-    )
-    request = compiled.create_infer_request()
-    # the input is read in place; the output is copied out, as the other runners do
-    return lambda: request.infer({0: example}, share_inputs=True, share_outputs=False)[0]
+from bench.common.models import BUILTIN
+from simpletvm.runtime.peers import (
+    first_output,
+    keras_to_onnx,
+    onnxruntime_runner,
+    openvino_runner,
+    tflite_keras_runner,
+)
 
 
 def peer_runners(name: str, example: np.ndarray, threads: int, scratch: Path):

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
-from bench.common.host import host_description, ping_pong_program
+from bench.common.host import ping_pong_program
 from bench.common.models import BUILTIN
 from bench.common.rounds import (
     add_round_options,
@@ -43,6 +43,7 @@ from bench.common.rounds import (
     save,
     summarize,
 )
+from simpletvm.hostinfo import host_description
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
-from bench.common.host import host_description, ping_pong_program
+from bench.common.host import ping_pong_program
 from bench.common.models import BUILTIN
 from bench.common.peers import peer_runners
 from bench.common.rounds import (
@@ -38,6 +38,7 @@ from bench.common.rounds import (
     save,
     summarize,
 )
+from simpletvm.hostinfo import host_description
 
 
 def untuned_runners(name: str, scratch: Path):

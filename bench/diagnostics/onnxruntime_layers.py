@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
 
-from bench.common.models import keras_to_onnx
+from simpletvm.runtime.peers import keras_to_onnx
 
 
 def node_medians(profile_path: str, runs: int) -> list[tuple[float, str, str, list]]:

@@ -37,13 +37,13 @@ from bench.common.host import (
     SLOW_ABOVE_NS,
     fma_peak,
     fma_peak_program,
-    host_description,
     ping_pong_program,
     round_trip_ns,
 )
 from bench.common.models import import_model, unknown_models
 from bench.common.peers import checked_outputs, peer_runners
 from simpletvm.errors import SimpleTVMError
+from simpletvm.hostinfo import host_description
 from simpletvm.runtime.comparison import simpletvm_runner, time_side_by_side
 from simpletvm.runtime.fork_join import POOL_VARIABLE
 

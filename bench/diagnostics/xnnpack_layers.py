@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.common
 
-from bench.common.host import host_description
+from simpletvm.hostinfo import host_description
 from simpletvm.runtime.comparison import (
     at_thread_counts,
     time_side_by_side,

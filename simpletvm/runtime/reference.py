@@ -106,7 +106,7 @@ def peers_for(model: ImportedModel, threads: int | None = None) -> tuple[dict, d
         try:
             from simpletvm.models.tflite import keras_to_tflite
 
-            found["tflite"] = _tflite_run(keras_to_tflite(_keras_model(model)), model, threads)
+            found["tflite"] = _tflite_run(keras_to_tflite(keras_model_of(model)), model, threads)
         except ImportError as error:
             missing["tflite"] = f"{error.name} is not installed"
         except Exception as error:  # noqa: BLE001 - a peer that cannot run is left out
@@ -173,7 +173,7 @@ def onnxruntime_session(model: str | bytes, threads: int | None = None):
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def _keras_model(model: ImportedModel):
+def keras_model_of(model: ImportedModel):
     """The Keras model the import read, or a built-in one made again from its recorded
     configuration (seeded: the same weights)."""
     if model.origin is not None:
@@ -186,8 +186,8 @@ def _keras_model(model: ImportedModel):
 
 
 def _keras_run(model: ImportedModel) -> Run:
-    """The model in Keras (:func:`_keras_model`)."""
-    keras_model = _keras_model(model)
+    """The model in Keras (:func:`keras_model_of`)."""
+    keras_model = keras_model_of(model)
     import keras
 
     def run(arrays: list[np.ndarray]) -> list[np.ndarray]:

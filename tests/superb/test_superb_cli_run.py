@@ -42,7 +42,7 @@ def test_sweep_writes_a_row_per_run_and_skips_them_next_time(cli, write_grid, st
           evaluate_repeat: [3, 4]
           evaluate_number: [1, 2]
     """)
-    result = cli("run", grid, "--store", store)
+    result = cli("run", grid, "--store", store, "--no-final-round")
     assert result.exit_code == 0, result.output
     assert "4 runs: 4 ok, 0 failed; 4 ran now, 0 done before" in result.stdout
     assert "[1/4]   compile" in result.stdout and "[4/4] ok in" in result.stdout  # plain lines
@@ -72,12 +72,12 @@ def test_sweep_writes_a_row_per_run_and_skips_them_next_time(cli, write_grid, st
 
     planned = json.loads(cli("plan", grid, "--store", store, "--json").stdout)
     assert [run["done"] for run in planned["runs"]] == [True] * 4
-    again = cli("run", grid, "--store", store)
+    again = cli("run", grid, "--store", store, "--no-final-round")
     assert again.exit_code == 0
     assert "0 ran now, 4 done before" in again.stdout
     assert len(finished(experiment)) == 4
 
-    more = cli("run", grid, "--store", store, "-p", "evaluate_number=1,2,3")
+    more = cli("run", grid, "--store", store, "--no-final-round", "-p", "evaluate_number=1,2,3")
     assert more.exit_code == 0 and "2 ran now, 4 done before" in more.stdout
     assert len(pd.read_csv(experiment.runs_csv)) == 6
 
@@ -94,7 +94,7 @@ def test_a_grid_with_the_old_name_of_candidates_per_iteration_runs(
     with pytest.warns(
         FutureWarning, match="'batch_size' is the old name .*'candidates_per_iteration'"
     ):
-        result = cli("run", grid, "--store", store)
+        result = cli("run", grid, "--store", store, "--no-final-round")
     assert result.exit_code == 0, result.output
     runs = pd.read_csv(store / "superb" / "old-name" / "runs.csv")
     assert list(runs["status"]) == ["ok"] and list(runs["param:candidates_per_iteration"]) == [4]
@@ -121,7 +121,7 @@ def test_a_sweep_leaves_no_temporary_files_behind(cli, write_grid, store, tiny_o
         fixed: {{model: {tiny_onnx}, autotune: false, evaluate_repeat: 2}}
         grid: {{evaluate_number: [1, 2]}}
     """)
-    result = cli("run", grid, "--store", store)
+    result = cli("run", grid, "--store", store, "--no-final-round")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in private_tmp.iterdir() if p.name.startswith("simpletvm")) == []
 
@@ -134,7 +134,7 @@ def test_failures_are_recorded_and_the_sweep_goes_on(cli, write_grid, store, tin
           model: [{bad_onnx}, {tiny_onnx}]
           evaluate_number: [1, 2]
     """)
-    result = cli("run", grid, "--store", store)
+    result = cli("run", grid, "--store", store, "--no-final-round")
     assert result.exit_code == 1
     assert "4 runs: 2 ok, 2 failed" in result.stdout
     assert "failed runs" in result.stdout
@@ -144,9 +144,9 @@ def test_failures_are_recorded_and_the_sweep_goes_on(cli, write_grid, store, tin
     assert runs.loc[0, "from_model_s"] >= 0  # the failed step's time is still recorded
 
     # failed runs are complete: the same command runs nothing, and still exits 1
-    again = cli("run", grid, "--store", store)
+    again = cli("run", grid, "--store", store, "--no-final-round")
     assert again.exit_code == 1 and "0 ran now" in again.stdout
-    retried = cli("run", grid, "--store", store, "--retry-failed")
+    retried = cli("run", grid, "--store", store, "--no-final-round", "--retry-failed")
     assert retried.exit_code == 1 and "2 ran now" in retried.stdout
     runs = pd.read_csv(store / "superb" / "keep-going" / "runs.csv")
     assert len(runs) == 4 and list(runs["attempt"]) == [2, 2, 1, 1]
@@ -160,7 +160,7 @@ def test_fail_fast_stops_at_the_first_failure(cli, write_grid, store, tiny_onnx,
           model: [{bad_onnx}, {tiny_onnx}]
           evaluate_number: [1, 2]
     """)
-    result = cli("run", grid, "--store", store, "--fail-fast")
+    result = cli("run", grid, "--store", store, "--no-final-round", "--fail-fast")
     assert result.exit_code == 1
     assert "0 ok, 1 failed, 3 not started (--fail-fast)" in result.stdout
     assert len(pd.read_csv(store / "superb" / "fail-fast" / "runs.csv")) == 1
@@ -174,7 +174,7 @@ def test_a_run_past_its_timeout_is_stopped(cli, write_grid, store, tiny_onnx):
     """)
     # the short run (import, build with default schedules, two timings) ends well
     # inside the limit on a busy machine; the long one would take minutes
-    result = cli("run", grid, "--store", store, "--run-timeout", "20")
+    result = cli("run", grid, "--store", store, "--no-final-round", "--run-timeout", "20")
     assert result.exit_code == 1
     runs = pd.read_csv(store / "superb" / "timeout" / "runs.csv")
     assert list(runs["status"]) == ["ok", "timeout"]
@@ -233,7 +233,7 @@ def test_tuned_sweep_profiles_through_its_own_tracker(
           save: true
     """)
     with listeners_started() as listeners:
-        result = cli("run", grid, "--store", store)
+        result = cli("run", grid, "--store", store, "--no-final-round")
     assert result.exit_code == 0, result.output
     row = pd.read_csv(store / "superb" / "tuned" / "runs.csv").iloc[0]
     assert row["status"] == "ok" and row["tuned"] == True and row["records"] == "run"  # noqa

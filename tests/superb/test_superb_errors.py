@@ -46,7 +46,7 @@ def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
 
     monkeypatch.setattr(superb.sweep, "_detail", detail)
 
-    result = cli("run", grid, "--store", store, "--plain")
+    result = cli("run", grid, "--store", store, "--no-final-round", "--plain")
 
     experiment = Experiment(store / "superb" / "buggy")
     assert result.exit_code == ExitCode.UNEXPECTED, result.output
@@ -70,7 +70,7 @@ def test_a_bug_mid_sweep_keeps_the_rows_says_where_the_traceback_is_and_exits_3(
     assert list(pd.read_csv(experiment.runs_csv)["status"]) == ["ok", "ok"]
 
     monkeypatch.setattr(superb.sweep, "_detail", real_detail)
-    result = cli("run", grid, "--store", store, "--plain")
+    result = cli("run", grid, "--store", store, "--no-final-round", "--plain")
     assert result.exit_code == 0, result.output
     assert "3 runs: 3 ok, 0 failed; 1 ran now, 2 done before" in result.stdout
     assert len(pd.read_csv(experiment.runs_csv)) == 3
@@ -106,7 +106,7 @@ def test_ctrl_c_in_a_sweep_exits_130_saying_how_to_resume(
 
     monkeypatch.setattr(superb.sweep, "run_sweep", interrupted)
     grid = write_grid(f"fixed: {{model: {tiny_onnx}, autotune: false}}\n")
-    result = cli("run", grid, "--store", store, "--plain")
+    result = cli("run", grid, "--store", store, "--no-final-round", "--plain")
     assert result.exit_code == ExitCode.INTERRUPTED == 130, result.output
     assert result.stderr.strip() == (
         "interrupted: repeat the same command to resume; runs "

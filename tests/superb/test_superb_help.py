@@ -57,5 +57,5 @@ def test_help_lists_the_commands():
         text=True,
         timeout=60,
     )
-    for option in ("--param", "--fail-fast", "--tracker", "--store", "--run-timeout"):
+    for option in ("--param", "--fail-fast", "--tracker", "--store", "--run-timeout", "--peers"):
         assert option in run_help.stdout

@@ -25,7 +25,9 @@ def _two_tuned_runs(write_grid, tiny_onnx, name: str):
 @pytest.mark.slow
 def test_jobs_tune_runs_together_without_overlapping_profiles(cli, write_grid, store, tiny_onnx):
     grid = _two_tuned_runs(write_grid, tiny_onnx, "together")
-    result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "interleaved")
+    result = cli(
+        "run", grid, "--store", store, "--no-final-round", "--jobs", "2", "--policy", "interleaved"
+    )
     assert result.exit_code == 0, result.output
     experiment = Experiment(store / "superb" / "together")
     runs = pd.read_csv(experiment.runs_csv)
@@ -50,7 +52,9 @@ def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
         fixed: {{model: {tiny_onnx}}}
         grid: {{trials: [4]}}
     """)
-    result = cli("run", grid, "--store", store, "--jobs", "2", "--policy", "fastest")
+    result = cli(
+        "run", grid, "--store", store, "--no-final-round", "--jobs", "2", "--policy", "fastest"
+    )
     assert result.exit_code == 2
     assert "--policy 'fastest' is unknown" in result.stderr
 
@@ -59,7 +63,9 @@ def test_unknown_policy_is_bad_input(cli, write_grid, store, tiny_onnx):
 @pytest.mark.xdist_group("ray")  # with the other tests that start Ray (test_scheduler_ray.py)
 def test_jobs_run_as_ray_actors_with_backend_ray(cli, write_grid, store, tiny_onnx):
     grid = _two_tuned_runs(write_grid, tiny_onnx, "on-ray")
-    result = cli("run", grid, "--store", store, "--jobs", "2", "--backend", "ray")
+    result = cli(
+        "run", grid, "--store", store, "--no-final-round", "--jobs", "2", "--backend", "ray"
+    )
     assert result.exit_code == 0, result.output
     experiment = Experiment(store / "superb" / "on-ray")
     runs = pd.read_csv(experiment.runs_csv)
@@ -89,7 +95,7 @@ def test_bad_backend_options_are_bad_input(cli, write_grid, store, tiny_onnx, op
         fixed: {{model: {tiny_onnx}}}
         grid: {{trials: [4]}}
     """)
-    result = cli("run", grid, "--store", store, *options)
+    result = cli("run", grid, "--store", store, "--no-final-round", *options)
     assert result.exit_code == 2
     assert message in result.stderr
     assert not (store / "superb").exists()

@@ -137,7 +137,7 @@ def test_compare_matches_runs_and_applies_the_noise_threshold(cli, tmp_path):
     ]
     a = write_experiment(tmp_path / "a", base)
     b = write_experiment(tmp_path / "b", new)
-    result = cli("compare", a.dir, b.dir, "--threshold", "0.05")
+    result = cli("compare", a.dir, b.dir, "--min-effect", "5")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "+3.0%" in out and "-20.0%" in out and "+20.0%" in out

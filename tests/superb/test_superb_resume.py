@@ -39,7 +39,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
     """)  # each run measures about a second
     log = store / "superb" / "killed" / "log.jsonl"
     process = subprocess.Popen(
-        superb_command("run", grid, "--store", store),
+        superb_command("run", grid, "--store", store, "--no-final-round"),
         cwd=REPO,
         env=superb_env(),
         stdout=subprocess.PIPE,
@@ -63,7 +63,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(write_grid, store, ti
         time.sleep(0.1)
     assert not alive(orphan), "the killed sweep left its run's process behind"
 
-    result = run_superb("run", grid, "--store", store)
+    result = run_superb("run", grid, "--store", store, "--no-final-round")
     assert result.returncode == 0, result.stderr
     assert "3 ran now, 1 done before" in result.stdout
     runs = pd.read_csv(store / "superb" / "killed" / "runs.csv")
@@ -90,7 +90,7 @@ def test_ctrl_c_stops_the_sweep_and_the_same_command_resumes(
     log = store / "superb" / "interrupted" / "log.jsonl"
     _interrupt_while_evaluating(grid, store, log, tmp_path, signal.SIG_DFL)  # as a terminal
 
-    result = run_superb("run", grid, "--store", store)
+    result = run_superb("run", grid, "--store", store, "--no-final-round")
     assert result.returncode == 0, result.stderr
     assert "2 runs: 2 ok, 0 failed; 2 ran now, 0 done before" in result.stdout
     runs = pd.read_csv(store / "superb" / "interrupted" / "runs.csv")
@@ -125,7 +125,7 @@ def _interrupt_while_evaluating(grid, store, log, tmp_path, sigint) -> None:
     try:
         with open(stderr_file, "w") as stderr_sink:
             process = subprocess.Popen(
-                superb_command("run", grid, "--store", store),
+                superb_command("run", grid, "--store", store, "--no-final-round"),
                 cwd=REPO,
                 env={**superb_env(), "PYTHONFAULTHANDLER": "1"},
                 stdout=subprocess.DEVNULL,
@@ -196,7 +196,7 @@ def test_a_sweep_killed_mid_tuning_resumes_the_tuning(write_grid, store, tiny_on
     """)
     log = store / "superb" / "tuning-killed" / "log.jsonl"
     process = subprocess.Popen(
-        superb_command("run", grid, "--store", store),
+        superb_command("run", grid, "--store", store, "--no-final-round"),
         cwd=REPO,
         env=superb_env(),
         stdout=subprocess.PIPE,
@@ -222,7 +222,7 @@ def test_a_sweep_killed_mid_tuning_resumes_the_tuning(write_grid, store, tiny_on
     before = _run_records(store, run_id)
     assert 8 <= len(before) < 24 and events(log, "finished") == []
 
-    result = run_superb("run", grid, "--store", store, timeout=600)
+    result = run_superb("run", grid, "--store", store, "--no-final-round", timeout=600)
     assert result.returncode == 0, result.stderr
     runs = pd.read_csv(store / "superb" / "tuning-killed" / "runs.csv")
     assert len(runs) == 1 and runs["status"][0] == "ok" and runs["run_id"][0] == run_id
