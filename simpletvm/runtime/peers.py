@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simpletvm.errors import SimpleTVMError
 from simpletvm.extras import install_hint
 from simpletvm.models import ImportedModel
 from simpletvm.models.base import ONNX_OPSET
@@ -29,7 +30,7 @@ PEERS = {
 KERAS_FORMATS = ("keras", "builtin")
 
 
-class PeerUnavailable(Exception):
+class PeerUnavailable(SimpleTVMError):
     """A peer that cannot run a model here; the message says why (and what to install)."""
 
 
