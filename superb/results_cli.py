@@ -111,6 +111,12 @@ def compare(
         metavar="PCT",
         help="exit 1 when a cell is slower beyond noise and by more than PCT percent",
     ),
+    yardstick: str = typer.Option(
+        "auto",
+        metavar="auto|peers|cells|none",
+        help="what each round's calls are divided by, cancelling the host's drift between "
+        "experiments (auto: peers when both timed one, else cells; none: raw calls)",
+    ),
 ):
     """Compare two experiments cell by cell, matched on their parameters.
 
@@ -119,10 +125,21 @@ def compare(
     0.05) finds a difference AND its median moved by at least --min-effect; else same.
     With one experiment, its even rounds against its odd ones: the noise band a change
     must beat on this host. Without a closing round, the runs' means of --metric are
-    compared, a change within --min-effect being "same"."""
+    compared, a change within --min-effect being "same".
+
+    The host's speed drifts between sweeps, so before deciding, each round's calls are
+    divided by a yardstick of that round (--yardstick), in A's ms: "peers", the geometric
+    mean of the round medians of the peers both experiments timed (a change slowing every
+    SimpleTVM cell alike still shows; each peer goes over the other peers, a lone one over
+    itself and so reads same); "cells", the median of all cells' round medians (robust to
+    one cell changing, blind to a change slowing every cell alike); "none", raw calls.
+    The line "yardstick: ..." says which was used and the host's drift it measured."""
     from .final_round import read_final
     from .results import Experiment
+    from .yardstick import CHOICES
 
+    if yardstick not in CHOICES:
+        raise bad_input([f"--yardstick {yardstick}: one of {', '.join(CHOICES)}"])
     try:
         first = Experiment.find(a, store)
         second = Experiment.find(b, store) if b is not None else None
@@ -134,9 +151,9 @@ def compare(
     console = make_console(unwrapped=True)
     try:
         if b is None:
-            frame = _self_band(console, a, finals[0], min_effect)
+            frame = _self_band(console, a, finals[0], min_effect, yardstick)
         elif finals:
-            frame = _compare_final(console, a, b, finals, min_effect)
+            frame = _compare_final(console, a, b, finals, min_effect, yardstick)
         else:
             frame = _compare_runs(console, first, second, a, b, metric, min_effect)
     except ValueError as error:
@@ -154,11 +171,12 @@ def compare(
         console.print(f"no cell slower beyond noise and {fail_on_regression:g}%")
 
 
-def _self_band(console, name: str, final, min_effect: float):
+def _self_band(console, name: str, final, min_effect: float, yardstick: str):
     from .verdicts import self_band
 
-    frame = self_band(final, min_effect)
+    frame, scale = self_band(final, min_effect, yardstick)
     _print_verdicts(console, frame, f"{name}: even rounds (A) against odd rounds (B)")
+    console.print(scale.describe(), soft_wrap=True)
     if len(frame):
         console.print(
             f"noise band: changes up to {frame['change'].abs().max():.1%} with no change made"
@@ -166,15 +184,16 @@ def _self_band(console, name: str, final, min_effect: float):
     return frame
 
 
-def _compare_final(console, a: str, b: str, finals, min_effect: float):
+def _compare_final(console, a: str, b: str, finals, min_effect: float, yardstick: str):
     from .verdicts import compare_final
 
-    frame, unmatched = compare_final(finals[0], finals[1], min_effect)
+    frame, unmatched, scale = compare_final(finals[0], finals[1], min_effect, yardstick)
     _print_verdicts(
         console,
         frame,
         f"closing rounds: {a} -> {b} (Mann-Whitney U, p < 0.05, and at least {min_effect:g}%)",
     )
+    console.print(scale.describe(), soft_wrap=True)
     _print_unmatched(console, unmatched)
     return frame
 

@@ -2,11 +2,13 @@
 ranked, with those the best cannot be told from; two experiments compared cell by cell,
 each verdict a rank test on the rounds' samples and a smallest effect
 (:func:`superb.statistics.decide`); and one experiment against itself, its even rounds
-against its odd ones, the noise band a comparison has to beat."""
+against its odd ones, the noise band a comparison has to beat. Before deciding, each round's calls are divided
+by a yardstick of that round (:mod:`superb.yardstick`), cancelling the host's drift."""
 
 from __future__ import annotations
 
 from .statistics import MIN_EFFECT_PCT, decide, halves
+from .yardstick import AUTO, scaled
 
 INDISTINGUISHABLE = "indistinguishable from the best"
 
@@ -33,10 +35,11 @@ def match_keys(frame) -> list[str]:
     return ["kind", "peer"] + [c for c in frame.columns if c.startswith("param:")]
 
 
-def compare_final(a, b, min_effect_pct: float = MIN_EFFECT_PCT):
+def compare_final(a, b, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str = AUTO):
     """Cells of two final.csv frames matched on :func:`match_keys` (parameters one side
     does not have must be constant on the other), each with A's and B's median, the
-    change, the p-value and the verdict. Returns (frame, unmatched counts)."""
+    change, the p-value and the verdict, their calls over the ``yardstick`` of the matched
+    cells. Returns (frame, unmatched counts, the :class:`superb.yardstick.Scaled`)."""
     keys = [c for c in match_keys(a) if c in b.columns]
     for frame in (a, b):
         own = [c for c in match_keys(frame) if c not in keys]
@@ -49,27 +52,33 @@ def compare_final(a, b, min_effect_pct: float = MIN_EFFECT_PCT):
     left, right = _keyed(a, keys), _keyed(b, keys)
     merged = left.merge(right, on="_key", how="outer", suffixes=("_a", "_b"), indicator=True)
     matched = merged[merged["_merge"] == "both"].reset_index(drop=True)
+    sides = [list(matched["rounds_ms_a"]), list(matched["rounds_ms_b"])]
+    scale = scaled(list(matched["kind_a"]), sides, yardstick)
     rows = []
-    for _, row in matched.iterrows():
-        verdict = decide(_calls(row["rounds_ms_a"]), _calls(row["rounds_ms_b"]), min_effect_pct)
-        rows.append(_row(row, keys, "_a", row["median_ms_a"], row["median_ms_b"], verdict))
+    for (_, row), rounds_a, rounds_b in zip(matched.iterrows(), *scale.sides, strict=True):
+        calls_a, calls_b = _calls(rounds_a), _calls(rounds_b)
+        verdict = decide(calls_a, calls_b, min_effect_pct)
+        rows.append(_row(row, keys, "_a", _median(calls_a), _median(calls_b), verdict))
     unmatched = {
         "only_a": int((merged["_merge"] == "left_only").sum()),
         "only_b": int((merged["_merge"] == "right_only").sum()),
     }
-    return _frame(rows, keys), unmatched
+    return _frame(rows, keys), unmatched, scale
 
 
-def self_band(final, min_effect_pct: float = MIN_EFFECT_PCT):
-    """Each timed cell of one experiment, its even rounds (A) against its odd ones (B):
-    the changes no code change made, so what a comparison of this host's runs must beat."""
+def self_band(final, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str = AUTO):
+    """Each timed cell of one experiment, its even rounds (A) against its odd ones (B),
+    their calls over the ``yardstick`` of its cells: the changes no code change made, so
+    what a comparison of this host's runs must beat. Returns (frame, the Scaled)."""
     keys = match_keys(final)
+    timed = final[final["rounds"].fillna(0) >= 2]
+    scale = scaled(list(timed["kind"]), [list(timed["rounds_ms"])], yardstick)
     rows = []
-    for _, row in final[final["rounds"].fillna(0) >= 2].iterrows():
-        even, odd = halves(row["rounds_ms"])
+    for (_, row), rounds in zip(timed.iterrows(), scale.sides[0], strict=True):
+        even, odd = halves(rounds)
         verdict = decide(even, odd, min_effect_pct)
         rows.append(_row(row, keys, "", _median(even), _median(odd), verdict))
-    return _frame(rows, keys)
+    return _frame(rows, keys), scale
 
 
 def regressions(frame, fail_pct: float) -> list[str]:
