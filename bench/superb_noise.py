@@ -86,7 +86,7 @@ def verdicts(a: Path, b: Path, min_effect: float) -> dict[int, str]:
     from superb.verdicts import compare_final
 
     final_a = read_final(Experiment(a))
-    frame, _ = compare_final(final_a, read_final(Experiment(b)), min_effect)
+    frame, _, _ = compare_final(final_a, read_final(Experiment(b)), min_effect)
     seeds = {seed: i + 1 for i, seed in enumerate(sorted(final_a["param:evaluate_seed"]))}
     return {seeds[row["param:evaluate_seed"]]: row["verdict"] for _, row in frame.iterrows()}
 
