@@ -186,7 +186,9 @@ def run(
         "(tflite, onnxruntime, openvino, tensorflow; adds to the grid's peers)",
     ),
     rounds: int = typer.Option(
-        5, min=2, help="rounds of the closing round (each contestant's turn: 10 timed calls)"
+        5,
+        min=2,
+        help="rounds of the closing round (each contestant's turn: at least 10 timed calls, as many as fill 0.05 s)",
     ),
 ):
     """Run every combination of GRID, each one scheduler job in its own process.

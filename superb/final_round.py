@@ -31,7 +31,11 @@ from .statistics import median_interval
 
 FINAL_CSV = "final.csv"
 ROUNDS = 5
-CALLS = 10  # timed calls per contestant and round
+CALLS = 10  # timed calls per contestant and round, at least ...
+# ... and as many as fill this many seconds (up to MAX_CALLS): a fast model's median
+# over ten calls of a tenth of a millisecond moves by several percent between rounds
+TURN_S = 0.05
+MAX_CALLS = 2000
 WARMUP = 3  # untimed calls before each turn (and at least MIN_WARMUP_S of them)
 SEED = 0
 SIMPLETVM, PEER = "simpletvm", "peer"
@@ -177,10 +181,11 @@ def run_final_round(
         with open_contestants(cells, seed) as contestants:
             runners = planted_slowdown(cells, contestants.runners)
             names = [cell.name for cell in cells if cell.name in runners]
+            per_turn = calls_per_turn(done, {n: runners[n] for n in names}, calls)
             for number in range(len(done), rounds):
                 load_before = os.getloadavg()[0]
                 order = names if number % 2 == 0 else names[::-1]
-                samples = time_side_by_side({n: runners[n] for n in order}, 1, calls, warmup)
+                samples = time_side_by_side({n: runners[n] for n in order}, 1, per_turn, warmup)
                 event = {
                     "event": "final_round",
                     "series": series,
@@ -199,6 +204,18 @@ def run_final_round(
     frame = final_frame(cells, done, seed)
     atomic_write_text(experiment.dir / FINAL_CSV, frame.to_csv(index=False))
     return frame
+
+
+def calls_per_turn(done: list[dict[str, Any]], runners: dict[str, Callable], least: int):
+    """Each contestant's timed calls per turn: as many as its rounds already logged hold
+    (a resumed series keeps its counts), else as many as fill :data:`TURN_S`."""
+    from simpletvm.runtime.comparison import calls_filling
+
+    if done:
+        logged = done[0]["samples_ms"]
+        if all(name in logged for name in runners):
+            return {name: len(logged[name]) for name in runners}
+    return calls_filling(runners, TURN_S, least, MAX_CALLS)
 
 
 def planted_slowdown(cells: list[Cell], runners: dict[str, Callable]) -> dict[str, Callable]:

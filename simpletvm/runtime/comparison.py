@@ -130,7 +130,7 @@ def at_thread_counts(
 def time_side_by_side(
     runners: dict[Hashable, Runner],
     rounds: int,
-    calls: int,
+    calls: int | dict[Hashable, int],
     warmup: int,
     warmup_s: float = MIN_WARMUP_S,
     before_each_call: Callable[[], object] | None = None,
@@ -138,7 +138,8 @@ def time_side_by_side(
     """Per-call seconds of every runner, the runners taking turns round by round, so
     drift on a shared machine hits all alike.
 
-    Each turn starts with ``warmup`` untimed calls: the runner before it leaves the
+    ``calls``: timed calls per turn, for every runner or per runner (by name). Each turn
+    starts with ``warmup`` untimed calls: the runner before it leaves the
     caches holding its own data (a long untuned TVM call slows the tuned one after it by
     about a quarter, BENCHMARKS.md), and a runner is timed in its steady state, not in its
     neighbour's. A runner's first turn warms up for at least ``warmup_s`` too: a machine
@@ -149,13 +150,34 @@ def time_side_by_side(
     ``before_each_call`` runs, untimed, before every timed call (a benchmark evicting the
     caches)."""
     samples: dict[Hashable, list[float]] = {name: [] for name in runners}
+    per_runner = calls if isinstance(calls, dict) else dict.fromkeys(runners, calls)
     for index in range(rounds):
         for name, infer in runners.items():
             warm_up(infer, warmup, warmup_s if index == 0 else min(warmup_s, RETURN_WARMUP_S))
-            for _ in range(calls):
+            for _ in range(per_runner[name]):
                 if before_each_call is not None:
                     before_each_call()
                 start = time.perf_counter()
                 infer()
                 samples[name].append(time.perf_counter() - start)
     return samples
+
+
+def calls_filling(
+    runners: dict[Hashable, Runner], seconds: float, least: int, most: int
+) -> dict[Hashable, int]:
+    """Per runner, the timed calls that fill about ``seconds`` (at least ``least``, at
+    most ``most``), from the median of a few calls after a warm-up: a turn of a fast
+    model then holds enough calls for its median to be steady, as a slow one's does
+    with few."""
+    counts = {}
+    for name, infer in runners.items():
+        warm_up(infer, 3)
+        durations = []
+        for _ in range(5):
+            start = time.perf_counter()
+            infer()
+            durations.append(time.perf_counter() - start)
+        each = max(float(np.median(durations)), 1e-7)
+        counts[name] = int(min(most, max(least, np.ceil(seconds / each))))
+    return counts

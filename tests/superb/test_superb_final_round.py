@@ -16,9 +16,11 @@ from test_superb_results import fake_row, write_experiment
 
 from superb.final_round import (
     FINAL_CSV,
+    MAX_CALLS,
     SLOWDOWN_ENV,
     Cell,
     Contestants,
+    calls_per_turn,
     choose_cells,
     final_frame,
     planted_slowdown,
@@ -92,6 +94,10 @@ def test_contestants_take_turns_each_round_the_order_reversed(tmp_path, monkeypa
         return real(runners, rounds, *args, **kwargs)
 
     monkeypatch.setattr(comparison, "time_side_by_side", spy)
+    # the calls per turn as asked (the calibration is tested on its own)
+    monkeypatch.setattr(
+        comparison, "calls_filling", lambda runners, s, least, most: dict.fromkeys(runners, least)
+    )
     experiment = Experiment(tmp_path / "exp")
     experiment.dir.mkdir()
     turns: list[str] = []
@@ -105,6 +111,17 @@ def test_contestants_take_turns_each_round_the_order_reversed(tmp_path, monkeypa
     assert list(frame["samples"]) == [6, 6, 6] and list(frame["rounds"]) == [3, 3, 3]
     assert set(frame["host"]) == {"fake cpu"} and (experiment.dir / FINAL_CSV).exists()
     assert len(rounds_done(experiment, series_of(the_cells, 3, 2, 0, 0))) == 3
+
+
+def test_a_turn_holds_as_many_calls_as_fill_its_time_and_a_resumed_series_keeps_them():
+    """A fast contestant gets many calls a turn, a slow one the least; a series resumed
+    from the log keeps the counts its logged rounds hold."""
+    fast = lambda: None  # noqa: E731
+    slow = lambda: time.sleep(0.02)  # noqa: E731 - 0.02 s: TURN_S holds three such calls
+    counts = calls_per_turn([], {"fast": fast, "slow": slow}, least=5)
+    assert counts["slow"] == 5 and counts["fast"] == MAX_CALLS
+    logged = [{"samples_ms": {"fast": [0.1] * 40, "slow": [20.0] * 7}}]
+    assert calls_per_turn(logged, {"fast": fast, "slow": slow}, least=5) == {"fast": 40, "slow": 7}
 
 
 def test_an_interrupted_round_resumes_from_the_log_and_a_finished_one_is_not_redone(tmp_path):
