@@ -15,6 +15,7 @@ import pytest
 from test_superb_results import fake_row, write_experiment
 
 from superb.final_round import (
+    CALLS,
     FINAL_CSV,
     MAX_CALLS,
     SLOWDOWN_ENV,
@@ -306,7 +307,9 @@ def test_a_real_sweep_closes_with_its_modules_and_a_peer_side_by_side(
     assert sorted(timed["kind"]) == ["peer", "simpletvm", "simpletvm"]
     assert (timed["low_ms"] <= timed["median_ms"]).all()
     assert (timed["median_ms"] <= timed["high_ms"]).all()
-    assert set(timed["samples"]) == {20} and timed["peer_version"].notna().sum() == 1
+    # two rounds of at least CALLS timed calls a turn, as many as fill the turn's time
+    assert set(timed["rounds"]) == {2} and (timed["samples"] >= 2 * CALLS).all()
+    assert (timed["samples"] % 2 == 0).all() and timed["peer_version"].notna().sum() == 1
     assert timed["max_rel_error"].dropna().le(1e-3).all()
     for column in ("host", "llvm_cpu", "commit", "tvm_version", "simpletvm_version", "seed"):
         assert final[column].notna().all(), column
