@@ -78,3 +78,18 @@ def latency_text(milliseconds: float) -> str:
 def ms_text(seconds: float) -> str:
     """A latency given in seconds, in ms as :func:`latency_text` writes it."""
     return latency_text(seconds * 1e3)
+
+
+def native_output_to(path: str | Path):
+    """A context in which what native libraries print (TensorFlow's absl and oneDNN
+    notices, TFLite's delegate, TVM's warnings) is appended to ``path`` instead of the
+    terminal, Python's own output still reaching it; with ``SIMPLETVM_VERBOSE=1`` it
+    stays on the terminal."""
+    import contextlib
+
+    from simpletvm._process.native_output import redirected, verbose
+
+    if verbose():
+        return contextlib.nullcontext()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return redirected(path, keep_python=True)

@@ -117,6 +117,7 @@ def closing_round(
     """The closing round of ``plan``'s sweep in the store's experiment, holding its lock:
     its ok cells' modules and ``peers`` (:mod:`superb.final_runners`). Returns final.csv's
     frame (its path in ``attrs["path"]``), or None when no run is ok."""
+    from simpletvm.console import native_output_to
     from simpletvm.store import RunStore
 
     from .final_runners import contestants_of
@@ -133,7 +134,9 @@ def closing_round(
             return None
         params = {run.key: plan.resolved_params(run) for run in plan.runs}
         open_contestants = contestants_of(params, run_store.root, say)
-        frame = run_final_round(experiment, cells, open_contestants, rounds=rounds, say=say)
+        # the peers' and TVM's native lines go to the experiment's logs, not the terminal
+        with native_output_to(experiment.dir / "logs" / "final_round.log"):
+            frame = run_final_round(experiment, cells, open_contestants, rounds=rounds, say=say)
     finally:
         experiment.release()
     frame.attrs["path"] = experiment.dir / FINAL_CSV
