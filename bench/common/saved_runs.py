@@ -19,9 +19,9 @@ import numpy as np
 def load_saved(store: str, run_id: str):
     """The run's saved module (compiled entry), as SimpleTVM loads it."""
     from simpletvm import BenchmarkingContext, SimpleTVM
-    from simpletvm._process.native_output import redirected
+    from simpletvm.console import native_output_to
 
-    with redirected(os.devnull, fds=(2,)):  # a line per kernel as the module loads
+    with native_output_to(os.devnull):  # a line per kernel as the module loads
         # every core, as the kernels were tuned and are timed here
         return SimpleTVM(BenchmarkingContext("cpu", store=store, num_threads=os.cpu_count())).load(
             run_id
