@@ -23,7 +23,7 @@ Runner = Callable[[], np.ndarray]
 # each peer's name -> what installs it
 PEERS = {
     "tflite": "pip install tensorflow",
-    "onnxruntime": "pip install onnxruntime",
+    "onnxruntime": install_hint("bench") + " (or pip install onnxruntime)",
     "openvino": install_hint("bench") + " (or pip install openvino)",
     "tensorflow": "pip install tensorflow",
 }
