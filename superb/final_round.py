@@ -4,7 +4,11 @@ host's drift between runs, which each run's own evaluation cannot see, hits all 
 
 Each round every contestant takes a turn (:func:`simpletvm.runtime.comparison.
 time_side_by_side`), in the plan's order on even rounds and the reverse on odd ones, so
-no contestant always follows the same neighbour. Each round's samples go to the
+no contestant always follows the same neighbour. Each round loads the cells' modules
+anew (:meth:`Contestants.round`): where a load places a module's code and weights sets
+its speed for as long as it stays loaded, so one load per sweep would be a bias fixed for
+the whole sweep; loaded each round, it is part of the spread between rounds, the samples
+:func:`superb.statistics.decide` tests. Each round's samples go to the
 experiment's log as it ends (a ``final_round`` event: a series of rounds named by what it
 times), so a sweep stopped during the round resumes it where it was; ``final.csv`` is
 rebuilt from the log: per contestant the median over every call of every round and its
@@ -20,7 +24,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +35,7 @@ from .results import Experiment, RunStatus
 from .statistics import median_interval
 
 FINAL_CSV = "final.csv"
-ROUNDS = 5
+ROUNDS = 6  # even, so that the self band has as many even rounds as odd ones
 CALLS = 10  # timed calls per contestant and round, at least ...
 # ... and as many as fill this many seconds (up to MAX_CALLS): a fast model's median
 # over ten calls of a tenth of a millisecond moves by several percent between rounds
@@ -61,13 +66,25 @@ class Cell:
 
 @dataclass
 class Contestants:
-    """What :func:`run_final_round` times: a runner per cell name, each cell's outcome
-    (``status``, ``error``, ``max_rel_error``, ``peer_version``) and the round's
-    provenance (host, LLVM cpu, threads, versions, commit)."""
+    """What :func:`run_final_round` times: ``runners``, a runner per cell name made once
+    for every round (the peers'), ``reopen``, a context manager giving a round's runners
+    made anew (the cells' modules, loaded again), each cell's outcome (``status``,
+    ``error``, ``max_rel_error``, ``peer_version``) and the round's provenance (host, LLVM
+    cpu, threads, versions, commit)."""
 
     runners: dict[str, Callable[[], Any]]
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    reopen: Callable[[], AbstractContextManager[dict[str, Callable[[], Any]]]] | None = None
+
+    @contextmanager
+    def round(self) -> Iterator[dict[str, Callable[[], Any]]]:
+        """One round's runners: those made once and those ``reopen`` makes for it."""
+        if self.reopen is None:
+            yield dict(self.runners)
+            return
+        with self.reopen() as fresh:
+            yield {**self.runners, **fresh}
 
 
 def choose_cells(runs, finalists: int | None = None, peers: list[str] = ()) -> list[Cell]:
@@ -174,39 +191,57 @@ def run_final_round(
     """Time ``cells`` for the rounds the log does not hold yet and write final.csv;
     returns its frame. ``open_contestants(cells, seed)`` is a context manager giving
     the :class:`Contestants`; it is opened only when a round is left to run."""
-    from simpletvm.runtime.comparison import time_side_by_side
-
     series = series_of(cells, rounds, calls, warmup, seed)
     done = rounds_done(experiment, series)
     if len(done) < rounds and cells:
         if done:
             say(f"closing round: resuming at round {len(done) + 1} of {rounds}")
         with open_contestants(cells, seed) as contestants:
-            runners = planted_slowdown(cells, contestants.runners)
-            names = [cell.name for cell in cells if cell.name in runners]
-            per_turn = calls_per_turn(done, {n: runners[n] for n in names}, calls)
+            per_turn = None
             for number in range(len(done), rounds):
-                load_before = os.getloadavg()[0]
-                order = names if number % 2 == 0 else names[::-1]
-                samples = time_side_by_side({n: runners[n] for n in order}, 1, per_turn, warmup)
-                event = {
-                    "event": "final_round",
-                    "series": series,
-                    "round": number,
-                    "of": rounds,
-                    "samples_ms": {n: [s * 1e3 for s in samples[n]] for n in names},
-                    "outcomes": contestants.outcomes,
-                    "provenance": contestants.provenance,
-                    "load_before": load_before,
-                    "load_after": os.getloadavg()[0],
-                    "time": time.time(),
-                }
+                # a function per round: its modules are let go before the next round loads
+                per_turn, timed = time_round(contestants, cells, done, per_turn, calls, warmup)
+                event = {"event": "final_round", "series": series, "round": number, "of": rounds}
+                event |= timed | {"time": time.time()}
                 experiment.record_final_round(event)
                 done.append(event)
-                say(f"closing round {number + 1}/{rounds}: {len(names)} timed side by side")
+                count = len(event["samples_ms"])
+                say(f"closing round {number + 1}/{rounds}: {count} timed side by side")
     frame = final_frame(cells, done, seed)
     atomic_write_text(experiment.dir / FINAL_CSV, frame.to_csv(index=False))
     return frame
+
+
+def time_round(
+    contestants: Contestants,
+    cells: list[Cell],
+    done: list[dict[str, Any]],
+    per_turn: dict[str, int] | None,
+    calls: int,
+    warmup: int,
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """One round: its runners taken from ``contestants``, in the cells' order on an even
+    round (by the rounds ``done``) and the reverse on an odd one. Returns the calls per
+    turn (``per_turn``, else sized on this round's runners) and the round's event."""
+    from simpletvm.runtime.comparison import time_side_by_side
+
+    with contestants.round() as made:
+        runners = planted_slowdown(cells, made)
+        if per_turn is None:
+            named = [cell.name for cell in cells if cell.name in runners]
+            per_turn = calls_per_turn(done, {n: runners[n] for n in named}, calls)
+        names = [cell.name for cell in cells if cell.name in runners and cell.name in per_turn]
+        order = names if len(done) % 2 == 0 else names[::-1]
+        load_before = os.getloadavg()[0]
+        samples = time_side_by_side({n: runners[n] for n in order}, 1, per_turn, warmup)
+        load_after = os.getloadavg()[0]
+    return per_turn, {
+        "samples_ms": {n: [s * 1e3 for s in samples[n]] for n in names},
+        "outcomes": contestants.outcomes,
+        "provenance": contestants.provenance,
+        "load_before": load_before,
+        "load_after": load_after,
+    }
 
 
 def calls_per_turn(done: list[dict[str, Any]], runners: dict[str, Callable], least: int):

@@ -1,7 +1,8 @@
 """The contestants of the closing round (:mod:`superb.final_round`) in this process: each
-cell's module, loaded from what its run saved (a sweep with a closing round has every run
-save its build) or else built again by the run's own calls, and each peer on the model it was asked for,
-checked against the model's reference first. Everything runs on one seeded input and on
+cell's module, loaded anew each round from a copy of what its run saved (a sweep with a
+closing round has every run save its build) or else of its build again by the run's own
+calls, and each peer on the model it was asked for, made once and checked against the
+model's reference first. Everything runs on one seeded input and on
 one thread count, the machine's physical cores.
 
 A peer that is not installed, cannot read the model, or answers wrongly is not timed:
@@ -14,11 +15,13 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from .final_round import PEER, Cell, Contestants
+from .fresh_loads import FreshLoads
 
 # each peer's distribution, whose version the round records
 PEER_PACKAGES = {
@@ -51,24 +54,24 @@ def provenance(threads: int) -> dict[str, Any]:
 
 def contestants_of(params_by_run: dict[str, dict[str, Any]], store_root: Path, say=print):
     """The round's ``open_contestants``: ``params_by_run`` holds each run key's resolved
-    parameters (the plan's), ``store_root`` the runs' store."""
+    parameters (the plan's), ``store_root`` the runs' store. The peers are made once; the
+    cells' modules are loaded anew each round (:class:`superb.fresh_loads.FreshLoads`)."""
 
     @contextmanager
     def open_contestants(cells: list[Cell], seed: int) -> Iterator[Contestants]:
         from simpletvm.hostinfo import host_facts
-        from simpletvm.runtime.comparison import at_thread_counts
 
         threads = int(host_facts()["physical_cores"])
         with tempfile.TemporaryDirectory(prefix="superb-") as scratch:
             maker = _Maker(params_by_run, store_root, seed, threads, Path(scratch), say)
             contestants = Contestants({}, {}, provenance(threads))
-            modules = maker.modules([c for c in cells if c.kind != PEER], contestants)
-            with at_thread_counts(modules, [threads]) as timed:
-                contestants.runners = {name: counts[threads] for name, counts in timed.items()}
-                for cell in cells:
-                    if cell.kind == PEER:
-                        maker.add_peer(cell, cells, contestants)
-                yield contestants
+            loads = maker.module_loads([c for c in cells if c.kind != PEER], contestants)
+            for cell in cells:
+                if cell.kind == PEER:
+                    maker.add_peer(cell, cells, contestants)
+            maker.examples.clear()  # the peers are checked: their sessions are not needed
+            contestants.reopen = partial(maker.fresh_modules, loads)
+            yield contestants
 
     return open_contestants
 
@@ -84,25 +87,63 @@ class _Maker:
     scratch: Path
     say: Any
     examples: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    contexts: dict[str, Any] = field(default_factory=dict)
 
-    def modules(self, cells: list[Cell], contestants: Contestants) -> dict[str, Any]:
-        """A runner per cell whose module comes back; the others' outcomes say why not."""
-        from simpletvm.runtime.comparison import simpletvm_runner
+    def module_loads(self, cells: list[Cell], contestants: Contestants) -> FreshLoads:
+        """Each cell's saved module directory, to be loaded anew each round: the run's
+        (a sweep with a closing round has every run save its build), else the module
+        built again by the run's own calls and saved once to the scratch directory. A
+        cell whose module cannot be had is left out, its outcome saying why."""
+        from simpletvm import SimpleTVM
+        from simpletvm.built_module import MODULE_FILE
 
-        runners = {}
-        for cell in cells:
-            model = str(cell.params.get("param:model"))
+        sources = {}
+        for number, cell in enumerate(cells):
             try:
-                stvm = _module(self.params_by_run[cell.run], cell.run_id, self.store_root)
-                example = _input(stvm, self.seed)
-                runners[cell.name] = simpletvm_runner(stvm, example)
-                if stvm.model.format != "saved":  # a loaded module keeps no source model
-                    self.examples.setdefault(model, (stvm, example))
+                calls, context = _calls_and_context(
+                    self.params_by_run[cell.run], cell.run_id, self.store_root
+                )
+                saved = context.store.module_dir(cell.run_id)
+                if not (saved / MODULE_FILE).exists():
+                    stvm = SimpleTVM(context).from_model(**calls["from_model"])
+                    stvm.build(**calls["build"])
+                    saved = self.scratch / "built" / str(number)
+                    stvm.save(saved)
+                    model = str(cell.params.get("param:model"))
+                    self.examples.setdefault(model, (stvm, _input(stvm, self.seed)))
+                self.contexts[cell.name] = context
+                sources[cell.name] = saved
                 contestants.outcomes[cell.name] = {"status": "ok"}
             except Exception as error:  # noqa: BLE001 - a cell that cannot run is noted
-                contestants.outcomes[cell.name] = {"status": "failed", "error": _gist(error)}
-                self.say(f"closing round: {cell.name} not timed: {_gist(error)}")
-        return runners
+                self.failed(cell.name, error, contestants)
+        return FreshLoads(sources, partial(self.runner, contestants), self.scratch / "rounds")
+
+    @contextmanager
+    def fresh_modules(self, loads: FreshLoads) -> Iterator[dict[str, Any]]:
+        """One round's runners of the cells' modules, each loaded from a fresh copy, on
+        the round's thread count."""
+        from simpletvm.runtime.comparison import at_thread_counts
+
+        with loads.round() as modules, at_thread_counts(modules, [self.threads]) as timed:
+            yield {name: counts[self.threads] for name, counts in timed.items()}
+
+    def runner(self, contestants: Contestants, name: str, directory: Path):
+        """``name``'s module loaded from ``directory`` and made a runner; None (its
+        outcome saying why) when it does not load."""
+        from simpletvm import SimpleTVM
+        from simpletvm.runtime.comparison import simpletvm_runner
+
+        context = self.contexts[name]
+        try:
+            stvm = SimpleTVM(context).load(context.run_id, directory=directory)
+            return simpletvm_runner(stvm, _input(stvm, self.seed))
+        except Exception as error:  # noqa: BLE001 - a cell that cannot run is noted
+            self.failed(name, error, contestants)
+            return None
+
+    def failed(self, name: str, error: BaseException, contestants: Contestants) -> None:
+        contestants.outcomes[name] = {"status": "failed", "error": _gist(error)}
+        self.say(f"closing round: {name} not timed: {_gist(error)}")
 
     def add_peer(self, cell: Cell, cells: list[Cell], contestants: Contestants) -> None:
         """Make ``cell``'s peer runner, check its answer, and add it or note why not."""
@@ -158,19 +199,6 @@ def _calls_and_context(params: dict[str, Any], run_id: str, store_root: Path):
     options = dict(calls["context"])
     context = BenchmarkingContext(options.pop("target"), store=store_root, run_id=run_id, **options)
     return calls, context
-
-
-def _module(params: dict[str, Any], run_id: str, store_root: Path):
-    """The run's module: loaded when the run saved it, else imported and built again with
-    the run's own calls (so its records)."""
-    from simpletvm import SimpleTVM
-    from simpletvm.built_module import MODULE_FILE
-
-    calls, context = _calls_and_context(params, run_id, store_root)
-    stvm = SimpleTVM(context)
-    if (stvm.store.module_dir(run_id) / MODULE_FILE).exists():
-        return stvm.load(run_id)
-    return stvm.from_model(**calls["from_model"]).build(**calls["build"])
 
 
 def _input(stvm, seed: int):

@@ -168,7 +168,8 @@ SUMMARY_COLUMNS = {
 
 def for_display(frame, metrics: dict[str, str] | None = None):
     """A frame to print: the parameters that vary, then ``metrics`` renamed (default:
-    the summary's); returns it and the parameters that have one value throughout."""
+    the summary's); returns it and the parameters that have one value throughout. A
+    parameter named like a metric's column keeps its ``param:`` name, so that both show."""
     params = [c for c in frame.columns if c.startswith("param:")]
     constant = {
         c[6:]: frame[c].iloc[0]
@@ -178,5 +179,6 @@ def for_display(frame, metrics: dict[str, str] | None = None):
     varying = [c for c in params if c[6:] not in constant]
     metrics = metrics if metrics is not None else SUMMARY_COLUMNS
     shown = frame[varying + [c for c in metrics if c in frame.columns]]
-    renamed = {c: c[6:] for c in varying} | metrics
+    labels = set(metrics.values())
+    renamed = {c: c[6:] for c in varying if c[6:] not in labels} | metrics
     return shown.rename(columns=renamed), constant

@@ -1,6 +1,11 @@
 """The statistics superb decides with: bootstrap intervals of medians (seeded, so a report
-is the same every time it is made) and the verdict of two sets of timed calls, a rank
-test and a smallest change worth naming together."""
+is the same every time it is made) and the verdict of two sets of closing rounds, a test
+on the rounds' medians and a smallest change worth naming together.
+
+The verdict's samples are rounds, not calls: a round's calls share that round's state of
+the host and that round's load of the module (where its code and weights were placed in
+memory), a bias no number of calls averages away, so thousands of calls would make any
+such bias "significant". Each round's median is one independent sample."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import numpy as np
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
-# a difference the rank test finds less likely than this under "no change" is real
+# a difference the test on rounds finds less likely than this under "no change" is real
 ALPHA = 0.05
 MIN_EFFECT_PCT = 2.0
 
@@ -46,33 +51,47 @@ def median_interval(rounds: list[list[float]], seed: int = 0) -> tuple[float, fl
 
 @dataclass(frozen=True)
 class Verdict:
-    """B against A: the change of the median (B/A - 1), the rank test's p-value and the
+    """B against A: the change of the median round (B/A - 1), the test's p-value and the
     word: "slower" or "faster" when the test finds a difference AND the change is at
-    least the smallest effect asked for, else "same"."""
+    least the smallest effect asked for, else "same"; "?" when a side has fewer than two
+    rounds, ``reason`` saying so."""
 
     change: float
     p_value: float
     verdict: str
+    reason: str = ""
 
 
-def decide(a: list[float], b: list[float], min_effect_pct: float = MIN_EFFECT_PCT) -> Verdict:
-    """Mann-Whitney U (two-sided, scipy.stats) on the timed calls of A and B, and the
-    change of their medians held to ``min_effect_pct``."""
-    from scipy.stats import mannwhitneyu
+def decide(
+    a: list[list[float]], b: list[list[float]], min_effect_pct: float = MIN_EFFECT_PCT
+) -> Verdict:
+    """Welch's t-test (two-sided, scipy.stats) on the logs of the round medians of A and
+    of B (``a``, ``b``: rounds of timed calls), and the change of the median round held
+    to ``min_effect_pct``. The log makes a change a ratio, as the spread of timings is."""
+    from scipy.stats import ttest_ind
 
-    if not len(a) or not len(b):
-        return Verdict(float("nan"), float("nan"), "?")
-    change = float(np.median(b) / np.median(a) - 1.0)
-    p_value = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    medians_a, medians_b = round_medians(a), round_medians(b)
+    if len(medians_a) < 2 or len(medians_b) < 2:
+        change = _change(medians_a, medians_b) if len(medians_a) and len(medians_b) else np.nan
+        reason = f"fewer than 2 timed rounds a side ({len(medians_a)} and {len(medians_b)})"
+        return Verdict(float(change), float("nan"), "?", reason)
+    change = _change(medians_a, medians_b)
+    p_value = float(ttest_ind(np.log(medians_a), np.log(medians_b), equal_var=False).pvalue)
     if p_value < ALPHA and abs(change) * 100 >= min_effect_pct:
         return Verdict(change, p_value, "slower" if change > 0 else "faster")
     return Verdict(change, p_value, "same")
 
 
-def halves(rounds: list[list[float]]) -> tuple[list[float], list[float]]:
-    """The calls of the even rounds and of the odd ones: one experiment against itself,
-    each half taking its turns through the same drift."""
-    return (
-        [c for r in rounds[0::2] for c in r],
-        [c for r in rounds[1::2] for c in r],
-    )
+def round_medians(rounds: list[list[float]]) -> np.ndarray:
+    """The median of each round that timed calls."""
+    return np.array([np.median(calls) for calls in rounds if len(calls)], dtype=float)
+
+
+def _change(medians_a: np.ndarray, medians_b: np.ndarray) -> float:
+    return float(np.median(medians_b) / np.median(medians_a) - 1.0)
+
+
+def halves(rounds: list[list[float]]) -> tuple[list[list[float]], list[list[float]]]:
+    """The even rounds and the odd ones: one experiment against itself, each half taking
+    its turns through the same drift."""
+    return rounds[0::2], rounds[1::2]

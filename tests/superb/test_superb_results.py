@@ -126,6 +126,17 @@ def test_report_prints_and_writes_the_aggregate(cli, tmp_path):
     assert cli("report", tmp_path / "nowhere").exit_code == 2
 
 
+def test_report_shows_a_parameter_named_like_a_summary_column_beside_it(cli, tmp_path):
+    """A grid axis ``trials`` varies beside the summary's ``trials`` column (the tuning
+    trials the runs made): both are printed, the parameter under its ``param:`` name."""
+    store = tmp_path / "store"
+    rows = [fake_row(i, {"model": "a", "trials": t}, 1.0) for i, t in enumerate([2, 4], 1)]
+    write_experiment(store / "superb" / "exp", rows)
+    result = cli("report", "exp", "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "param:trials" in result.stdout and "exp: 2 runs" in result.stdout
+
+
 def test_compare_matches_runs_and_applies_the_noise_threshold(cli, tmp_path):
     base = [
         fake_row(i, {"model": m}, v)
