@@ -186,9 +186,11 @@ def run(
         "(tflite, onnxruntime, openvino, tensorflow; adds to the grid's peers)",
     ),
     rounds: int = typer.Option(
-        5,
+        6,
         min=2,
-        help="rounds of the closing round (each contestant's turn: at least 10 timed calls, as many as fill 0.05 s)",
+        help="rounds of the closing round, each loading the modules anew (each contestant's "
+        "turn: at least 10 timed calls, as many as fill 0.05 s); compare tests rounds, "
+        "so at least 2 a side, and the self band splits them into even and odd",
     ),
 ):
     """Run every combination of GRID, each one scheduler job in its own process.

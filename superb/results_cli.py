@@ -120,12 +120,16 @@ def compare(
 ):
     """Compare two experiments cell by cell, matched on their parameters.
 
-    With the closing round's samples on both sides (final.csv), a cell is faster or
-    slower when a two-sided Mann-Whitney U test on its timed calls (scipy.stats, p below
-    0.05) finds a difference AND its median moved by at least --min-effect; else same.
-    With one experiment, its even rounds against its odd ones: the noise band a change
-    must beat on this host. Without a closing round, the runs' means of --metric are
-    compared, a change within --min-effect being "same".
+    With the closing round's samples on both sides (final.csv), each round's median is
+    one sample: a cell is faster or slower when Welch's t-test on the logs of its round
+    medians (scipy.stats, two-sided, p below 0.05) finds a difference AND its median
+    round moved by at least --min-effect; else same; "?" with fewer than 2 rounds a side.
+    Rounds, not calls, are the samples: a round's calls share its load of the module
+    (where its code and weights landed in memory) and the host's state of the moment,
+    which more calls do not average away. With one experiment, its even rounds against
+    its odd ones: the noise band a change must beat on this host. Without a closing
+    round, the runs' means of --metric are compared, a change within --min-effect being
+    "same".
 
     The host's speed drifts between sweeps, so before deciding, each round's calls are
     divided by a yardstick of that round (--yardstick), in A's ms: "peers", the geometric
@@ -191,7 +195,8 @@ def _compare_final(console, a: str, b: str, finals, min_effect: float, yardstick
     _print_verdicts(
         console,
         frame,
-        f"closing rounds: {a} -> {b} (Mann-Whitney U, p < 0.05, and at least {min_effect:g}%)",
+        f"closing rounds: {a} -> {b} (Welch's t-test on the round medians, p < 0.05, "
+        f"and at least {min_effect:g}%)",
     )
     console.print(scale.describe(), soft_wrap=True)
     _print_unmatched(console, unmatched)
@@ -236,6 +241,11 @@ def _print_verdicts(console, frame, title: str) -> None:
     shown, _ = for_display(shown, metrics)
     print_frame(console, shown, title)
     _print_counts(console, shown)
+    from .verdicts import cell_label, varying_params
+
+    varying = varying_params(frame)
+    for _, row in frame[frame["verdict"] == "?"].iterrows():
+        console.print(f"? {cell_label(row, varying)}: {row['reason']}", soft_wrap=True)
 
 
 def _print_counts(console, shown) -> None:

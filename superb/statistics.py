@@ -18,6 +18,8 @@ CONFIDENCE = 0.95
 # a difference the test on rounds finds less likely than this under "no change" is real
 ALPHA = 0.05
 MIN_EFFECT_PCT = 2.0
+# round medians whose logs all lie this close are one value (a float's rounding apart)
+SAME_LOG = 1e-9
 
 
 def bootstrap_medians(groups: list[list[float]], rng, resamples: int = RESAMPLES) -> np.ndarray:
@@ -76,7 +78,10 @@ def decide(
         reason = f"fewer than 2 timed rounds a side ({len(medians_a)} and {len(medians_b)})"
         return Verdict(float(change), float("nan"), "?", reason)
     change = _change(medians_a, medians_b)
-    p_value = float(ttest_ind(np.log(medians_a), np.log(medians_b), equal_var=False).pvalue)
+    logs_a, logs_b = np.log(medians_a), np.log(medians_b)
+    if np.ptp(np.concatenate([logs_a, logs_b])) < SAME_LOG:  # a cell that is its own yardstick
+        return Verdict(change, 1.0, "same")
+    p_value = float(ttest_ind(logs_a, logs_b, equal_var=False).pvalue)
     if p_value < ALPHA and abs(change) * 100 >= min_effect_pct:
         return Verdict(change, p_value, "slower" if change > 0 else "faster")
     return Verdict(change, p_value, "same")

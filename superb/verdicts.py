@@ -1,13 +1,14 @@
 """What the closing rounds say (:mod:`superb.final_round`'s final.csv): a sweep's cells
 ranked, with those the best cannot be told from; two experiments compared cell by cell,
-each verdict a rank test on the rounds' samples and a smallest effect
+each verdict a test on the rounds' medians and a smallest effect
 (:func:`superb.statistics.decide`); and one experiment against itself, its even rounds
-against its odd ones, the noise band a comparison has to beat. Before deciding, each round's calls are divided
-by a yardstick of that round (:mod:`superb.yardstick`), cancelling the host's drift."""
+against its odd ones, the noise band a comparison has to beat. Before deciding, each
+round's calls are divided by a yardstick of that round (:mod:`superb.yardstick`),
+cancelling the host's drift."""
 
 from __future__ import annotations
 
-from .statistics import MIN_EFFECT_PCT, decide, halves
+from .statistics import MIN_EFFECT_PCT, decide, halves, round_medians
 from .yardstick import AUTO, scaled
 
 INDISTINGUISHABLE = "indistinguishable from the best"
@@ -39,7 +40,8 @@ def compare_final(a, b, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str =
     """Cells of two final.csv frames matched on :func:`match_keys` (parameters one side
     does not have must be constant on the other), each with A's and B's median, the
     change, the p-value and the verdict, their calls over the ``yardstick`` of the matched
-    cells. Returns (frame, unmatched counts, the :class:`superb.yardstick.Scaled`)."""
+    cells (medians: of the rounds' medians). Returns (frame, unmatched counts, the
+    :class:`superb.yardstick.Scaled`)."""
     keys = [c for c in match_keys(a) if c in b.columns]
     for frame in (a, b):
         own = [c for c in match_keys(frame) if c not in keys]
@@ -56,9 +58,8 @@ def compare_final(a, b, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str =
     scale = scaled(list(matched["kind_a"]), sides, yardstick)
     rows = []
     for (_, row), rounds_a, rounds_b in zip(matched.iterrows(), *scale.sides, strict=True):
-        calls_a, calls_b = _calls(rounds_a), _calls(rounds_b)
-        verdict = decide(calls_a, calls_b, min_effect_pct)
-        rows.append(_row(row, keys, "_a", _median(calls_a), _median(calls_b), verdict))
+        verdict = decide(rounds_a, rounds_b, min_effect_pct)
+        rows.append(_row(row, keys, "_a", _median(rounds_a), _median(rounds_b), verdict))
     unmatched = {
         "only_a": int((merged["_merge"] == "left_only").sum()),
         "only_b": int((merged["_merge"] == "right_only").sum()),
@@ -84,9 +85,15 @@ def self_band(final, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str = AU
 def regressions(frame, fail_pct: float) -> list[str]:
     """The cells of a comparison found slower beyond noise and by more than ``fail_pct``."""
     slower = frame[(frame["verdict"] == "slower") & (frame["change"] * 100 > fail_pct)]
-    params = [c for c in frame.columns if c.startswith("param:")]
-    varying = [c for c in params if frame[c].nunique(dropna=False) > 1]
+    varying = varying_params(frame)
     return [cell_label(row, varying) for _, row in slower.iterrows()]
+
+
+def varying_params(frame) -> list[str]:
+    """The ``param:`` columns of ``frame`` holding more than one value: what tells its
+    cells apart."""
+    params = [c for c in frame.columns if c.startswith("param:")]
+    return [c for c in params if frame[c].nunique(dropna=False) > 1]
 
 
 def cell_label(row, columns: list[str] | None = None) -> str:
@@ -107,14 +114,11 @@ def _keyed(frame, keys: list[str]):
     return work
 
 
-def _calls(rounds) -> list[float]:
-    return [c for r in rounds for c in r]
-
-
-def _median(calls: list[float]) -> float:
+def _median(rounds: list[list[float]]) -> float:
     import numpy as np
 
-    return float(np.median(calls)) if calls else float("nan")
+    medians = round_medians(rounds)
+    return float(np.median(medians)) if len(medians) else float("nan")
 
 
 def _row(row, keys: list[str], suffix: str, median_a, median_b, verdict) -> dict:
@@ -124,11 +128,12 @@ def _row(row, keys: list[str], suffix: str, median_a, median_b, verdict) -> dict
         "change": verdict.change,
         "p_value": verdict.p_value,
         "verdict": verdict.verdict,
+        "reason": verdict.reason,
     }
 
 
 def _frame(rows: list[dict], keys: list[str]):
     import pandas as pd
 
-    columns = keys + ["median_ms_a", "median_ms_b", "change", "p_value", "verdict"]
+    columns = keys + ["median_ms_a", "median_ms_b", "change", "p_value", "verdict", "reason"]
     return pd.DataFrame(rows, columns=columns)

@@ -1,6 +1,6 @@
 """The closing round on fakes and synthetic experiments (no SimpleTVM runs): its turns'
-order, its resume from the log, the statistics it decides with, superb compare's verdicts
-and exit code, report --plot, and the inputs it refuses."""
+order, its modules loaded anew each round, its resume from the log, superb compare's
+verdicts and exit code, report --plot, and the inputs it refuses."""
 
 from __future__ import annotations
 
@@ -31,20 +31,12 @@ from superb.final_round import (
     slower,
 )
 from superb.results import Experiment
-from superb.statistics import decide, median_interval
+from superb.fresh_loads import FreshLoads
+from superb.statistics import median_interval
 
 
 def samples(seed: int, scale: float = 1.0, n: int = 200) -> list[float]:
     return list(np.random.default_rng(seed).lognormal(0.0, 0.05, n) * 10.0 * scale)
-
-
-def test_the_rank_test_and_the_smallest_effect_decide_together():
-    assert decide(samples(1), samples(2)).verdict == "same"
-    assert decide(samples(1), samples(2, 1.10)).verdict == "slower"
-    assert decide(samples(1), samples(2, 0.90)).verdict == "faster"
-    one_percent = decide(samples(1, n=2000), samples(2, 1.01, n=2000), min_effect_pct=2.0)
-    assert one_percent.p_value < 0.05 and one_percent.verdict == "same"
-    assert decide(samples(1, n=2000), samples(2, 1.01, n=2000), 0.5).verdict == "slower"
 
 
 def test_the_median_interval_is_seeded_and_holds_the_median():
@@ -62,7 +54,11 @@ def cells(*names: str) -> list[Cell]:
     ]
 
 
-def fake_contestants(calls: list[str], opened: list[int]):
+def fake_contestants(calls: list[str], opened: list[int], reopened: list[int] | None = None):
+    """Contestants whose cells' runners are made anew each round (``reopened`` counts
+    the rounds that made them), as the modules are loaded anew."""
+    reopened = [] if reopened is None else reopened
+
     @contextlib.contextmanager
     def open_contestants(the_cells, seed):
         opened.append(seed)
@@ -75,10 +71,16 @@ def fake_contestants(calls: list[str], opened: list[int]):
 
             return run
 
+        @contextlib.contextmanager
+        def reopen():
+            reopened.append(len(reopened))
+            yield {c.name: runner(c.name) for c in the_cells}
+
         yield Contestants(
-            {c.name: runner(c.name) for c in the_cells},
+            {},
             {c.name: {"status": "ok"} for c in the_cells},
             {"host": "fake cpu", "llvm_cpu": "fake", "threads": 1, "commit": "abc"},
+            reopen,
         )
 
     return open_contestants
@@ -96,18 +98,24 @@ def test_contestants_take_turns_each_round_the_order_reversed(tmp_path, monkeypa
 
     monkeypatch.setattr(comparison, "time_side_by_side", spy)
     # the calls per turn as asked (the calibration is tested on its own)
-    monkeypatch.setattr(
-        comparison, "calls_filling", lambda runners, s, least, most: dict.fromkeys(runners, least)
-    )
+    sized = []
+
+    def calls_filling(runners, seconds, least, most):
+        sized.append(list(runners))
+        return dict.fromkeys(runners, least)
+
+    monkeypatch.setattr(comparison, "calls_filling", calls_filling)
     experiment = Experiment(tmp_path / "exp")
     experiment.dir.mkdir()
     turns: list[str] = []
+    reopened: list[int] = []
     the_cells = cells("a", "b", "c")
     frame = run_final_round(
-        experiment, the_cells, fake_contestants(turns, []), rounds=3, calls=2, warmup=0
+        experiment, the_cells, fake_contestants(turns, [], reopened), rounds=3, calls=2, warmup=0
     )
     a, b, c = (cell.name for cell in the_cells)
     assert orders == [([a, b, c], 1), ([c, b, a], 1), ([a, b, c], 1)]
+    assert reopened == [0, 1, 2] and sized == [[a, b, c]]  # made anew, sized on the first
     assert turns == [a, b, c, b, a, b, c]  # the calls, a turn's run of calls as one
     assert list(frame["samples"]) == [6, 6, 6] and list(frame["rounds"]) == [3, 3, 3]
     assert set(frame["host"]) == {"fake cpu"} and (experiment.dir / FINAL_CSV).exists()
@@ -144,23 +152,55 @@ def test_an_interrupted_round_resumes_from_the_log_and_a_finished_one_is_not_red
     experiment.record_final_round({"event": "final_round", "series": "other", "round": 2})
     turns: list[str] = []
     said: list[str] = []
+    reopened: list[int] = []
     frame = run_final_round(
         experiment,
         the_cells,
-        fake_contestants(turns, []),
+        fake_contestants(turns, [], reopened),
         rounds=3,
         calls=2,
         warmup=0,
         say=said.append,
     )
     assert turns == [the_cells[0].name, the_cells[1].name]  # round 3 only: even, in order
-    assert "resuming at round 3 of 3" in said[0]
+    assert "resuming at round 3 of 3" in said[0] and reopened == [0]
     assert list(frame["samples"]) == [6, 6]
     opened: list[int] = []
     again = run_final_round(
         experiment, the_cells, fake_contestants([], opened), rounds=3, calls=2, warmup=0
     )
     assert opened == [] and list(again["samples"]) == [6, 6]
+
+
+def test_each_round_loads_every_module_from_a_fresh_copy_the_last_ones_let_go(tmp_path):
+    """The loader is called once per cell and round, each time on a copy in a directory
+    of its own; the previous round's copies are gone before the next round loads, and a
+    module that does not load is left out of its round."""
+    sources = {}
+    for name in ("a", "b", "broken"):
+        sources[name] = tmp_path / "store" / name
+        sources[name].mkdir(parents=True)
+        (sources[name] / "model.so").write_text(name)
+    loaded: list[tuple[int, str, object]] = []
+    rounds = []
+
+    def load(name, directory):
+        assert (directory / "model.so").read_text() == name
+        assert all(not d.exists() for r, _, d in loaded if r < len(rounds))
+        loaded.append((len(rounds), name, directory))
+        return None if name == "broken" else f"runner of {name}"
+
+    loads = FreshLoads(sources, load, tmp_path / "scratch")
+    for _ in range(3):
+        with loads.round() as runners:
+            rounds.append(runners)
+            assert runners == {"a": "runner of a", "b": "runner of b"}
+    assert [(r, name) for r, name, _ in loaded] == [
+        (r, name) for r in range(3) for name in ("a", "b", "broken")
+    ]
+    directories = [d for _, _, d in loaded]
+    assert len(set(directories)) == 9 and not any(d.exists() for d in directories)
+    assert all(tmp_path / "store" not in d.parents for d in directories)
 
 
 def test_finalists_are_the_fastest_cells_and_peers_join_each_model(tmp_path):
@@ -193,15 +233,15 @@ def test_the_planted_slowdown_slows_the_cell_it_names(monkeypatch):
     assert wrapped[the_cells[0].name] is sleeper and wrapped[the_cells[1].name] is not sleeper
 
 
-def write_final(directory, scale_of_b: float = 1.0, seed: int = 0) -> Experiment:
-    """A synthetic experiment: two cells and a peer, 6 rounds of 20 calls each."""
+def write_final(directory, scale_of_b: float = 1.0, seed: int = 0, count: int = 6) -> Experiment:
+    """A synthetic experiment: two cells and a peer, ``count`` rounds of 20 calls each."""
     rows = [fake_row(i, {"model": "m", "alpha": a}, 1.0) for i, a in enumerate([0.35, 0.5], 1)]
     experiment = write_experiment(directory, rows)
     runs = experiment.read_runs()
     the_cells = choose_cells(runs, peers=["onnxruntime"])
     rng = np.random.default_rng(seed)
     done = []
-    for number in range(6):
+    for number in range(count):
         done.append(
             {
                 "round": number,
@@ -229,7 +269,7 @@ def test_compare_fails_on_a_regression_beyond_noise_and_names_the_cell(cli, tmp_
     worse = write_final(tmp_path / "c", 1.10, seed=3)
     result = cli("compare", base.dir, same.dir, "--fail-on-regression", "5")
     assert result.exit_code == 0, result.output
-    assert "Mann-Whitney" in result.stdout and "3 same" in result.stdout
+    assert "Welch's t-test on the round medians" in result.stdout and "3 same" in result.stdout
     result = cli("compare", base.dir, worse.dir, "--fail-on-regression", "5")
     assert result.exit_code == 1, result.output
     assert "regression beyond noise and 5%: alpha=0.5" in result.stdout
