@@ -30,8 +30,8 @@ from superb.final_round import (
     series_of,
     slower,
 )
-from superb.results import Experiment
 from superb.fresh_loads import FreshLoads
+from superb.results import Experiment
 from superb.statistics import median_interval
 
 
