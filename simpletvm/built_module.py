@@ -46,12 +46,16 @@ class CompiledModule:
 
     @classmethod
     def loaded(cls, library_file: Path, target: ResolvedTarget) -> CompiledModule:
-        """A saved module's library; for another CPU, run() and evaluate() upload it."""
+        """A saved module's library; for another CPU, run() and evaluate() upload it.
+
+        The library is unloaded when the last object using it goes (TVM's own loader
+        keeps every library it loads for the process's life), so that loading modules
+        again and again does not grow the process."""
         if not target.runs_here:
             return cls(target, None, None, library_file)
-        import tvm
+        import tvm_ffi
 
-        library = tvm.runtime.load_module(str(library_file))
+        library = tvm_ffi.load_module(str(library_file), keep_module_alive=False)
         module = cls(target, library, None, library_file)
         module.vm = module.new_vm(library)
         return module

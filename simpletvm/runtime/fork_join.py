@@ -63,17 +63,30 @@ def use_for_loaded_kernels(threads: int) -> int:
 def pool_of(library_path: str | os.PathLike) -> str:
     """Which pool the loaded library at ``library_path`` launches its parallel loops on:
     ``"simpletvm"``, ``"tvm"``, or ``"no parallel loops"``."""
+    dl = _dynamic_loader()
+    handle = dl.dlopen(os.fsencode(library_path), os.RTLD_NOLOAD | os.RTLD_LAZY)
+    if not handle:
+        raise ValueError(f"{library_path} is not loaded in this process")
     try:
-        library = ctypes.CDLL(str(library_path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    except OSError:
-        raise ValueError(f"{library_path} is not loaded in this process") from None
-    try:
-        launcher = ctypes.c_void_p.in_dll(library, "__TVMBackendParallelLaunch").value
-    except ValueError:
+        slot = dl.dlsym(handle, b"__TVMBackendParallelLaunch")
+        launcher = ctypes.c_void_p.from_address(slot).value if slot else None
+    finally:
+        dl.dlclose(handle)  # the look-up's reference, so that the library can be unloaded
+    if launcher is None:
         return "no parallel loops"
     pool = _loaded_pool()
     ours = pool and ctypes.cast(pool.simpletvm_parallel_launch, ctypes.c_void_p).value
     return "simpletvm" if launcher == ours else "tvm"
+
+
+@lru_cache(maxsize=1)
+def _dynamic_loader() -> ctypes.CDLL:
+    """The C library's dlopen, dlsym and dlclose (ctypes' own handles are never closed)."""
+    dl = ctypes.CDLL(None)
+    dl.dlopen.argtypes, dl.dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
+    dl.dlsym.argtypes, dl.dlsym.restype = [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p
+    dl.dlclose.argtypes, dl.dlclose.restype = [ctypes.c_void_p], ctypes.c_int
+    return dl
 
 
 def set_threads(count: int) -> None:
