@@ -328,8 +328,8 @@ def test_a_real_sweep_closes_with_its_modules_and_a_peer_side_by_side(
     cli, write_grid, store, tiny_onnx, monkeypatch
 ):
     """Two untuned runs of the tiny model, then their modules and ONNX Runtime timed in
-    turns; OpenVINO made impossible to import is named with its install, and the sweep
-    still exits 0."""
+    turns, the modules loaded anew each round and unloaded after it; OpenVINO made
+    impossible to import is named with its install, and the sweep still exits 0."""
     monkeypatch.setitem(sys.modules, "openvino", None)
     grid = write_grid(f"""
         name: closing
@@ -342,6 +342,8 @@ def test_a_real_sweep_closes_with_its_modules_and_a_peer_side_by_side(
     assert result.exit_code == 0, result.output
     assert "openvino not run on tiny.onnx: openvino is not installed" in result.stdout
     assert "pip install" in result.stdout and "closing round 2/2" in result.stdout
+    with open("/proc/self/maps") as maps:  # every round's copies are unloaded
+        assert not [line for line in maps if "/rounds/round-" in line]
     final = pd.read_csv(store / "superb" / "closing" / FINAL_CSV)
     timed = final[final["status"] == "ok"]
     assert sorted(timed["kind"]) == ["peer", "simpletvm", "simpletvm"]
