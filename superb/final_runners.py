@@ -101,7 +101,7 @@ class _Maker:
         for number, cell in enumerate(cells):
             try:
                 calls, context = _calls_and_context(
-                    self.params_by_run[cell.run], cell.run_id, self.store_root
+                    self.params_by_run[cell.run], cell.run_id, self.store_root, self.threads
                 )
                 saved = context.store.module_dir(cell.run_id)
                 if not (saved / MODULE_FILE).exists():
@@ -188,15 +188,20 @@ class _Maker:
         return self.examples[model]
 
 
-def _calls_and_context(params: dict[str, Any], run_id: str, store_root: Path):
+def _calls_and_context(
+    params: dict[str, Any], run_id: str, store_root: Path, threads: int | None = None
+):
     """The run's SimpleTVM calls and a context of its id (whose context.json the round
-    never writes)."""
+    never writes); ``threads`` pins the context's thread count (the round times on one,
+    so a load need not time each count to choose)."""
     from simpletvm import BenchmarkingContext
 
     from .parameters import calls_for
 
     calls = calls_for(params)
     options = dict(calls["context"])
+    if threads is not None:
+        options["num_threads"] = threads
     context = BenchmarkingContext(options.pop("target"), store=store_root, run_id=run_id, **options)
     return calls, context
 
