@@ -39,7 +39,7 @@ def parse_args() -> argparse.Namespace:
         "--minutes", type=float, default=30.0, help="start no repetition after this long"
     )
     parser.add_argument("--cells", type=int, default=3, help="cells per sweep (at least 2)")
-    parser.add_argument("--rounds", type=int, default=6, help="the closing round's rounds")
+    parser.add_argument("--rounds", type=int, default=12, help="the closing round's rounds")
     parser.add_argument(
         "--slowdown", type=float, default=0.05, help="the planted regression (a fraction)"
     )
@@ -80,7 +80,8 @@ def sweep(store: Path, name: str, model: str, args, slowdown: float | None) -> P
 
 
 def verdicts(a: Path, b: Path, min_effect: float) -> dict[int, str]:
-    """superb compare's verdict per cell (by its run index in A)."""
+    """superb compare's verdict per cell (by its run index in A), with its change and
+    p-value: "slower (+5.1%, p=0.004)"."""
     from superb.final_round import read_final
     from superb.results import Experiment
     from superb.verdicts import compare_final
@@ -88,7 +89,12 @@ def verdicts(a: Path, b: Path, min_effect: float) -> dict[int, str]:
     final_a = read_final(Experiment(a))
     frame, _, _ = compare_final(final_a, read_final(Experiment(b)), min_effect)
     seeds = {seed: i + 1 for i, seed in enumerate(sorted(final_a["param:evaluate_seed"]))}
-    return {seeds[row["param:evaluate_seed"]]: row["verdict"] for _, row in frame.iterrows()}
+    return {
+        seeds[row["param:evaluate_seed"]]: (
+            f"{row['verdict']} ({row['change']:+.1%}, p={row['p_value']:.2g})"
+        )
+        for _, row in frame.iterrows()
+    }
 
 
 def main() -> None:
@@ -113,10 +119,10 @@ def main() -> None:
             same = verdicts(a, b, args.min_effect)
             planted = verdicts(a, c, args.min_effect)
             counts["repetitions"] += 1
-            counts["identical_flagged"] += sum(v != "same" for v in same.values())
-            counts["planted_found"] += planted.get(PLANTED) == "slower"
+            counts["identical_flagged"] += sum(not v.startswith("same") for v in same.values())
+            counts["planted_found"] += planted.get(PLANTED, "").startswith("slower")
             counts["others_flagged"] += sum(
-                v != "same" for cell, v in planted.items() if cell != PLANTED
+                not v.startswith("same") for cell, v in planted.items() if cell != PLANTED
             )
             print(f"repetition {repetition + 1}: A/B {same}, A/C {planted}", flush=True)
     n = counts["repetitions"]

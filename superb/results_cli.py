@@ -121,7 +121,7 @@ def compare(
     """Compare two experiments cell by cell, matched on their parameters.
 
     With the closing round's samples on both sides (final.csv), each round's median is
-    one sample: a cell is faster or slower when Welch's t-test on the logs of its round
+    one sample: a cell is faster or slower when a Mann-Whitney U test on its round
     medians (scipy.stats, two-sided, p below 0.05) finds a difference AND its median
     round moved by at least --min-effect; else same; "?" with fewer than 2 rounds a side.
     Rounds, not calls, are the samples: a round's calls share its load of the module
@@ -195,7 +195,7 @@ def _compare_final(console, a: str, b: str, finals, min_effect: float, yardstick
     _print_verdicts(
         console,
         frame,
-        f"closing rounds: {a} -> {b} (Welch's t-test on the round medians, p < 0.05, "
+        f"closing rounds: {a} -> {b} (Mann-Whitney U on the round medians, p < 0.05, "
         f"and at least {min_effect:g}%)",
     )
     console.print(scale.describe(), soft_wrap=True)

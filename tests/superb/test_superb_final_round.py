@@ -269,7 +269,7 @@ def test_compare_fails_on_a_regression_beyond_noise_and_names_the_cell(cli, tmp_
     worse = write_final(tmp_path / "c", 1.10, seed=3)
     result = cli("compare", base.dir, same.dir, "--fail-on-regression", "5")
     assert result.exit_code == 0, result.output
-    assert "Welch's t-test on the round medians" in result.stdout and "3 same" in result.stdout
+    assert "Mann-Whitney U on the round medians" in result.stdout and "3 same" in result.stdout
     result = cli("compare", base.dir, worse.dir, "--fail-on-regression", "5")
     assert result.exit_code == 1, result.output
     assert "regression beyond noise and 5%: alpha=0.5" in result.stdout

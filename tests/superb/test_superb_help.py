@@ -59,3 +59,13 @@ def test_help_lists_the_commands():
     )
     for option in ("--param", "--fail-fast", "--tracker", "--store", "--run-timeout", "--peers"):
         assert option in run_help.stdout
+
+
+def test_run_defaults_to_the_closing_rounds_own_count_of_rounds():
+    """The CLI writes the count out (importing the round would make it heavy)."""
+    import inspect
+
+    from superb.cli import run
+    from superb.final_round import ROUNDS
+
+    assert inspect.signature(run).parameters["rounds"].default.default == ROUNDS
