@@ -39,7 +39,7 @@ def parse_args() -> argparse.Namespace:
         "--minutes", type=float, default=30.0, help="start no repetition after this long"
     )
     parser.add_argument("--cells", type=int, default=3, help="cells per sweep (at least 2)")
-    parser.add_argument("--rounds", type=int, default=12, help="the closing round's rounds")
+    parser.add_argument("--rounds", type=int, default=20, help="the closing round's rounds")
     parser.add_argument(
         "--slowdown", type=float, default=0.05, help="the planted regression (a fraction)"
     )

@@ -186,7 +186,7 @@ def run(
         "(tflite, onnxruntime, openvino, tensorflow; adds to the grid's peers)",
     ),
     rounds: int = typer.Option(
-        12,  # final_round.ROUNDS, written out: the CLI imports nothing heavy
+        20,  # final_round.ROUNDS, written out: the CLI imports nothing heavy
         min=2,
         help="rounds of the closing round, each loading the modules anew (each contestant's "
         "turn: at least 10 timed calls, as many as fill 0.05 s); compare tests rounds, "

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from test_superb_results import fake_row, write_experiment
 
-from superb.final_round import FINAL_CSV, Cell, final_frame, read_final
+from superb.final_round import FINAL_CSV, ROUNDS, Cell, final_frame, read_final
 from superb.verdicts import compare_final, self_band
 
-ROUNDS, CALLS = 12, 20  # the closing round's default count
+CALLS = 20
 SIMPLETVM = [
     Cell(f"simpletvm:{i}", "simpletvm", {"param:alpha": a}, index=i)
     for i, a in enumerate([0.25, 0.5, 0.75], 1)
@@ -23,7 +23,7 @@ SPEEDS = {1: 1.0, 2: 1.3, 3: 1.6, None: 2.0}  # each cell's ms; None: the peer's
 
 
 def timed_rounds(cells: list[Cell], seed: int = 0) -> list[dict]:
-    """12 rounds of 20 calls per cell, the host's speed wandering from round to round."""
+    """ROUNDS rounds (the closing round's default) of 20 calls per cell, the host's speed wandering from round to round."""
     rng = np.random.default_rng(seed)
     host = 1.0 + 0.05 * np.sin(np.arange(ROUNDS) * 1.7)
     return [
