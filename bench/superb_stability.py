@@ -69,7 +69,8 @@ def cell_names(final) -> dict[str, str]:
     from superb.verdicts import cell_label
 
     params = [c for c in final.columns if c.startswith("param:")]
-    varying = [c for c in params if final[c].nunique(dropna=False) > 1]
+    builds = final[final["kind"] != "peer"]  # a peer row has no parameters but the model
+    varying = [c for c in params if builds[c].nunique(dropna=False) > 1]
     return {row["cell"]: cell_label(row, varying) for _, row in final.iterrows()}
 
 
