@@ -190,7 +190,7 @@ def run(
         min=2,
         help="rounds of the closing round, each loading the modules anew (each contestant's "
         "turn: at least 10 timed calls, as many as fill 0.05 s); compare tests rounds, "
-        "so at least 2 a side, and the self band splits them into even and odd",
+        "so at least 2 a side, and the self band splits them in two interleaved halves",
     ),
 ):
     """Run every combination of GRID, each one scheduler job in its own process.

@@ -35,7 +35,7 @@ from .results import Experiment, RunStatus
 from .statistics import median_interval
 
 FINAL_CSV = "final.csv"
-ROUNDS = 20  # even, so that the self band has as many even rounds as odd ones
+ROUNDS = 20  # a multiple of 4: the self band's halves hold each order equally often
 CALLS = 10  # timed calls per contestant and round, at least ...
 # ... and as many as fill this many seconds (up to MAX_CALLS): a fast model's median
 # over ten calls of a tenth of a millisecond moves by several percent between rounds

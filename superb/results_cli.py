@@ -126,8 +126,9 @@ def compare(
     round moved by at least --min-effect; else same; "?" with fewer than 2 rounds a side.
     Rounds, not calls, are the samples: a round's calls share its load of the module
     (where its code and weights landed in memory) and the host's state of the moment,
-    which more calls do not average away. With one experiment, its even rounds against
-    its odd ones: the noise band a change must beat on this host. Without a closing
+    which more calls do not average away. With one experiment, two interleaved halves of
+    its rounds (0, 3, 4, 7, ... against 1, 2, 5, 6, ...: each as many rounds in the
+    plan's order as in reverse) against each other: the noise band a change must beat on this host. Without a closing
     round, the runs' means of --metric are compared, a change within --min-effect being
     "same".
 
@@ -179,7 +180,9 @@ def _self_band(console, name: str, final, min_effect: float, yardstick: str):
     from .verdicts import self_band
 
     frame, scale = self_band(final, min_effect, yardstick)
-    _print_verdicts(console, frame, f"{name}: even rounds (A) against odd rounds (B)")
+    _print_verdicts(
+        console, frame, f"{name}: rounds 0, 3, 4, 7, ... (A) against rounds 1, 2, 5, 6, ... (B)"
+    )
     console.print(scale.describe(), soft_wrap=True)
     if len(frame):
         console.print(

@@ -98,6 +98,11 @@ def _change(medians_a: np.ndarray, medians_b: np.ndarray) -> float:
 
 
 def halves(rounds: list[list[float]]) -> tuple[list[list[float]], list[list[float]]]:
-    """The even rounds and the odd ones: one experiment against itself, each half taking
-    its turns through the same drift."""
-    return rounds[0::2], rounds[1::2]
+    """One experiment's rounds in two interleaved halves, to test it against itself:
+    rounds 0, 3, 4, 7, 8, ... and rounds 1, 2, 5, 6, ... Each half takes its turns
+    through the same drift and holds as many rounds in the plan's order (even rounds) as
+    in reverse (odd ones), since a contestant's place in the order moves its timing and
+    would otherwise show as a change."""
+    first = [r for number, r in enumerate(rounds) if number % 4 in (0, 3)]
+    second = [r for number, r in enumerate(rounds) if number % 4 in (1, 2)]
+    return first, second

@@ -1,7 +1,7 @@
 """What the closing rounds say (:mod:`superb.final_round`'s final.csv): a sweep's cells
 ranked, with those the best cannot be told from; two experiments compared cell by cell,
 each verdict a test on the rounds' medians and a smallest effect
-(:func:`superb.statistics.decide`); and one experiment against itself, its even rounds
+(:func:`superb.statistics.decide`); and one experiment against itself, two interleaved halves of its rounds
 against its odd ones, the noise band a comparison has to beat. Before deciding, each
 round's calls are divided by a yardstick of that round (:mod:`superb.yardstick`),
 cancelling the host's drift."""
@@ -68,7 +68,8 @@ def compare_final(a, b, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str =
 
 
 def self_band(final, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str = AUTO):
-    """Each timed cell of one experiment, its even rounds (A) against its odd ones (B),
+    """Each timed cell of one experiment, two interleaved halves of its rounds
+    (:func:`superb.statistics.halves`) against each other,
     their calls over the ``yardstick`` of its cells: the changes no code change made, so
     what a comparison of this host's runs must beat. Returns (frame, the Scaled)."""
     keys = match_keys(final)
@@ -76,9 +77,9 @@ def self_band(final, min_effect_pct: float = MIN_EFFECT_PCT, yardstick: str = AU
     scale = scaled(list(timed["kind"]), [list(timed["rounds_ms"])], yardstick)
     rows = []
     for (_, row), rounds in zip(timed.iterrows(), scale.sides[0], strict=True):
-        even, odd = halves(rounds)
-        verdict = decide(even, odd, min_effect_pct)
-        rows.append(_row(row, keys, "", _median(even), _median(odd), verdict))
+        first, second = halves(rounds)
+        verdict = decide(first, second, min_effect_pct)
+        rows.append(_row(row, keys, "", _median(first), _median(second), verdict))
     return _frame(rows, keys), scale
 
 

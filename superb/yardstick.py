@@ -1,7 +1,7 @@
 """A yardstick per closing round that cancels the host's drift between experiments: the
 host runs faster or slower from one sweep to the next, alike for every cell of a round,
 so each round's calls are divided by what that round measured of the host before cells
-of two experiments (or the even and odd rounds of one) are compared.
+of two experiments (or two halves of one's rounds) are compared.
 
 "peers": the geometric mean of the round medians of the peers timed on every side;
 peers do not change with SimpleTVM's code, so a change slowing every SimpleTVM cell

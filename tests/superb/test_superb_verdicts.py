@@ -96,3 +96,20 @@ def test_two_rounds_make_a_self_band_of_question_marks_that_say_why(cli, tmp_pat
     assert result.exit_code == 0, result.output
     assert "fewer than 2 timed rounds a side (1 and 1)" in result.stdout
     assert "? alpha=0.35" in result.stdout
+
+
+def test_the_self_band_holds_each_order_equally_in_both_halves():
+    """A cell timed 3% slower whenever it goes first (the plan's order, even rounds) and
+    no slower otherwise: each half holds as many even rounds as odd, so no change shows."""
+    count = 20
+    first, second = halves(list(range(count)))
+    assert sorted(first + second) == list(range(count))
+    for half in (first, second):
+        assert sum(r % 2 == 0 for r in half) == sum(r % 2 == 1 for r in half) == count // 4
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        placed = [
+            [c * (1.03 if number % 2 == 0 else 1.0) for c in calls]
+            for number, calls in enumerate(rounds(rng, count=count))
+        ]
+        assert decide(*halves(placed)).verdict == "same", seed
