@@ -227,10 +227,10 @@ def time_round(
 
     with contestants.round() as made:
         runners = planted_slowdown(cells, made)
+        names = [cell.name for cell in cells if cell.name in runners]
         if per_turn is None:
-            named = [cell.name for cell in cells if cell.name in runners]
-            per_turn = calls_per_turn(done, {n: runners[n] for n in named}, calls)
-        names = [cell.name for cell in cells if cell.name in runners and cell.name in per_turn]
+            per_turn = calls_per_turn(done, {n: runners[n] for n in names}, calls)
+        names = [name for name in names if name in per_turn]
         order = names if len(done) % 2 == 0 else names[::-1]
         load_before = os.getloadavg()[0]
         samples = time_side_by_side({n: runners[n] for n in order}, 1, per_turn, warmup)
